@@ -1,0 +1,215 @@
+"""prefetcher: the reference prefetcher, the state machine the live ``Prefetcher`` runs.
+
+Source: safeprefetch's own design, after Caffe2's PrefetchOperator with
+``copy_prefetched``, generalised to k slots and N workers.
+
+Minimal config: capacity=2 workers=2 items=3 (ordered), and every
+combination of close, error and abandon injection in the sweep.
+
+Expected verdict: ok.
+
+Design
+------
+There is no mutex or condvar here: every step is atomic (the live runtime
+applies it under its one kernel lock) and a step with a false guard simply
+blocks (the runtime parks the thread and wakes it when the guard may have
+changed). What remains to get right is the protocol itself:
+
+* A worker *claims* the next index and the lowest free slot in one step, then
+  *fetches* outside the lock (an external step, which may fail). Only the
+  claiming worker touches that slot's array until it publishes it.
+* Indices are claimed in order, so in ordered mode the next expected item is
+  always either in flight or ready: the pool can never fill up with later
+  items while the one the consumer needs is unclaimed.
+* The consumer *takes* a ready slot as a lease (zero-copy) and *releases* it
+  later; a slot is reused only after release.
+* A fetch error is published in the slot like an item, at its index. Workers
+  stop claiming; items before it still arrive; the consumer then raises it at
+  its position and the stream ends.
+* ``closing`` (set by close or by an abandoning consumer) wakes every blocked
+  step: workers exit, an in-flight fetch is discarded when it lands, the
+  consumer's next take reports "closed", and close joins the workers.
+"""
+
+from safeprefetch.model import DONE, Model, delivery_violation, violate
+
+FREE = (0, -1)
+FILLING, READY, FAILED, LEASED = 1, 2, 3, 4
+
+
+def _set(slots, k, value):
+    return slots[:k] + (value,) + slots[k + 1:]
+
+
+class Prefetcher(Model):
+    name = "prefetcher"
+    expected = "ok"
+    params = {"capacity": 2, "workers": 2, "items": 3, "ordered": True,
+              "close": False, "error": False, "abandon": False, "closers": 1,
+              "error_at": -1, "close_after": -1}
+    sweep = {"capacity": [1, 2, 3], "workers": [1, 2, 3], "items": [0, 1, 2, 3, 4],
+             "close": [False, True], "error": [False, True], "abandon": [False, True]}
+
+    def build(self, m, capacity, workers, items, ordered, close, error, abandon, closers, error_at, close_after):
+        if capacity < 1 or workers < 1 or items < 0 or closers < 1:
+            from safeprefetch.model import ModelError
+            raise ModelError("prefetcher needs capacity >= 1, workers >= 1, items >= 0, closers >= 1")
+        m.shared(
+            slots=(FREE,) * capacity,  # per slot: (state, index)
+            next_index=0,              # next index to claim
+            delivered=0,               # items handed to the consumer (ordered: next index expected)
+            received=(),               # indices the consumer got, in order
+            alive=workers,             # workers not yet exited
+            closing=False,             # close or abandon requested
+            closed=False,              # close finished joining the workers
+            failed=False,              # a fetch error was published
+            first_error=-1,            # lowest index whose fetch failed
+            error_seen=False,          # the consumer raised the error
+        )
+
+        # -- worker ---------------------------------------------------------
+
+        def may_claim(s, me):
+            return s.closing or s.failed or s.next_index >= items or FREE in s.slots
+
+        def claim(s, me):
+            if s.closing or s.failed or s.next_index >= items:
+                s.alive -= 1
+                return DONE
+            k = s.slots.index(FREE)
+            me.idx, me.slot = s.next_index, k
+            s.next_index += 1
+            s.slots = _set(s.slots, k, (FILLING, me.idx))
+            return "fetch into slot"
+
+        def fetched(s, me, outcome):
+            k, i = me.slot, me.idx
+            if s.slots[k] != (FILLING, i):
+                violate("invariant", f"slot {k} changed while {me.name} was filling it")
+            if s.closing:
+                s.slots = _set(s.slots, k, FREE)  # discard: nobody will take it
+            elif outcome == "ok":
+                s.slots = _set(s.slots, k, (READY, i))
+            else:
+                s.slots = _set(s.slots, k, (FAILED, i))
+                s.failed = True
+                if s.first_error < 0 or i < s.first_error:
+                    s.first_error = i
+            me.idx = me.slot = -1
+            return "claim index and slot"
+
+        w = m.program("worker", idx=-1, slot=-1)
+        w.step("claim index and slot", claim, guard=may_claim)
+        if error:
+            outcomes = ("ok", "error")  # any fetch may fail
+        elif error_at >= 0:
+            outcomes = ("ok", "error")  # exactly the fetch of item error_at fails
+        else:
+            outcomes = ("ok",)
+
+        def fetch_outcome(s, me, outcome):
+            if error or error_at < 0:
+                return True
+            return (outcome == "error") == (me.idx == error_at)
+
+        w.external("fetch into slot", "fetch", fetched, branches=outcomes,
+                   guard=fetch_outcome if error_at >= 0 and not error else None)
+
+        # -- consumer -------------------------------------------------------
+
+        def next_slot(s):
+            """The slot the consumer takes next, or None."""
+            best, best_i = None, None
+            for k, (state, i) in enumerate(s.slots):
+                if state == READY or state == FAILED:
+                    if ordered:
+                        if i == s.delivered:
+                            return k
+                    elif best_i is None or i < best_i:
+                        best, best_i = k, i
+            return best
+
+        def stream_over(s):
+            return s.delivered >= items
+
+        def may_take(s, me, branch):
+            if branch == "abandon":
+                return True
+            return s.closing or stream_over(s) or next_slot(s) is not None
+
+        def take(s, me, branch):
+            if branch == "abandon":
+                s.closing = True
+                return "join workers"
+            if s.closing:
+                return DONE  # get() raises PrefetcherClosed
+            k = next_slot(s)
+            if k is None:
+                return DONE  # end of stream
+            state, i = s.slots[k]
+            if state == FAILED:
+                s.slots = _set(s.slots, k, FREE)
+                s.error_seen = True
+                return DONE  # get() re-raises the source error
+            s.slots = _set(s.slots, k, (LEASED, i))
+            s.received += (i,)
+            s.delivered += 1
+            me.lease = k
+            return "release lease"
+
+        def release(s, me):
+            k = me.lease
+            if s.slots[k][0] != LEASED:
+                violate("invariant", f"slot {k} was changed while leased")
+            s.slots = _set(s.slots, k, FREE)
+            me.lease = -1
+
+        c = m.program("consumer", lease=-1)
+        c.step("take next batch", take, guard=may_take, branches=("take", "abandon") if abandon else ("take",))
+        c.step("release lease", release, next="take next batch")
+        c.step("join workers", guard=lambda s, me: s.alive == 0, next=DONE)
+
+        # -- closer ---------------------------------------------------------
+
+        def do_close(s, me):
+            s.closing = True
+
+        def joined(s, me):
+            s.closed = True
+
+        cl = m.program("closer")
+        cl.step("close", do_close, next="join workers",
+                guard=None if close_after < 0 else lambda s, me: s.delivered >= min(close_after, items) or s.closing
+                or s.failed)
+        cl.step("join workers", joined, guard=lambda s, me: s.alive == 0, next=DONE)
+
+        for i in range(workers):
+            m.thread(f"worker{i}", w)
+        m.thread("consumer", c)
+        if close:
+            for i in range(closers):
+                m.thread(f"closer{i}" if closers > 1 else "closer", cl)
+
+        # -- checks ---------------------------------------------------------
+
+        m.shutdown_when(lambda s: s.closing or s.failed)
+        m.invariant("closed means every worker has exited and no slot is being filled",
+                    lambda s: not s.closed or (s.alive == 0 and all(st != FILLING for st, _ in s.slots)),
+                    "use_after_close")
+        m.invariant("at most one lease", lambda s: sum(st == LEASED for st, _ in s.slots) <= 1)
+
+        expected = tuple(range(items))
+
+        def at_end(s):
+            if s.closing:
+                return delivery_violation(expected, s.received, ordered, complete=False)
+            if s.failed:
+                if not s.error_seen:
+                    return "error_lost", f"the fetch of item {s.first_error} failed but the consumer never saw it"
+                want = tuple(range(s.first_error)) if ordered else None
+                if ordered and s.received != want:
+                    return delivery_violation(want, s.received, ordered)
+                return delivery_violation(expected, s.received, ordered, complete=False)
+            return delivery_violation(expected, s.received, ordered)
+
+        m.at_end(at_end)

@@ -1,0 +1,189 @@
+"""The command line: ``python -m safeprefetch ...``.
+
+The contract (fixed, scripts depend on it)::
+
+    list [--json]
+    check MODEL [--set NAME=VALUE]... [--strategy NAME] [--json] [--max-states N] [--seed S]
+    check --all [--json]
+    replay MODEL TRACE.json
+
+Exit codes: ``check`` gives 0 when no violation was found, 1 when one was,
+2 on a usage or model error (one line on stderr, never a traceback).
+``check --all`` gives 0 exactly when every catalog model's verdict equals the
+verdict it declares.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from ._catalog import catalog, load_model
+from ._explore import DEFAULT_MAX_STATES, CheckResult, ReplayDivergence, Trace, TraceError, check, final_verdict
+from ._model import ModelError
+from ._trace import format_table, render_result
+
+__all__ = ["main"]
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2
+        raise UsageError(message)
+
+
+def _parse_sets(items: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"--set expects NAME=VALUE, got {item!r}")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def _progress(states: int, frontier: int, transitions: int, _t0=[None]) -> None:
+    now = time.perf_counter()
+    if _t0[0] is None:
+        _t0[0] = now - 3.0
+    rate = states / max(now - _t0[0], 1e-9)
+    print(f"progress: {states} states, frontier {frontier}, {transitions} transitions, {rate:,.0f} states/s",
+          file=sys.stderr, flush=True)
+
+
+def _cmd_list(args) -> int:
+    models = catalog()
+    if args.json:
+        print(json.dumps([_describe(m) for m in models.values()], indent=2))
+        return 0
+    width = max(len(n) for n in models)
+    for name, m in models.items():
+        summary = (m.__doc__ or "").strip().split("\n")[0]
+        summary = summary.split(": ", 1)[-1] if summary.startswith(name) else summary
+        print(f"{name.ljust(width)}  {m.expected.ljust(14)}  {summary}")
+    return 0
+
+
+def _describe(model) -> dict[str, Any]:
+    return {"model": model.name, "expected": model.expected, "config": model.configure({}),
+            "summary": (model.__doc__ or "").strip().split("\n")[0]}
+
+
+def _cmd_check(args) -> int:
+    if args.all:
+        if args.model:
+            raise UsageError("give a MODEL or --all, not both")
+        return _check_all(args)
+    if not args.model:
+        raise UsageError("check needs a MODEL (or --all)")
+    model = load_model(args.model)
+    overrides = _parse_sets(args.set or [])
+    machine = model.compile(overrides)
+    result = check(machine, strategy=args.strategy, max_states=args.max_states,
+                   progress=None if args.json else _progress)
+    if machine.config == model.configure({}):
+        from dataclasses import replace
+        result = replace(result, expected=model.expected)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        print(render_result(result, machine))
+    return 0 if result.ok else 1
+
+
+def _check_all(args) -> int:
+    results: list[CheckResult] = []
+    for name, model in catalog().items():
+        machine = model.compile({})
+        r = check(machine, strategy=args.strategy, max_states=args.max_states)
+        from dataclasses import replace
+        results.append(replace(r, expected=model.expected))
+    mismatches = [r for r in results if r.verdict != r.expected]
+    if args.json:
+        print(json.dumps([r.to_json() for r in results], indent=2))
+    else:
+        w = max(len(r.model) for r in results)
+        print(f"{'model'.ljust(w)}  {'expected':14}  {'verdict':14}  {'states':>9}  {'seconds':>8}  {'trace':>5}  match")
+        for r in results:
+            mark = "yes" if r.verdict == r.expected else "NO"
+            print(f"{r.model.ljust(w)}  {r.expected:14}  {r.verdict:14}  {r.states:>9}  {r.seconds:>8.3f}  "
+                  f"{len(r.trace):>5}  {mark}")
+        print(f"{len(results) - len(mismatches)}/{len(results)} models match their expected verdict")
+    return 0 if not mismatches else 1
+
+
+def _cmd_replay(args) -> int:
+    model = load_model(args.model)
+    path = Path(args.trace)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise UsageError(f"cannot read trace {str(path)!r}: {e.strerror}") from None
+    value: Any
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise TraceError(f"trace {str(path)!r} is not valid JSON: {e}") from None
+    overrides = {}
+    if isinstance(value, dict) and isinstance(value.get("config"), dict):
+        overrides = {k: v for k, v in value["config"].items()}
+    overrides.update(_parse_sets(args.set or []))
+    trace = Trace.from_json(value)
+    machine = model.compile(overrides)
+    print(f"replay of {len(trace)} steps on {model.name}")
+    print(format_table(machine, trace))
+    found = final_verdict(machine, trace)
+    if found:
+        kind, msg = found
+        if kind and not msg.startswith(kind):
+            print(f"<== {kind}: {msg}")
+        return 1
+    print("no violation at the end of this trace")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m safeprefetch", description="Model-check and run the safeprefetch prefetcher.")
+    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+    ls = sub.add_parser("list", help="list the catalog models")
+    ls.add_argument("--json", action="store_true")
+    ck = sub.add_parser("check", help="check a model exhaustively")
+    ck.add_argument("model", nargs="?", help="catalog name or path to a .py file")
+    ck.add_argument("--all", action="store_true", help="check every catalog model at its declared config")
+    ck.add_argument("--set", action="append", metavar="NAME=VALUE", help="set a config parameter")
+    ck.add_argument("--strategy", default="bfs", choices=["bfs", "dfs"])
+    ck.add_argument("--json", action="store_true")
+    ck.add_argument("--max-states", type=int, default=DEFAULT_MAX_STATES)
+    ck.add_argument("--seed", type=int, default=0, help="seed for randomized strategies")
+    rp = sub.add_parser("replay", help="re-run a saved trace and print it")
+    rp.add_argument("model")
+    rp.add_argument("trace")
+    rp.add_argument("--set", action="append", metavar="NAME=VALUE")
+    return p
+
+
+COMMANDS = {"list": _cmd_list, "check": _cmd_check, "replay": _cmd_replay}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return 2
+        if getattr(args, "max_states", 1) < 1:
+            raise UsageError("--max-states must be at least 1")
+        return COMMANDS[args.command](args)
+    except (UsageError, ModelError, TraceError, ReplayDivergence) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0

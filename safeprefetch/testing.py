@@ -1,0 +1,108 @@
+"""Helpers for checking models from pytest, and an independent oracle.
+
+``assert_verdict`` is the one-liner for a model's test::
+
+    from safeprefetch.testing import assert_verdict
+    def test_my_buffer_is_correct():
+        assert_verdict(MyBuffer, "ok", capacity=2)
+
+``enumerate_schedules`` is the oracle the explorer is tested against: it
+walks *every schedule* as a tree, with no state hashing and no parent map,
+down to a depth bound. Every state is reachable within its BFS depth, so
+with ``depth >= explorer.max_depth`` it must reach exactly the explorer's
+set of states, and the shortest violation it sees must have the explorer's
+trace length. It is exponential; use it on small models only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ._explore import CheckResult, check, classify_hang, _end_violation
+from ._model import Machine, Model
+
+__all__ = ["OracleResult", "assert_verdict", "enumerate_schedules"]
+
+
+def assert_verdict(model: type[Model], verdict: str, trace_length: int | None = None,
+                   **config: Any) -> CheckResult:
+    """Check ``model`` at ``config`` and assert its verdict (and shortest trace length)."""
+    result = check(model, config or None)
+    assert result.exhaustive, f"{model.name}: search was cut by the state bound"
+    assert result.verdict == verdict, (
+        f"{model.name} {config}: expected {verdict}, got {result.verdict}"
+        + (f" ({result.violation.message})" if result.violation else ""))
+    if trace_length is not None:
+        assert len(result.trace) == trace_length, (
+            f"{model.name} {config}: shortest trace has {len(result.trace)} steps, expected {trace_length}")
+    return result
+
+
+@dataclass(frozen=True)
+class OracleResult:
+    #: Every state reached by some schedule of at most ``depth`` steps.
+    states: frozenset
+    #: ``(length, kind)`` for every violating schedule seen.
+    violations: frozenset
+    #: Number of schedules (tree leaves and cut-offs) walked.
+    schedules: int
+
+    @property
+    def shortest(self) -> int | None:
+        return min((n for n, _ in self.violations), default=None)
+
+    def kinds_at_shortest(self) -> set[str]:
+        n = self.shortest
+        return {k for m, k in self.violations if m == n}
+
+
+def enumerate_schedules(machine: Machine, depth: int, limit: int = 2_000_000) -> OracleResult:
+    """Walk every schedule of ``machine`` up to ``depth`` steps (no hashing, no pruning)."""
+    states: set = set()
+    violations: set = set()
+    count = 0
+
+    def walk(path: list, choices: list) -> None:
+        nonlocal count
+        state = path[-1]
+        states.add(state)
+        d = len(choices)
+        bad = machine.invariant_violation(state)
+        if bad:
+            violations.add((d, bad[0]))
+            count += 1
+            return
+        succ = machine.successors(state)
+        if machine.is_stuck(state, succ):
+            if machine.all_done(state):
+                end = _end_violation(machine, state)
+                if end:
+                    violations.add((d, end[0]))
+            else:
+                violations.add((d, classify_hang(machine, path, choices)[0]))
+            count += 1
+            if not succ:
+                return
+        if d >= depth:
+            count += 1
+            return
+        if count > limit:
+            raise RuntimeError("oracle schedule limit exceeded; use a smaller model")
+        for ch, nxt in succ:
+            if not isinstance(nxt, tuple):
+                violations.add((d + 1, nxt.kind))
+                count += 1
+                continue
+            path.append(nxt)
+            choices.append(ch)
+            walk(path, choices)
+            path.pop()
+            choices.pop()
+
+    walk([machine.init], [])
+    return OracleResult(frozenset(states), frozenset(violations), count)
+
+
+def config_of(model: type[Model], **overrides: Any) -> Mapping[str, Any]:
+    return model.configure(overrides)
