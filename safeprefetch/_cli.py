@@ -49,6 +49,11 @@ def _parse_sets(items: Sequence[str]) -> dict[str, str]:
     return out
 
 
+def parse_sets(items: Sequence[str]) -> dict[str, str]:
+    """``["a=1", "b=x"]`` -> ``{"a": "1", "b": "x"}``; for extension commands."""
+    return _parse_sets(items)
+
+
 def _progress(states: int, frontier: int, transitions: int, _t0=[None]) -> None:
     now = time.perf_counter()
     if _t0[0] is None:
@@ -166,10 +171,27 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("model")
     rp.add_argument("trace")
     rp.add_argument("--set", action="append", metavar="NAME=VALUE")
+    _load_extensions(sub)
     return p
 
 
 COMMANDS = {"list": _cmd_list, "check": _cmd_check, "replay": _cmd_replay}
+
+#: Modules that add subcommands. Each defines ``register(subparsers) -> dict[name, handler]``;
+#: a handler takes the parsed args and returns the exit code. Raising UsageError,
+#: ModelError or TraceError gives the one-line error and exit code 2.
+EXTENSIONS = ("_teach", "_spin", "_livecli", "_bench")
+
+
+def _load_extensions(sub) -> None:
+    import importlib
+    import importlib.util
+
+    for name in EXTENSIONS:
+        if importlib.util.find_spec(f"safeprefetch.{name}") is None:
+            continue  # not written yet
+        module = importlib.import_module(f"safeprefetch.{name}")
+        COMMANDS.update(module.register(sub))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
