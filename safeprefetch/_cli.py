@@ -96,6 +96,9 @@ def _cmd_check(args) -> int:
     if machine.config == model.configure({}):
         from dataclasses import replace
         result = replace(result, expected=model.expected)
+    if args.svg:
+        from ._svg import write_svg  # the swimlane renderer
+        write_svg(machine, result, Path(args.svg))
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     else:
@@ -167,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("--json", action="store_true")
     ck.add_argument("--max-states", type=int, default=DEFAULT_MAX_STATES)
     ck.add_argument("--seed", type=int, default=0, help="seed for randomized strategies")
+    ck.add_argument("--svg", metavar="FILE", help="also draw the counterexample as an SVG swimlane diagram")
     rp = sub.add_parser("replay", help="re-run a saved trace and print it")
     rp.add_argument("model")
     rp.add_argument("trace")
