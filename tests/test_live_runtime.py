@@ -83,3 +83,26 @@ def test_a_step_can_time_out_while_the_machine_stays_usable():
     with pytest.raises(LiveDeadlock) as e:
         rt.step(0)
     assert e.value.kind == "deadlock"
+
+
+def _cli(*args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "safeprefetch", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_run_command_shows_a_broken_model_deadlocking_live():
+    p = _cli("run", "one_cond_signal", "--json")
+    import json
+
+    out = json.loads(p.stdout)
+    assert p.returncode == 1
+    assert out["verdict"] == "deadlock" and out["conforms"]
+    assert len(out["trace"]) == 22 or not out["forced"]
+
+
+def test_run_command_on_the_reference_model_is_ok():
+    p = _cli("run", "prefetcher", "--set", "close=on", "--set", "error=on", "--attempts", "5")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "live run of prefetcher: ok" in p.stdout
