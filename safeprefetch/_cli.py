@@ -91,8 +91,14 @@ def _cmd_check(args) -> int:
     model = load_model(args.model)
     overrides = _parse_sets(args.set or [])
     machine = model.compile(overrides)
-    result = check(machine, strategy=args.strategy, max_states=args.max_states,
-                   progress=None if args.json else _progress)
+    if args.strategy in ("bfs", "dfs"):
+        result = check(machine, strategy=args.strategy, max_states=args.max_states,
+                       progress=None if args.json else _progress)
+    else:
+        from ._strategies import search  # schedule-sampling strategies for configs too big to exhaust
+
+        result = search(machine, args.strategy, seed=args.seed, budget=args.budget, depth=args.depth,
+                        preemptions=args.preemptions)
     if machine.config == model.configure({}):
         from dataclasses import replace
         result = replace(result, expected=model.expected)
@@ -166,7 +172,11 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("model", nargs="?", help="catalog name or path to a .py file")
     ck.add_argument("--all", action="store_true", help="check every catalog model at its declared config")
     ck.add_argument("--set", action="append", metavar="NAME=VALUE", help="set a config parameter")
-    ck.add_argument("--strategy", default="bfs", choices=["bfs", "dfs"])
+    ck.add_argument("--strategy", default="bfs", choices=["bfs", "dfs", "random", "pct", "preempt", "hypothesis"],
+                    help="bfs/dfs explore exhaustively; the others sample schedules (replayable by --seed)")
+    ck.add_argument("--budget", type=int, default=1000, help="schedules to try for sampling strategies")
+    ck.add_argument("--depth", type=int, default=3, help="PCT bug depth d")
+    ck.add_argument("--preemptions", type=int, default=2, help="preemption bound for --strategy preempt")
     ck.add_argument("--json", action="store_true")
     ck.add_argument("--max-states", type=int, default=DEFAULT_MAX_STATES)
     ck.add_argument("--seed", type=int, default=0, help="seed for randomized strategies")

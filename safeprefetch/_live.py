@@ -209,12 +209,21 @@ class Runtime:
             if bad:
                 self._fail(LiveViolation(bad[0], bad[1], nxt, self._describe(nxt)))
         # Wake exactly the parked threads this step enabled.
+        woke = False
         for u, parked in enumerate(self._parked):
             if parked and self._options(u, self._want[u]):
                 # Count it as running from now: it has a wakeup pending, so the deadlock
                 # detector must not mistake it for parked before it gets the lock back.
                 self._parked[u] = False
                 self._conds[u].notify()
+                woke = True
+        if not woke and nxt[m.pc_index[t]] == DONE and any(self._parked):
+            # The last runnable thread just finished and woke nobody: the parked ones may be
+            # stuck for good. Fail them, but let this thread return normally.
+            try:
+                self._detect_deadlock()
+            except LiveError:
+                pass
 
     def _describe(self, state: tuple) -> str:
         m = self.machine
