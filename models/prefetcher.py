@@ -46,34 +46,40 @@ class Prefetcher(Model):
     expected = "ok"
     params = {"capacity": 2, "workers": 2, "items": 3, "ordered": True,
               "close": False, "error": False, "abandon": False, "closers": 1,
-              "error_at": -1, "close_after": -1}
+              "error_at": -1, "close_after": -1, "sized": True, "history": True}
     sweep = {"capacity": [1, 2, 3], "workers": [1, 2, 3], "items": [0, 1, 2, 3, 4],
              "close": [False, True], "error": [False, True], "abandon": [False, True]}
 
-    def build(self, m, capacity, workers, items, ordered, close, error, abandon, closers, error_at, close_after):
+    def build(self, m, capacity, workers, items, ordered, close, error, abandon, closers, error_at, close_after,
+              sized, history):
         if capacity < 1 or workers < 1 or items < 0 or closers < 1:
             from safeprefetch.model import ModelError
             raise ModelError("prefetcher needs capacity >= 1, workers >= 1, items >= 0, closers >= 1")
+        if not sized and workers != 1:
+            from safeprefetch.model import ModelError
+            raise ModelError("prefetcher with sized=off (an iterator source) needs workers=1: "
+                             "only one reader may call next() on it, in index order")
         m.shared(
             slots=(FREE,) * capacity,  # per slot: (state, index)
             next_index=0,              # next index to claim
             delivered=0,               # items handed to the consumer (ordered: next index expected)
-            received=(),               # indices the consumer got, in order
+            received=(),               # indices the consumer got, in order (only with history=on)
+            length=items,              # stream length; sized=off: lowered when a fetch reports "end"
             alive=workers,             # workers not yet exited
             closing=False,             # close or abandon requested
             closed=False,              # close finished joining the workers
             failed=False,              # a fetch error was published
             first_error=-1,            # lowest index whose fetch failed
-            error_seen=False,          # the consumer raised the error
+            error_seen=-1,             # index of the error the consumer raised, -1 if none
         )
 
         # -- worker ---------------------------------------------------------
 
         def may_claim(s, me):
-            return s.closing or s.failed or s.next_index >= items or FREE in s.slots
+            return s.closing or s.failed or s.next_index >= s.length or FREE in s.slots
 
         def claim(s, me):
-            if s.closing or s.failed or s.next_index >= items:
+            if s.closing or s.failed or s.next_index >= s.length:
                 s.alive -= 1
                 return DONE
             k = s.slots.index(FREE)
@@ -90,6 +96,9 @@ class Prefetcher(Model):
                 s.slots = _set(s.slots, k, FREE)  # discard: nobody will take it
             elif outcome == "ok":
                 s.slots = _set(s.slots, k, (READY, i))
+            elif outcome == "end":
+                s.slots = _set(s.slots, k, FREE)  # the source ran out: index i does not exist
+                s.length = i
             else:
                 s.slots = _set(s.slots, k, (FAILED, i))
                 s.failed = True
@@ -106,6 +115,8 @@ class Prefetcher(Model):
             outcomes = ("ok", "error")  # exactly the fetch of item error_at fails
         else:
             outcomes = ("ok",)
+        if not sized:
+            outcomes += ("end",)  # an iterator may run out at any index below items
 
         def fetch_outcome(s, me, outcome):
             if error or error_at < 0:
@@ -130,7 +141,7 @@ class Prefetcher(Model):
             return best
 
         def stream_over(s):
-            return s.delivered >= items
+            return s.delivered >= s.length
 
         def may_take(s, me, branch):
             if branch == "abandon":
@@ -149,10 +160,13 @@ class Prefetcher(Model):
             state, i = s.slots[k]
             if state == FAILED:
                 s.slots = _set(s.slots, k, FREE)
-                s.error_seen = True
+                s.error_seen = i
                 return DONE  # get() re-raises the source error
+            if any(st == LEASED for st, _ in s.slots):
+                violate("invariant", "a second lease while the consumer still holds one")
             s.slots = _set(s.slots, k, (LEASED, i))
-            s.received += (i,)
+            if history:
+                s.received += (i,)
             s.delivered += 1
             me.lease = k
             return "release lease"
@@ -196,15 +210,13 @@ class Prefetcher(Model):
         m.invariant("closed means every worker has exited and no slot is being filled",
                     lambda s: not s.closed or (s.alive == 0 and all(st != FILLING for st, _ in s.slots)),
                     "use_after_close")
-        m.invariant("at most one lease", lambda s: sum(st == LEASED for st, _ in s.slots) <= 1)
-
-        expected = tuple(range(items))
 
         def at_end(s):
+            expected = tuple(range(s.length))
             if s.closing:
                 return delivery_violation(expected, s.received, ordered, complete=False)
             if s.failed:
-                if not s.error_seen:
+                if s.error_seen < 0:
                     return "error_lost", f"the fetch of item {s.first_error} failed but the consumer never saw it"
                 want = tuple(range(s.first_error)) if ordered else None
                 if ordered and s.received != want:
@@ -212,4 +224,5 @@ class Prefetcher(Model):
                 return delivery_violation(expected, s.received, ordered, complete=False)
             return delivery_violation(expected, s.received, ordered)
 
-        m.at_end(at_end)
+        if history:  # without the history there is nothing to compare the delivery with
+            m.at_end(at_end)

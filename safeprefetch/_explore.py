@@ -484,6 +484,7 @@ class Explorer:
         progress = self.progress
         next_report = time.perf_counter() + 3.0 if progress else None
         stop = self.stop_at_first
+        setdefault = parents.setdefault
         spurious = m.spurious_pcs
         any_spurious = any(spurious)
         while level:
@@ -507,13 +508,15 @@ class Explorer:
                                 found.append((depth + 1, self._violation_on(state, (t, b), nxt)))
                                 on_step_found = True
                             continue
-                        if nxt in parents:
+                        # One hash per successor: setdefault inserts only if new.
+                        n_before = len(parents)
+                        if setdefault(nxt, state) is not state or len(parents) == n_before:
                             continue
-                        if len(parents) >= max_states:
+                        if n_before >= max_states:
+                            del parents[nxt]
                             self.transitions = transitions
                             self._max_depth = depth
                             return False
-                        parents[nxt] = state
                         if check_inv is not None:
                             bad = check_inv(nxt)
                             if bad:  # an error state: report it, never expand it

@@ -47,6 +47,7 @@ run them.
 from __future__ import annotations
 
 import keyword
+import os
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -83,6 +84,10 @@ VIOLATION_KINDS = (
     "starvation",
     "invariant",
 )
+
+#: Set SAFEPREFETCH_SPECIALIZE=0 to run user step functions through views only
+#: (slower; the test suite compares both paths).
+SPECIALIZE = os.environ.get("SAFEPREFETCH_SPECIALIZE", "1") != "0"
 
 _ASLEEP = " (asleep)"
 _WOKEN = " (woken)"
@@ -510,13 +515,37 @@ class Machine:
         return {n: state[i] for i, n in enumerate(self.field_names)}
 
     def invariant_violation(self, state: tuple) -> tuple[str, str] | None:
-        if not self.invariants:
-            return None
-        s = self.view(state)
-        for name, kind, pred in self.invariants:
-            if not pred(s):
-                return kind, f"invariant {name!r} fails"
+        s = None
+        fast = self.__dict__.get("_fast_inv") or self._fast_invariants
+        for name, kind, pred, raw in fast:
+            if raw:
+                if pred(state):
+                    continue
+            else:
+                if s is None:
+                    s = self.view(state)
+                if pred(s):
+                    continue
+            return kind, f"invariant {name!r} fails"
         return None
+
+    @property
+    def _fast_invariants(self):
+        cached = self.__dict__.get("_fast_inv")
+        if cached is None:
+            cached = []
+            for name, kind, pred in self.invariants:
+                fast, raw = pred, False
+                if SPECIALIZE:
+                    from ._fast import bare_uses, specialize
+
+                    r = specialize(pred, self.shared_index, {}, {})
+                    if r is not None:
+                        fast = r[0]
+                        raw = not bare_uses(fast, 0)  # only subscripts: a plain tuple will do
+                cached.append((name, kind, fast, raw))
+            self.__dict__["_fast_inv"] = cached
+        return cached
 
 
 class Model:
@@ -652,7 +681,8 @@ def _compile(name: str, config: dict[str, Any], b: Builder) -> Machine:
 
     view = _make_shared_view(shared_index)
     local_views = tuple(_make_local_view(i, t.name, local_index[i]) for i, t in enumerate(b.threads))
-    ctx = _Ctx(b, view, local_views, pc_index, mutex_index, cond_index, sem_index, flag_index)
+    ctx = _Ctx(b, view, local_views, pc_index, mutex_index, cond_index, sem_index, flag_index,
+               shared_index, local_index)
 
     tables: list[dict[str, Callable]] = []
     infos: list[dict[str, StepInfo]] = []
@@ -715,8 +745,11 @@ def _check_next(role: str, spec: _Spec, labels: set[str]) -> None:
 class _Ctx:
     """Holds the layout while compiling one model's steps."""
 
-    def __init__(self, b, view, local_views, pc_index, mutex_index, cond_index, sem_index, flag_index):
+    def __init__(self, b, view, local_views, pc_index, mutex_index, cond_index, sem_index, flag_index,
+                 shared_index=None, local_index=None):
         self.b = b
+        self.shared_index = shared_index or {}
+        self.local_index = local_index or []
         self.view = view
         self.local_views = local_views
         self.pc_index = pc_index
@@ -726,6 +759,21 @@ class _Ctx:
         self.flag_index = flag_index
         self.notify_any = b.settings.get("notify", "fifo") == "any"
         self.spurious = b.settings.get("spurious", "off") == "on"
+
+    def fast(self, ti: int, fn: Callable | None) -> tuple[Callable | None, bool]:
+        """``fn`` specialized for thread ``ti`` (see _fast.py), and whether it needs a ``me`` view."""
+        if fn is None:
+            return None, False
+        if SPECIALIZE:
+            from ._fast import specialize
+
+            r = specialize(fn, self.shared_index, self.local_index[ti],
+                           {"name": self.b.threads[ti].name, "index": ti})
+            if r is not None:
+                return r
+        from ._fast import uses_arg
+
+        return fn, uses_arg(fn, 1)
 
     def _index(self, table: dict[str, int], kind: str, name: str, label: str) -> int:
         try:
@@ -762,11 +810,19 @@ class _Ctx:
             return StepInfo(ti, pc, label if pc == label else pc, k, tuple(branches), obj, action)
 
         if kind in ("step", "external"):
-            fn, guard = spec.fn, spec.guard
+            fn, need_fn = self.fast(ti, spec.fn)
+            guard, need_guard = self.fast(ti, spec.guard)
             branches = spec.branches
             static_next = spec.next
-            resolve = self._resolver(ti, spec, labels) if static_next is not None else None
             role = thread.program.role
+            if callable(static_next):
+                fast_next, need_next = self.fast(ti, static_next)
+                spec_for_next = _Spec(spec.label, spec.kind, next=fast_next)
+                resolve = self._resolver(ti, spec_for_next, labels)
+            else:
+                need_next = False
+                resolve = self._resolver(ti, spec, labels) if static_next is not None else None
+            need_me = need_fn or need_guard or need_next
 
             def finish(s, me, ret):
                 if ret is not None:
@@ -780,7 +836,7 @@ class _Ctx:
             if branches is None:
                 def fire(state):
                     s = view(state)
-                    me = lview(s)
+                    me = lview(s) if need_me else None
                     if guard is not None and not guard(s, me):
                         return []
                     try:
@@ -797,7 +853,7 @@ class _Ctx:
                     out = []
                     for bi in range(nb):
                         s = view(state)
-                        me = lview(s)
+                        me = lview(s) if need_me else None
                         if guard is not None and not guard(s, me, branches[bi]):
                             continue
                         try:
@@ -811,14 +867,18 @@ class _Ctx:
                 yield label, fire, info(branches=branches, action=spec.action)
             return
 
-        resolve = self._resolver(ti, spec, labels)
         static = spec.next if isinstance(spec.next, str) else None
+        if static is None:
+            fast_next, need_next = self.fast(ti, spec.next)
+            resolve = self._resolver(ti, _Spec(spec.label, spec.kind, next=fast_next), labels)
+        else:
+            resolve, need_next = self._resolver(ti, spec, labels), False
 
         def goto(lst):
             if static is not None:
                 return static
             s = view(lst)
-            return resolve(s, lview(s))
+            return resolve(s, lview(s) if need_next else None)
 
         if kind == "acquire":
             mi = self._index(self.mutex_index, "mutex", spec.obj, label)
