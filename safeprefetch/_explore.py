@@ -452,6 +452,14 @@ class Explorer:
             exhaustive = self._bfs(found)
         else:
             exhaustive = self._dfs(found)
+        if not found and exhaustive and m.progress_labels:
+            from ._liveness import find_starvation
+
+            lasso = find_starvation(m, self.parents, self.path_to)
+            if lasso is not None:
+                message, states, choices = lasso
+                trace = self._trace(states, choices)
+                found.append((len(choices), Violation("starvation", message, trace, states[-1], False)))
         seconds = time.perf_counter() - t0
         violation = min(found, key=lambda x: x[0])[1] if found else None
         self.violations = [v for _, v in found]

@@ -565,7 +565,11 @@ class Model:
     sweep: Mapping[str, Sequence[Any]] | None = None
 
     #: Settings that every model accepts; they change condvar semantics.
-    SETTINGS: Mapping[str, tuple[str, ...]] = {"notify": ("fifo", "any"), "spurious": ("off", "on")}
+    SETTINGS: Mapping[str, tuple[str, ...]] = {"notify": ("fifo", "any"), "spurious": ("off", "on"),
+                                               "policy": ("fair", "priority")}
+
+    #: Defaults for the settings above that this model changes (e.g. ``{"policy": "priority"}``).
+    settings: Mapping[str, str] = {}
 
     def build(self, m: Builder, **config: Any) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -574,7 +578,7 @@ class Model:
 
     @classmethod
     def defaults(cls) -> dict[str, Any]:
-        return {**dict(cls.params), "notify": "fifo", "spurious": "off"}
+        return {**dict(cls.params), "notify": "fifo", "spurious": "off", "policy": "fair", **dict(cls.settings)}
 
     @classmethod
     def configure(cls, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
