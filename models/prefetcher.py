@@ -29,6 +29,19 @@ changed). What remains to get right is the protocol itself:
 * ``closing`` (set by close or by an abandoning consumer) wakes every blocked
   step: workers exit, an in-flight fetch is discarded when it lands, the
   consumer's next take reports "closed", and close joins the workers.
+
+Two settings exist for the live ``Prefetcher``, and are checked in
+``tests/test_prefetcher_model_modes.py``:
+
+* ``sized=off`` models an iterator source of unknown length, read by one
+  worker (``workers=1``): a fetch has a third outcome, "end", which frees the
+  slot and sets ``length`` to that index. The checker lets the source end at
+  any index below ``items``, so it covers every length up to ``items``.
+* ``history=off`` stops recording ``received`` (only the end-of-run check
+  reads it), so a long live stream costs O(1) per step.
+
+``error_seen`` holds the index of the error the consumer raised, so the live
+consumer knows which exception to re-raise.
 """
 
 from safeprefetch.model import DONE, Model, delivery_violation, violate
@@ -199,6 +212,7 @@ class Prefetcher(Model):
 
         for i in range(workers):
             m.thread(f"worker{i}", w)
+        m.symmetric(*(f"worker{i}" for i in range(workers)))
         m.thread("consumer", c)
         if close:
             for i in range(closers):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -93,7 +94,7 @@ def _cmd_check(args) -> int:
     machine = model.compile(overrides)
     if args.strategy in ("bfs", "dfs"):
         result = check(machine, strategy=args.strategy, max_states=args.max_states,
-                       progress=None if args.json else _progress)
+                       progress=None if args.json else _progress, reduce=args.reduce)
     else:
         from ._strategies import search  # schedule-sampling strategies for configs too big to exhaust
 
@@ -116,7 +117,7 @@ def _check_all(args) -> int:
     results: list[CheckResult] = []
     for name, model in catalog().items():
         machine = model.compile({})
-        r = check(machine, strategy=args.strategy, max_states=args.max_states)
+        r = check(machine, strategy=args.strategy, max_states=args.max_states, reduce=args.reduce)
         from dataclasses import replace
         results.append(replace(r, expected=model.expected))
     mismatches = [r for r in results if r.verdict != r.expected]
@@ -174,6 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("--set", action="append", metavar="NAME=VALUE", help="set a config parameter")
     ck.add_argument("--strategy", default="bfs", choices=["bfs", "dfs", "random", "pct", "preempt", "hypothesis"],
                     help="bfs/dfs explore exhaustively; the others sample schedules (replayable by --seed)")
+    ck.add_argument("--reduce", default="all", choices=["none", "symmetry", "por", "all"],
+                    help="state-space reductions (all preserve verdicts; default all)")
     ck.add_argument("--budget", type=int, default=1000, help="schedules to try for sampling strategies")
     ck.add_argument("--depth", type=int, default=3, help="PCT bug depth d")
     ck.add_argument("--preemptions", type=int, default=2, help="preemption bound for --strategy preempt")
@@ -223,3 +226,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # an exception raised by model code (a step, a guard, a check)
+        if os.environ.get("SAFEPREFETCH_TRACEBACK"):
+            raise
+        where = _user_frame(e)
+        print(f"error: the model raised {type(e).__name__}: {e}{where} "
+              "(set SAFEPREFETCH_TRACEBACK=1 for the traceback)", file=sys.stderr)
+        return 2
+
+
+def _user_frame(e: BaseException) -> str:
+    """' at FILE:LINE' of the innermost frame outside safeprefetch, if any."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if "/safeprefetch/" not in f.filename
+              or "/models/" in f.filename]
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f" at {f.filename}:{f.lineno}"

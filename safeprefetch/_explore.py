@@ -386,7 +386,15 @@ class Explorer:
     """
 
     def __init__(self, machine: Machine, *, strategy: str = "bfs", max_states: int = DEFAULT_MAX_STATES,
-                 progress: Callable[[int, int, float], None] | None = None, stop_at_first: bool = True):
+                 progress: Callable[[int, int, float], None] | None = None, stop_at_first: bool = True,
+                 reduce: str = "none"):
+        from ._reduce import Symmetry, ample_selector, check_reduce
+
+        self.reduce = check_reduce(reduce)
+        self.canon = (Symmetry(machine) if reduce in ("symmetry", "all") and any(len(g) > 1 for g in
+                                                                                   machine.symmetry) else None)
+        self.ample = ample_selector(machine) if reduce in ("por", "all") else None
+        self.por_reduced = 0  # states where only an ample subset was explored
         if strategy not in ("bfs", "dfs"):
             raise ModelError(f"unknown strategy {strategy!r} (known: bfs, dfs)")
         if max_states < 1:
@@ -411,14 +419,19 @@ class Explorer:
         states.reverse()
         choices = []
         m = self.machine
-        for a, b in zip(states, states[1:]):
+        canon = self.canon.canon if self.canon is not None else (lambda x: x)
+        # With symmetry the stored states are representatives; walk the real states alongside.
+        real = [m.init]
+        for b in states[1:]:
+            a = real[-1]
             for ch, nxt in m.successors(a):
-                if nxt == b:
+                if nxt.__class__ is tuple and canon(nxt) == b:
                     choices.append(ch)
+                    real.append(nxt)
                     break
             else:  # pragma: no cover - would mean successors() is not pure
                 raise RuntimeError("successor function is not deterministic")
-        return states, choices
+        return real, choices
 
     def _trace(self, states: Sequence[tuple], choices: Sequence[tuple[int, int]]) -> Trace:
         m = self.machine
@@ -428,13 +441,24 @@ class Explorer:
         states, choices = self.path_to(state)
         if kind_msg is None:
             kind_msg = classify_hang(self.machine, states, choices)
+        elif self.canon is not None:
+            kind_msg = (self.machine.invariant_violation(states[-1]) or _end_violation(self.machine, states[-1])
+                        or kind_msg)
         kind, msg = kind_msg
-        return Violation(kind, msg, self._trace(states, choices), state, False)
+        return Violation(kind, msg, self._trace(states, choices), states[-1], False)
 
     def _violation_on(self, state: tuple, choice: tuple[int, int], v: StepViolation) -> Violation:
         states, choices = self.path_to(state)
-        trace = self._trace(states + [state], choices + [choice])
-        return Violation(v.kind, v.message, trace, state, True)
+        real = states[-1]
+        if self.canon is not None and real != state:
+            _, order = self.canon.canon_with_order(real)
+            choice = (order[choice[0]], choice[1])  # the representative's thread j is real thread order[j]
+            for ch, nxt in self.machine.successors(real):
+                if ch == choice and isinstance(nxt, StepViolation):
+                    v = nxt
+                    break
+        trace = self._trace(states + [real], choices + [choice])
+        return Violation(v.kind, v.message, trace, real, True)
 
     # -- search -------------------------------------------------------------
 
@@ -449,16 +473,32 @@ class Explorer:
         if bad:
             found.append((0, self._violation_at(init, bad)))
         elif self.strategy == "bfs":
-            exhaustive = self._bfs(found)
+            reduced = self.canon is not None or self.ample is not None
+            exhaustive = self._bfs_reduced(found) if reduced else self._bfs(found)
         else:
             exhaustive = self._dfs(found)
-        if not found and exhaustive and m.progress_labels:
+        if found and self.ample is not None and self.strategy == "bfs":
+            # POR keeps the verdict but may lengthen the path: search again without it, which
+            # stops at the first (shortest) violation, no deeper than the one just found.
+            again = Explorer(m, strategy="bfs", max_states=self.max_states, progress=self.progress,
+                             reduce="symmetry" if self.canon is not None else "none").run()
+            if again.violation is not None:
+                from dataclasses import replace
+
+                return replace(again, seconds=time.perf_counter() - t0)
+        if not found and exhaustive and m.progress_labels and not self.run_safety_only:
             from ._liveness import find_starvation
 
-            lasso = find_starvation(m, self.parents, self.path_to)
+            full = self
+            if self.reduce != "none":
+                # Cycle analysis needs the real graph, not a reduced one.
+                full = Explorer(m, max_states=self.max_states, reduce="none", stop_at_first=False)
+                full.run_safety_only = True
+                full.run()
+            lasso = find_starvation(m, full.parents, full.path_to)
             if lasso is not None:
                 message, states, choices = lasso
-                trace = self._trace(states, choices)
+                trace = full._trace(states, choices)
                 found.append((len(choices), Violation("starvation", message, trace, states[-1], False)))
         seconds = time.perf_counter() - t0
         violation = min(found, key=lambda x: x[0])[1] if found else None
@@ -477,6 +517,7 @@ class Explorer:
         )
 
     _max_depth = 0
+    run_safety_only = False
 
     def _bfs(self, found: list) -> bool:
         m = self.machine
@@ -561,11 +602,102 @@ class Explorer:
         self.transitions = transitions
         return True
 
+    def _expand(self, state: tuple) -> tuple[list, bool]:
+        """``(moves, stuck)`` of ``state`` under the active reductions.
+
+        ``moves`` are ``(choice, successor)`` with successors canonical;
+        ``stuck`` is computed on the full move set, so hangs are never hidden.
+        """
+        m = self.machine
+        canon = self.canon.canon if self.canon is not None else None
+        if self.ample is not None:
+            picked = self.ample(state)
+            if picked is not None:
+                t, moves = picked
+                out = [((t, b), canon(n) if canon is not None and n.__class__ is tuple else n) for b, n in moves]
+                parents = self.parents
+                # C3, the BFS way: if any ample successor is already known, expand fully.
+                if not any(n.__class__ is tuple and n in parents for _, n in out):
+                    self.por_reduced += 1
+                    return out, False
+        succ = m.successors(state)
+        stuck = m.is_stuck(state, succ)
+        if canon is not None:
+            succ = [(c, canon(n) if n.__class__ is tuple else n) for c, n in succ]
+        return succ, stuck
+
+    def _bfs_reduced(self, found: list) -> bool:
+        m = self.machine
+        parents = self.parents
+        check_inv = m.invariant_violation if m.invariants else None
+        level = [m.init if self.canon is None else self.canon.canon(m.init)]
+        if level[0] != m.init:
+            parents.clear()
+            parents[level[0]] = None
+        depth = 0
+        transitions = 0
+        stop = self.stop_at_first
+        progress = self.progress
+        next_report = time.perf_counter() + 3.0 if progress else None
+        while level:
+            nxt_level: list[tuple] = []
+            on_step_found = False
+            for state in level:
+                moves, stuck = self._expand(state)
+                transitions += len(moves)
+                for ch, nxt in moves:
+                    if nxt.__class__ is not tuple:
+                        if not on_step_found or not stop:
+                            found.append((depth + 1, self._violation_on(state, ch, nxt)))
+                            on_step_found = True
+                        continue
+                    if nxt in parents:
+                        continue
+                    if len(parents) >= self.max_states:
+                        self.transitions = transitions
+                        self._max_depth = depth
+                        return False
+                    parents[nxt] = state
+                    if check_inv is not None:
+                        bad = check_inv(nxt)
+                        if bad:
+                            if not on_step_found or not stop:
+                                found.append((depth + 1, self._violation_at(nxt, bad)))
+                                on_step_found = True
+                            continue
+                    nxt_level.append(nxt)
+                if stuck:
+                    if m.all_done(state):
+                        bad = _end_violation(m, state)
+                        if bad:
+                            found.append((depth, self._violation_at(state, bad)))
+                    else:
+                        found.append((depth, self._violation_at(state)))
+                    if found and stop and found[-1][0] == depth:
+                        self.transitions = transitions
+                        self._max_depth = depth
+                        return True
+                if next_report is not None and time.perf_counter() >= next_report:
+                    progress(len(parents), len(nxt_level) + len(level), transitions)
+                    next_report = time.perf_counter() + 3.0
+            self.transitions = transitions
+            self._max_depth = depth
+            if on_step_found and stop:
+                return True
+            level = nxt_level
+            depth += 1
+        self.transitions = transitions
+        return True
+
     def _dfs(self, found: list) -> bool:
         m = self.machine
         parents = self.parents
         check_inv = m.invariant_violation if m.invariants else None
-        stack = [(m.init, 0)]
+        root = m.init if self.canon is None else self.canon.canon(m.init)
+        if root != m.init:
+            parents.clear()
+            parents[root] = None
+        stack = [(root, 0)]
         transitions = 0
         max_states = self.max_states
         stop = self.stop_at_first
@@ -573,9 +705,9 @@ class Explorer:
         while stack:
             state, depth = stack.pop()
             max_depth = max(max_depth, depth)
-            succ = m.successors(state)
+            succ, stuck = self._expand(state)
             transitions += len(succ)
-            if m.is_stuck(state, succ):
+            if stuck:
                 if m.all_done(state):
                     bad = _end_violation(m, state)
                     if bad:
@@ -613,15 +745,20 @@ class Explorer:
         return True
 
 
+#: Reductions are on by default: both preserve every verdict (the test suite checks each
+#: catalog model under each setting), and symmetry also preserves trace lengths.
+DEFAULT_REDUCE = "all"
+
+
 def explore(machine: Machine, *, strategy: str = "bfs", max_states: int = DEFAULT_MAX_STATES,
-            progress: Callable[[int, int, float], None] | None = None) -> CheckResult:
+            progress: Callable[[int, int, float], None] | None = None, reduce: str = DEFAULT_REDUCE) -> CheckResult:
     """Search every reachable state of ``machine``; return the verdict and the shortest trace."""
-    return Explorer(machine, strategy=strategy, max_states=max_states, progress=progress).run()
+    return Explorer(machine, strategy=strategy, max_states=max_states, progress=progress, reduce=reduce).run()
 
 
 def check(model: type[Model] | Machine, config: Mapping[str, Any] | None = None, *, strategy: str = "bfs",
           max_states: int = DEFAULT_MAX_STATES,
-          progress: Callable[[int, int, float], None] | None = None) -> CheckResult:
+          progress: Callable[[int, int, float], None] | None = None, reduce: str = DEFAULT_REDUCE) -> CheckResult:
     """Compile ``model`` at ``config`` (defaults updated with it) and explore it.
 
     This is the function to call from pytest::
@@ -637,7 +774,7 @@ def check(model: type[Model] | Machine, config: Mapping[str, Any] | None = None,
     else:
         machine = model.compile(config)
         expected = model.expected if not config or _is_default(model, machine.config) else None
-    result = explore(machine, strategy=strategy, max_states=max_states, progress=progress)
+    result = explore(machine, strategy=strategy, max_states=max_states, progress=progress, reduce=reduce)
     if expected is not None:
         result = _with_expected(result, expected)
     return result

@@ -108,13 +108,17 @@ class _Rewrite(ast.NodeTransformer):
         self.s, self.me = s, me
         self.shared, self.local, self.constants = shared, local, constants
         self.unsafe = False
+        self.reads: set[int] = set()
+        self.writes: set[int] = set()
 
     def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
         self.generic_visit(node)
         if isinstance(node.value, ast.Name):
             name = node.value.id
             if name == self.s and node.attr in self.shared:
-                return self._index(self.shared[node.attr], node)
+                i = self.shared[node.attr]
+                (self.reads if isinstance(node.ctx, ast.Load) else self.writes).add(i)
+                return self._index(i, node)
             if self.me is not None and name == self.me:
                 if node.attr in self.local:
                     return self._index(self.local[node.attr], node)
@@ -123,7 +127,9 @@ class _Rewrite(ast.NodeTransformer):
         return node
 
     def _index(self, i: int, node: ast.Attribute) -> ast.AST:
-        sub = ast.Subscript(value=ast.Name(id=self.s, ctx=ast.Load()), slice=ast.Constant(i), ctx=node.ctx)
+        base = ast.Name(id=self.s, ctx=ast.Load())
+        base._ours = True  # an access we made by name: its footprint is known
+        sub = ast.Subscript(value=base, slice=ast.Constant(i), ctx=node.ctx)
         return ast.copy_location(sub, node)
 
     def _check_target(self, target: ast.AST) -> None:
@@ -138,6 +144,10 @@ class _Rewrite(ast.NodeTransformer):
 
     def visit_AugAssign(self, node):
         self._check_target(node.target)
+        t = node.target
+        if (isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == self.s
+                and t.attr in self.shared):
+            self.reads.add(self.shared[t.attr])  # x += 1 reads x too
         return self.generic_visit(node)
 
     def visit_NamedExpr(self, node):
@@ -216,6 +226,11 @@ def specialize(fn: Callable, shared: Mapping[str, int], local: Mapping[str, int]
     new.__defaults__ = fn.__defaults__
     new.__kwdefaults__ = fn.__kwdefaults__
     new.__wrapped__ = fn
+    bare = any(isinstance(n, ast.Name) and n.id == s_name and not getattr(n, "_ours", False)
+               for stmt in body for n in ast.walk(stmt))
+    # What the function reads and writes of the shared state, by field index; None if it
+    # hands `s` to other code (then anything may be touched).
+    new.__footprint__ = None if bare else (frozenset(rw.reads), frozenset(rw.writes))
     return new, needs_me
 
 

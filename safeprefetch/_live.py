@@ -167,7 +167,8 @@ class Runtime:
         steps, state = [], m.init
         for t, b, nxt in self.record:
             steps.append(choice_step(m, state, (t, b)))
-            state = nxt
+            if isinstance(nxt, tuple):
+                state = nxt
         return Trace(tuple(steps))
 
     # -- the kernel (all under self._lock) -----------------------------------
@@ -195,11 +196,11 @@ class Runtime:
 
     def _apply(self, t: int, b: int, nxt: Any) -> None:
         m = self.machine
+        if self.record is not None:
+            self.record.append((t, b, nxt))  # a violating step is recorded too: it is the last one
         if isinstance(nxt, StepViolation):
             self._fail(LiveViolation(nxt.kind, f"{m.thread_names[t]}: {nxt.message}", self._state,
                                      self._describe(self._state)))
-        if self.record is not None:
-            self.record.append((t, b, nxt))
         self._state = nxt
         self.steps += 1
         if self._schedule is not None:
@@ -259,8 +260,9 @@ class Runtime:
         if self.record is not None:
             path, choices = [m.init], []
             for t, b, nxt in self.record:
-                choices.append((t, b))
-                path.append(nxt)
+                if isinstance(nxt, tuple):
+                    choices.append((t, b))
+                    path.append(nxt)
             kind, msg = classify_hang(m, path, choices)
         else:
             kind, msg = classify_hang(m, [state], [])
@@ -367,7 +369,14 @@ def verify_record(machine: Machine, record: Sequence[tuple[int, int, tuple]]) ->
         options = dict(machine.fire(state, t))
         if b not in options:
             return ConformanceReport(i, False, i, f"step {i}: {machine.thread_names[t]} had no branch {b} enabled")
-        if options[b] != nxt:
+        expected = options[b]
+        if isinstance(nxt, StepViolation) or isinstance(expected, StepViolation):
+            same = (isinstance(nxt, StepViolation) and isinstance(expected, StepViolation)
+                    and nxt.kind == expected.kind and i == len(record) - 1)
+            if not same:
+                return ConformanceReport(i, False, i, f"step {i}: violation mismatch")
+            return ConformanceReport(len(record), True)
+        if expected != nxt:
             return ConformanceReport(i, False, i, f"step {i}: {machine.thread_names[t]}'s recorded successor "
                                                   "differs from the model's")
         state = nxt

@@ -122,8 +122,29 @@ def find_starvation(machine: Machine, states: Iterable[tuple], path_to) -> tuple
     """
     if not machine.progress_labels:
         return None
-    nodes = list(states)
-    moves = {s: _policy_moves(machine, s) for s in nodes}
+    # Only what the scheduling policy can reach counts, and paths into a cycle must obey it too.
+    parent: dict[tuple, Any] = {machine.init: None}
+    moves: dict[tuple, list] = {}
+    queue = deque([machine.init])
+    while queue:
+        s = queue.popleft()
+        ms = moves[s] = _policy_moves(machine, s)
+        for c, nx in ms:
+            if nx not in parent:
+                parent[nx] = (s, c)
+                queue.append(nx)
+    nodes = list(moves)
+
+    def path_to(target):  # noqa: F811 - the policy's own BFS paths replace the caller's
+        states_, choices_ = [target], []
+        while parent[states_[-1]] is not None:
+            prev, c = parent[states_[-1]]
+            states_.append(prev)
+            choices_.append(c)
+        states_.reverse()
+        choices_.reverse()
+        return states_, choices_
+
     n = len(machine.thread_names)
     pcs = machine.pc_index
     order = list(range(n))

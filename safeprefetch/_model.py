@@ -162,6 +162,9 @@ class StepInfo:
     branches: tuple[str, ...] = ()
     obj: str | None = None
     action: str | None = None
+    #: (fields read, fields written) of the shared state, by index, or None when unknown.
+    #: Used by partial-order reduction; filled in at compile time.
+    footprint: tuple[frozenset[int], frozenset[int]] | None = field(default=None, compare=False)
 
 
 # --------------------------------------------------------------------------
@@ -295,6 +298,7 @@ class Builder:
         self.shutdown_pred: Callable | None = None
         self.progress_labels: set[str] = set()
         self.priorities: dict[str, int] = {}
+        self.symmetry: list[tuple[str, ...]] = []
 
     def _name(self, name: str) -> str:
         if not name.isidentifier() or keyword.iskeyword(name):
@@ -366,6 +370,13 @@ class Builder:
     def progress(self, *labels: str) -> None:
         """Mark steps whose execution counts as progress (for liveness checks)."""
         self.progress_labels.update(labels)
+
+    def symmetric(self, *threads: str) -> None:
+        """Declare threads interchangeable (same program and locals; nothing depends on which is which).
+
+        The explorer may then store one state per permutation class (symmetry reduction).
+        """
+        self.symmetry.append(tuple(threads))
 
     def priority(self, thread: str, level: int) -> None:
         """Strict scheduling priority of a thread (higher runs first) for liveness checks."""
@@ -458,6 +469,8 @@ class Machine:
     field_names: tuple[str, ...] = field(default=())
     #: Per thread, the program counters whose only step is a spurious wakeup.
     spurious_pcs: tuple[frozenset[str], ...] = ()
+    #: Groups of interchangeable threads (indices), for symmetry reduction.
+    symmetry: tuple[tuple[int, ...], ...] = ()
 
     def views(self, state: Sequence, thread: int) -> tuple[Any, Any]:
         s = self.view(state)
@@ -708,6 +721,19 @@ def _compile(name: str, config: dict[str, Any], b: Builder) -> Machine:
         infos.append(info)
         spurious_pcs.append(frozenset(pc for pc, si in info.items() if si.kind == "spurious"))
 
+    names = [t.name for t in b.threads]
+    symmetry = []
+    for group in b.symmetry:
+        unknown = [g for g in group if g not in names]
+        if unknown:
+            raise ModelError(f"symmetric: unknown threads {unknown}")
+        idx = tuple(sorted(names.index(g) for g in group))
+        first = b.threads[idx[0]]
+        for i in idx[1:]:
+            th = b.threads[i]
+            if th.program is not first.program or th.locals != first.locals:
+                raise ModelError(f"symmetric: {th.name} and {first.name} differ in program or initial locals")
+        symmetry.append(idx)
     priorities = tuple(b.priorities.get(t.name, 0) for t in b.threads)
     unknown = set(b.priorities) - {t.name for t in b.threads}
     if unknown:
@@ -734,7 +760,20 @@ def _compile(name: str, config: dict[str, Any], b: Builder) -> Machine:
         priorities=priorities,
         field_names=tuple(fields),
         spurious_pcs=tuple(spurious_pcs),
+        symmetry=tuple(symmetry),
     )
+
+
+def _union_fp(fns) -> tuple[frozenset[int], frozenset[int]] | None:
+    reads: frozenset[int] = frozenset()
+    writes: frozenset[int] = frozenset()
+    for f in fns:
+        fp = getattr(f, "__footprint__", None)
+        if fp is None:
+            return None  # not specialized, or hands `s` to other code: unknown
+        reads |= fp[0]
+        writes |= fp[1]
+    return reads, writes
 
 
 def _check_next(role: str, spec: _Spec, labels: set[str]) -> None:
@@ -810,8 +849,8 @@ class _Ctx:
         lview = self.local_views[ti]
         kind = spec.kind
 
-        def info(pc=label, k=kind, branches=(), obj=spec.obj, action=None):
-            return StepInfo(ti, pc, label if pc == label else pc, k, tuple(branches), obj, action)
+        def info(pc=label, k=kind, branches=(), obj=spec.obj, action=None, fp=None):
+            return StepInfo(ti, pc, label if pc == label else pc, k, tuple(branches), obj, action, fp)
 
         if kind in ("step", "external"):
             fn, need_fn = self.fast(ti, spec.fn)
@@ -827,6 +866,8 @@ class _Ctx:
                 need_next = False
                 resolve = self._resolver(ti, spec, labels) if static_next is not None else None
             need_me = need_fn or need_guard or need_next
+            user_fp = _union_fp([f for f in (fn, guard, fast_next if callable(static_next) else None)
+                                 if f is not None])
 
             def finish(s, me, ret):
                 if ret is not None:
@@ -849,7 +890,7 @@ class _Ctx:
                     except StepViolation as v:
                         return [(0, v)]
                     return [(0, tuple(s))]
-                yield label, fire, info()
+                yield label, fire, info(fp=user_fp)
             else:
                 nb = len(branches)
 
@@ -868,15 +909,23 @@ class _Ctx:
                             continue
                         out.append((bi, tuple(s)))
                     return out
-                yield label, fire, info(branches=branches, action=spec.action)
+                yield label, fire, info(branches=branches, action=spec.action, fp=user_fp)
             return
 
         static = spec.next if isinstance(spec.next, str) else None
         if static is None:
             fast_next, need_next = self.fast(ti, spec.next)
             resolve = self._resolver(ti, _Spec(spec.label, spec.kind, next=fast_next), labels)
+            next_fp = _union_fp([fast_next])
         else:
             resolve, need_next = self._resolver(ti, spec, labels), False
+            next_fp = (frozenset(), frozenset())
+
+        def prim(*fields, writes_also=()):
+            if next_fp is None:
+                return None
+            f = frozenset(fields)
+            return next_fp[0] | f, f | frozenset(writes_also)
 
         def goto(lst):
             if static is not None:
@@ -894,7 +943,7 @@ class _Ctx:
                 s[mi] = ti
                 s[my_pc] = goto(s)
                 return [(0, tuple(s))]
-            yield label, fire, info()
+            yield label, fire, info(fp=prim(mi))
         elif kind == "release":
             mi = self._index(self.mutex_index, "mutex", spec.obj, label)
             mname = spec.obj
@@ -906,7 +955,7 @@ class _Ctx:
                 s[mi] = -1
                 s[my_pc] = goto(s)
                 return [(0, tuple(s))]
-            yield label, fire, info()
+            yield label, fire, info(fp=prim(mi))
         elif kind == "wait":
             ci = self._index(self.cond_index, "condvar", spec.obj, label)
             mi = self._index(self.mutex_index, "mutex", spec.obj2, label)
@@ -921,7 +970,7 @@ class _Ctx:
                 s[ci] = state[ci] + (ti,)
                 s[my_pc] = asleep
                 return [(0, tuple(s))]
-            yield label, fire, info(obj=spec.obj)
+            yield label, fire, info(obj=spec.obj, fp=(frozenset((mi, ci)), frozenset((mi, ci))))
 
             if self.spurious:
                 def spurious(state):
@@ -930,7 +979,8 @@ class _Ctx:
                     s[ci] = tuple(x for x in q if x != ti)
                     s[my_pc] = woken
                     return [(0, tuple(s))]
-                yield asleep, spurious, StepInfo(ti, asleep, f"{label}: spurious wakeup", "spurious", (), spec.obj)
+                yield asleep, spurious, StepInfo(ti, asleep, f"{label}: spurious wakeup", "spurious", (), spec.obj,
+                                                 None, (frozenset((ci,)), frozenset((ci,))))
             else:
                 yield asleep, None, StepInfo(ti, asleep, f"{label}: asleep", "asleep", (), spec.obj)
 
@@ -941,7 +991,8 @@ class _Ctx:
                 s[mi] = ti
                 s[my_pc] = goto(s)
                 return [(0, tuple(s))]
-            yield woken, reacquire, StepInfo(ti, woken, f"{label}: woken, reacquire {mname}", "wake", (), spec.obj)
+            yield woken, reacquire, StepInfo(ti, woken, f"{label}: woken, reacquire {mname}", "wake", (), spec.obj,
+                                             None, prim(mi))
         elif kind in ("notify_one", "notify_all"):
             ci = self._index(self.cond_index, "condvar", spec.obj, label)
             woken_pc = self._woken_map()
@@ -949,6 +1000,10 @@ class _Ctx:
             def wake(s, who):
                 p = pcs[who]
                 s[p] = woken_pc[s[p]]
+
+            waiter_pcs = [pcs[u] for u, th in enumerate(self.b.threads)
+                          if any(sp.kind == "wait" and sp.obj == spec.obj for sp in th.program.specs.values())]
+            notify_fp = prim(ci, writes_also=waiter_pcs)
 
             if kind == "notify_all":
                 def fire(state):
@@ -958,7 +1013,7 @@ class _Ctx:
                     s[ci] = ()
                     s[my_pc] = goto(s)
                     return [(0, tuple(s))]
-                yield label, fire, info(obj=spec.obj)
+                yield label, fire, info(obj=spec.obj, fp=notify_fp)
             elif self.notify_any:
                 def fire(state):
                     q = state[ci]
@@ -974,7 +1029,7 @@ class _Ctx:
                         s[my_pc] = goto(s)
                         out.append((k, tuple(s)))
                     return out
-                yield label, fire, info(obj=spec.obj)
+                yield label, fire, info(obj=spec.obj, fp=notify_fp)
             else:
                 def fire(state):
                     s = list(state)
@@ -984,7 +1039,7 @@ class _Ctx:
                         s[ci] = q[1:]
                     s[my_pc] = goto(s)
                     return [(0, tuple(s))]
-                yield label, fire, info(obj=spec.obj)
+                yield label, fire, info(obj=spec.obj, fp=notify_fp)
         elif kind == "sem_acquire":
             si = self._index(self.sem_index, "semaphore", spec.obj, label)
 
@@ -995,7 +1050,7 @@ class _Ctx:
                 s[si] -= 1
                 s[my_pc] = goto(s)
                 return [(0, tuple(s))]
-            yield label, fire, info()
+            yield label, fire, info(fp=prim(si))
         elif kind == "sem_release":
             si = self._index(self.sem_index, "semaphore", spec.obj, label)
             bound = self.b.semaphores[spec.obj][1]
@@ -1008,7 +1063,7 @@ class _Ctx:
                 s[si] += 1
                 s[my_pc] = goto(s)
                 return [(0, tuple(s))]
-            yield label, fire, info()
+            yield label, fire, info(fp=prim(si))
         elif kind == "set_flag":
             fi = self._index(self.flag_index, "flag", spec.obj, label)
 
@@ -1017,7 +1072,7 @@ class _Ctx:
                 s[fi] = True
                 s[my_pc] = goto(s)
                 return [(0, tuple(s))]
-            yield label, fire, info()
+            yield label, fire, info(fp=prim(fi))
         elif kind == "wait_flag":
             fi = self._index(self.flag_index, "flag", spec.obj, label)
 
@@ -1027,7 +1082,7 @@ class _Ctx:
                 s = list(state)
                 s[my_pc] = goto(s)
                 return [(0, tuple(s))]
-            yield label, fire, info()
+            yield label, fire, info(fp=None if next_fp is None else (next_fp[0] | {fi}, frozenset()))
         else:  # pragma: no cover - Program only creates the kinds above
             raise ModelError(f"unknown step kind {kind!r}")
 

@@ -12,8 +12,27 @@ BROKEN = {
     "one_cond_signal": ("deadlock", 22),
     "no_predicate_wait": ("lost_wakeup", 7),
     "no_space_guard": ("overflow", 6),
+    "if_not_while": ("underflow", 15),
+    "unlocked_check": ("lost_wakeup", 8),
+    "racy_counter": ("lost_item", 16),
+    "signal_before_publish": ("underflow", 5),
+    "wait_holding_mutex": ("deadlock", 2),
+    "one_sentinel_many_consumers": ("shutdown_hang", 13),
+    "dropped_sentinel": ("shutdown_hang", 17),
+    "blocking_close_on_full": ("shutdown_hang", 9),
+    "close_without_wake": ("shutdown_hang", 12),
+    "notify_one_on_close": ("shutdown_hang", 14),
+    "swallowed_producer_error": ("shutdown_hang", 4),
+    "join_before_drain": ("deadlock", 8),
+    "shared_handle_close": ("lost_item", 22),
+    "non_idempotent_close": ("lost_item", 27),
+    "lease_overwrite": ("invariant", 18),
+    "double_buffer_swap": ("underflow", 12),
+    "caffe2_sticky_failure": ("error_lost", 27),
+    # A lasso: 6 steps into the cycle, then the 1-step cycle (monitor0 spins) repeated forever.
+    "priority_inversion": ("starvation", 7),
 }
-REFERENCE = {"prefetcher"}
+REFERENCE = {"prefetcher", "monitor", "semaphores", "channel"}
 
 MODELS = catalog()
 
@@ -49,3 +68,11 @@ REF_CASES = [(n, dict(zip(MODELS[n].sweep, vals))) for n in sorted(REFERENCE - {
 def test_reference_design_is_ok_over_its_sweep(name, cfg):
     result = check(MODELS[name], cfg)
     assert result.verdict == "ok" and result.exhaustive
+
+
+def test_priority_inversion_is_starvation_only_under_strict_priority():
+    model = MODELS["priority_inversion"]
+    strict = check(model)
+    assert strict.verdict == "starvation"
+    assert "consumer0 never makes progress" in strict.violation.message
+    assert check(model, {"policy": "fair"}).verdict == "ok"

@@ -10,7 +10,8 @@ from safeprefetch.model import DONE, Model
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(60)]
 
-BROKEN = [name for name, m in catalog().items() if m.expected != "ok"]
+# Starvation is an infinite behaviour: a finite live run cannot show it, so it is left out here.
+BROKEN = [name for name, m in catalog().items() if m.expected not in ("ok", "starvation")]
 
 
 @pytest.mark.parametrize("name", BROKEN)
