@@ -49,5 +49,5 @@ def test_a_source_error_always_reaches_the_consumer_at_its_position(items, error
     assert ends
     for s in ends:
         view = machine.shared(s)
-        assert view.error_seen and view.first_error == error_at
+        assert view.error_seen == view.first_error == error_at
         assert view.received == tuple(range(error_at))
