@@ -871,18 +871,52 @@ class _Ctx:
 
             def finish(s, me, ret):
                 if ret is not None:
-                    if ret != DONE and ret not in labels:
+                    if ret not in targets:
                         raise ModelError(f"program {role!r}: step {label!r} chose unknown next step {ret!r}")
                     return ret
                 if resolve is None:
                     raise ModelError(f"program {role!r}: step {label!r} gave no next step")
                 return resolve(s, me)
 
+            targets = labels | {DONE}
+            # Fully specialized steps index a plain list; others need the named view.
+            mk = list if user_fp is not None else view
+            # A guard that only reads can be tested on the state tuple itself, before any copy.
+            raw_guard = (guard is not None and user_fp is not None and not getattr(guard, "__footprint__")[1]
+                         and not need_guard)
+            simple = branches is None and isinstance(static_next, str) and fn is not None and not need_me
+
+            if simple:
+                def fire(state):
+                    if raw_guard:
+                        if not guard(state, None):
+                            return []
+                        s = mk(state)
+                    else:
+                        s = mk(state)
+                        if guard is not None and not guard(s, None):
+                            return []
+                    try:
+                        ret = fn(s, None)
+                    except StepViolation as v:
+                        return [(0, v)]
+                    if ret is None:
+                        s[my_pc] = static_next
+                    elif ret in targets:
+                        s[my_pc] = ret
+                    else:
+                        raise ModelError(f"program {role!r}: step {label!r} chose unknown next step {ret!r}")
+                    return [(0, tuple(s))]
+                yield label, fire, info(fp=user_fp)
+                return
+
             if branches is None:
                 def fire(state):
-                    s = view(state)
+                    if raw_guard and not guard(state, None):
+                        return []
+                    s = mk(state)
                     me = lview(s) if need_me else None
-                    if guard is not None and not guard(s, me):
+                    if not raw_guard and guard is not None and not guard(s, me):
                         return []
                     try:
                         ret = fn(s, me) if fn is not None else None
@@ -897,7 +931,7 @@ class _Ctx:
                 def fire(state):
                     out = []
                     for bi in range(nb):
-                        s = view(state)
+                        s = mk(state)
                         me = lview(s) if need_me else None
                         if guard is not None and not guard(s, me, branches[bi]):
                             continue
