@@ -534,24 +534,26 @@ class Explorer:
         next_report = time.perf_counter() + 3.0 if progress else None
         stop = self.stop_at_first
         setdefault = parents.setdefault
-        spurious = m.spurious_pcs
-        any_spurious = any(spurious)
+        # (thread, pc field, step table, spurious-only pcs or None), hoisted out of the loop.
+        threads = [(t, pcs[t], tables[t], m.spurious_pcs[t] or None) for t in range(nthreads)]
+        counter = 0
         while level:
             nxt_level: list[tuple] = []
             append = nxt_level.append
             on_step_found = False
             for state in level:
                 any_succ = False
-                for t in range(nthreads):
-                    pc = state[pcs[t]]
-                    fire = tables[t].get(pc)
+                for t, pi, table, sp in threads:
+                    fire = table.get(state[pi])
                     if fire is None:
                         continue
-                    moves = any_spurious and pc in spurious[t]
-                    for b, nxt in fire(state):
-                        if not moves:
-                            any_succ = True
-                        transitions += 1
+                    res = fire(state)
+                    if not res:
+                        continue
+                    transitions += len(res)
+                    if sp is None or state[pi] not in sp:
+                        any_succ = True
+                    for b, nxt in res:
                         if nxt.__class__ is not tuple:
                             if not on_step_found or not stop:
                                 found.append((depth + 1, self._violation_on(state, (t, b), nxt)))
@@ -559,7 +561,8 @@ class Explorer:
                             continue
                         # One hash per successor: setdefault inserts only if new.
                         n_before = len(parents)
-                        if setdefault(nxt, state) is not state or len(parents) == n_before:
+                        setdefault(nxt, state)
+                        if len(parents) == n_before:
                             continue
                         if n_before >= max_states:
                             del parents[nxt]
@@ -590,7 +593,8 @@ class Explorer:
                             self.transitions = transitions
                             self._max_depth = depth
                             return True
-                if next_report is not None and time.perf_counter() >= next_report:
+                counter += 1
+                if next_report is not None and not counter & 1023 and time.perf_counter() >= next_report:
                     progress(len(parents), len(nxt_level) + len(level), transitions)
                     next_report = time.perf_counter() + 3.0
             self.transitions = transitions

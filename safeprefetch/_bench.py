@@ -1,0 +1,192 @@
+"""Benchmarks: ``python -m safeprefetch bench explore [--json]``.
+
+Speed claims are ratios measured in one run, never absolute numbers checked
+in a test: the machines this runs on are shared and noisy.
+
+``bench explore`` measures
+
+* the explorer's rate, in distinct states stored per second of CPU time
+  (``time.process_time``, so a busy neighbour on the machine costs less), on
+  the reference prefetcher at a configuration with over a million states,
+  with no reduction (every state is stored), and again with the default
+  reductions;
+* the memory each stored state costs: the growth of the process's resident
+  set across the search, divided by the states stored (it includes the
+  parent map, the state tuples and what they share);
+* SPIN's rate, in the same run, on the prefetcher's Promela twin scaled up
+  to a comparable state space (``models/spin/prefetcher.pml`` with its
+  ``LENGTH`` raised), from pan's own "elapsed time" line, next to
+  safeprefetch on exactly that configuration -- and the ratio.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ExploreBench", "bench_explore", "register"]
+
+#: Over a million distinct states without reduction (1,053,887 with this model).
+BIG = {"capacity": 3, "workers": 3, "items": 6, "close": True, "error": True, "abandon": True, "ordered": False}
+#: A quick setting for tests and --quick: the same model, ~70k states.
+QUICK = {"capacity": 3, "workers": 3, "items": 4, "close": True, "error": True, "abandon": True, "ordered": False}
+
+
+@dataclass(frozen=True)
+class ExploreRun:
+    """One measured search."""
+
+    #: What was searched.
+    label: str
+    #: The configuration.
+    config: dict
+    #: Reduction setting.
+    reduce: str
+    #: Distinct states stored.
+    states: int
+    #: Transitions computed.
+    transitions: int
+    #: CPU seconds of the search.
+    cpu_seconds: float
+    #: Wall-clock seconds of the search.
+    wall_seconds: float
+    #: Distinct states per CPU second.
+    states_per_second: float
+    #: Resident-set growth per stored state, in bytes (approximate).
+    bytes_per_state: float | None
+
+
+@dataclass(frozen=True)
+class ExploreBench:
+    """Everything ``bench explore`` measured."""
+
+    runs: tuple[ExploreRun, ...]
+    #: SPIN's pan on the scaled twin, or None when spin/gcc are missing.
+    spin: dict | None
+    #: safeprefetch's rate over SPIN's on the same configuration.
+    ratio_to_spin: float | None
+
+
+def _rss() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:  # not Linux
+        return 0
+
+
+def _measure(label: str, config: dict, reduce: str) -> ExploreRun:
+    from ._catalog import load_model
+    from ._explore import Explorer
+
+    machine = load_model("prefetcher").compile(config)
+    import gc
+
+    gc.collect()
+    rss0 = _rss()
+    e = Explorer(machine, reduce=reduce, max_states=50_000_000)
+    w0, c0 = time.perf_counter(), time.process_time()
+    r = e.run()
+    cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+    rss1 = _rss()
+    if r.verdict != "ok" or not r.exhaustive:
+        raise RuntimeError(f"benchmark model is not ok: {r.verdict}")
+    per = (rss1 - rss0) / r.states if rss0 and rss1 > rss0 else None
+    del e
+    return ExploreRun(label, config, reduce, r.states, r.transitions, cpu, wall, r.states / max(cpu, 1e-9), per)
+
+
+def _spin_run(items: int) -> tuple[dict, dict] | None:
+    """pan on the prefetcher twin with LENGTH=items; returns (pan figures, matching safeprefetch config)."""
+    from ._spin import SpinUnavailable, _run, _tools, find_twins, parse_pan_output
+
+    try:
+        spin, gcc = _tools()
+    except SpinUnavailable:
+        return None
+    twin = find_twins(["prefetcher"])[0]
+    source, n = re.subn(r"#define LENGTH\s+\d+", f"#define LENGTH   {items}", twin.source)
+    if n != 1:
+        raise RuntimeError("cannot scale the prefetcher twin: no LENGTH define")
+    config = dict(twin.config)
+    config["items"] = str(items)
+    with tempfile.TemporaryDirectory(prefix="safeprefetch-bench-") as tmp:
+        work = Path(tmp)
+        (work / "prefetcher.pml").write_text(source)
+        _run([spin, "-o1", "-o2", "-a", "prefetcher.pml"], work, "spin -a")
+        _run([gcc, "-O2", "-DSAFETY", "-DNOREDUCE", "-o", "pan", "pan.c"], work, "gcc pan.c")
+        out = _run(["./pan", "-m100000", "-w24", "-c0"], work, "pan", check_rc=False)
+    res = parse_pan_output(out)
+    elapsed = re.search(r"pan: elapsed time ([0-9.eE+-]+) seconds", out)
+    seconds = float(elapsed.group(1)) if elapsed else None
+    pan = {"stored": res.stored, "transitions": res.transitions, "seconds": seconds, "errors": res.errors,
+           "states_per_second": res.stored / seconds if seconds else None}
+    return pan, config
+
+
+def bench_explore(quick: bool = False, spin_items: int | None = None) -> ExploreBench:
+    big = QUICK if quick else BIG
+    runs = [_measure("prefetcher, no reduction", big, "none"),
+            _measure("prefetcher, default reductions", big, "all")]
+    spin = None
+    ratio = None
+    got = _spin_run(spin_items or (8 if quick else 40))
+    if got is not None:
+        pan, twin_config = got
+        from ._catalog import load_model
+
+        cfg = load_model("prefetcher").configure(twin_config)
+        cfg = {k: v for k, v in cfg.items() if k not in ("notify", "spurious", "policy")}
+        ours = _measure("prefetcher twin config, no reduction", cfg, "none")
+        runs.append(ours)
+        spin = {"config": cfg, **pan}
+        if pan["states_per_second"]:
+            ratio = ours.states_per_second / pan["states_per_second"]
+    return ExploreBench(tuple(runs), spin, ratio)
+
+
+def _cmd_bench(args) -> int:
+    from ._cli import UsageError
+
+    if args.what == "explore":
+        result = bench_explore(quick=args.quick, spin_items=args.spin_items)
+        if args.json:
+            print(json.dumps(asdict(result), indent=2))
+            return 0
+        for r in result.runs:
+            mem = f"{r.bytes_per_state:.0f} B/state" if r.bytes_per_state else "n/a"
+            print(f"{r.label:40} {r.states:>10,} states  {r.cpu_seconds:7.2f} s CPU  "
+                  f"{r.states_per_second:>10,.0f} states/s  {mem}")
+        if result.spin is None:
+            print("spin/gcc not found: no SPIN comparison")
+        else:
+            s = result.spin
+            rate = f"{s['states_per_second']:,.0f}" if s["states_per_second"] else "n/a"
+            print(f"{'SPIN pan -DNOREDUCE, same twin config':40} {s['stored']:>10,} states  "
+                  f"{s['seconds'] or 0:7.2f} s       {rate:>10} states/s")
+            if result.ratio_to_spin:
+                print(f"safeprefetch / SPIN rate on the same model: {result.ratio_to_spin:.3f} "
+                      f"(SPIN is {1 / result.ratio_to_spin:.1f}x faster)")
+        return 0
+    if args.what == "live":
+        try:
+            from ._bench_live import cmd_bench_live
+        except ImportError:
+            raise UsageError("bench live is not available in this version") from None
+        return cmd_bench_live(args)
+    raise UsageError(f"unknown benchmark {args.what!r}")
+
+
+def register(sub) -> dict[str, Any]:
+    p = sub.add_parser("bench", help="benchmarks with baselines measured in the same run")
+    p.add_argument("what", choices=["explore", "live"])
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--quick", action="store_true", help="small settings (seconds, for tests)")
+    p.add_argument("--spin-items", type=int, default=None, help="items in the scaled SPIN twin")
+    return {"bench": _cmd_bench}
