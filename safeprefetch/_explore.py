@@ -477,7 +477,7 @@ class Explorer:
             exhaustive = self._bfs_reduced(found) if reduced else self._bfs(found)
         else:
             exhaustive = self._dfs(found)
-        if found and self.ample is not None and self.strategy == "bfs":
+        if found and self.ample is not None and self.strategy == "bfs" and self.stop_at_first:
             # POR keeps the verdict but may lengthen the path: search again without it, which
             # stops at the first (shortest) violation, no deeper than the one just found.
             again = Explorer(m, strategy="bfs", max_states=self.max_states, progress=self.progress,
