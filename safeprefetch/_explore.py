@@ -48,6 +48,7 @@ state with bookkeeping bits.
 
 from __future__ import annotations
 
+import gc
 import json
 import time
 from collections import deque
@@ -463,6 +464,17 @@ class Explorer:
     # -- search -------------------------------------------------------------
 
     def run(self) -> CheckResult:
+        # States are tuples, which CPython's cyclic GC tracks; as the state dict grows, every
+        # collection rescans all of them. They cannot form cycles, so pause the GC while searching.
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._run()
+        finally:
+            if enabled:
+                gc.enable()
+
+    def _run(self) -> CheckResult:
         m = self.machine
         t0 = time.perf_counter()
         init = m.init
