@@ -55,13 +55,17 @@ def parse_sets(items: Sequence[str]) -> dict[str, str]:
     return _parse_sets(items)
 
 
-def _progress(states: int, frontier: int, transitions: int, _t0=[None]) -> None:
-    now = time.perf_counter()
-    if _t0[0] is None:
-        _t0[0] = now - 3.0
-    rate = states / max(now - _t0[0], 1e-9)
-    print(f"progress: {states} states, frontier {frontier}, {transitions} transitions, {rate:,.0f} states/s",
-          file=sys.stderr, flush=True)
+class _Progress:
+    """TLC-style progress lines on stderr: states, frontier, states per second."""
+
+    def __init__(self):
+        self.t0 = time.perf_counter()
+
+    def __call__(self, states: int, frontier: int, transitions: int) -> None:
+        elapsed = time.perf_counter() - self.t0
+        rate = states / max(elapsed, 1e-9)
+        print(f"progress: {elapsed:6.1f} s  {states:,} states  frontier {frontier:,}  {transitions:,} transitions  "
+              f"{rate:,.0f} states/s", file=sys.stderr, flush=True)
 
 
 def _cmd_list(args) -> int:
@@ -94,7 +98,7 @@ def _cmd_check(args) -> int:
     machine = model.compile(overrides)
     if args.strategy in ("bfs", "dfs"):
         result = check(machine, strategy=args.strategy, max_states=args.max_states,
-                       progress=None if args.json else _progress, reduce=args.reduce)
+                       progress=_Progress(), reduce=args.reduce, progress_every=args.progress_seconds)
     else:
         from ._strategies import search  # schedule-sampling strategies for configs too big to exhaust
 
@@ -177,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="bfs/dfs explore exhaustively; the others sample schedules (replayable by --seed)")
     ck.add_argument("--reduce", default="all", choices=["none", "symmetry", "por", "all"],
                     help="state-space reductions (all preserve verdicts; default all)")
+    ck.add_argument("--progress-seconds", type=float, default=3.0, help="seconds between progress lines (stderr)")
     ck.add_argument("--budget", type=int, default=1000, help="schedules to try for sampling strategies")
     ck.add_argument("--depth", type=int, default=3, help="PCT bug depth d")
     ck.add_argument("--preemptions", type=int, default=2, help="preemption bound for --strategy preempt")

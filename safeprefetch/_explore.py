@@ -388,7 +388,7 @@ class Explorer:
 
     def __init__(self, machine: Machine, *, strategy: str = "bfs", max_states: int = DEFAULT_MAX_STATES,
                  progress: Callable[[int, int, float], None] | None = None, stop_at_first: bool = True,
-                 reduce: str = "none"):
+                 reduce: str = "none", progress_every: float = 3.0):
         from ._reduce import Symmetry, ample_selector, check_reduce
 
         self.reduce = check_reduce(reduce)
@@ -396,6 +396,9 @@ class Explorer:
                                                                                    machine.symmetry) else None)
         self.ample = ample_selector(machine) if reduce in ("por", "all") else None
         self.por_reduced = 0  # states where only an ample subset was explored
+        #: Seconds between progress reports (TLC prints one about every minute; a few seconds
+        #: is kinder to someone watching a check that takes half a minute).
+        self.progress_every = progress_every
         if strategy not in ("bfs", "dfs"):
             raise ModelError(f"unknown strategy {strategy!r} (known: bfs, dfs)")
         if max_states < 1:
@@ -543,7 +546,7 @@ class Explorer:
         max_states = self.max_states
         transitions = 0
         progress = self.progress
-        next_report = time.perf_counter() + 3.0 if progress else None
+        next_report = time.perf_counter() + self.progress_every if progress else None
         stop = self.stop_at_first
         setdefault = parents.setdefault
         # (thread, pc field, step table, spurious-only pcs or None), hoisted out of the loop.
@@ -608,7 +611,7 @@ class Explorer:
                 counter += 1
                 if next_report is not None and not counter & 1023 and time.perf_counter() >= next_report:
                     progress(len(parents), len(nxt_level) + len(level), transitions)
-                    next_report = time.perf_counter() + 3.0
+                    next_report = time.perf_counter() + self.progress_every
             self.transitions = transitions
             self._max_depth = depth
             if on_step_found and stop:
@@ -654,7 +657,7 @@ class Explorer:
         transitions = 0
         stop = self.stop_at_first
         progress = self.progress
-        next_report = time.perf_counter() + 3.0 if progress else None
+        next_report = time.perf_counter() + self.progress_every if progress else None
         while level:
             nxt_level: list[tuple] = []
             on_step_found = False
@@ -695,7 +698,7 @@ class Explorer:
                         return True
                 if next_report is not None and time.perf_counter() >= next_report:
                     progress(len(parents), len(nxt_level) + len(level), transitions)
-                    next_report = time.perf_counter() + 3.0
+                    next_report = time.perf_counter() + self.progress_every
             self.transitions = transitions
             self._max_depth = depth
             if on_step_found and stop:
@@ -767,14 +770,17 @@ DEFAULT_REDUCE = "all"
 
 
 def explore(machine: Machine, *, strategy: str = "bfs", max_states: int = DEFAULT_MAX_STATES,
-            progress: Callable[[int, int, float], None] | None = None, reduce: str = DEFAULT_REDUCE) -> CheckResult:
+            progress: Callable[[int, int, float], None] | None = None, reduce: str = DEFAULT_REDUCE,
+            progress_every: float = 3.0) -> CheckResult:
     """Search every reachable state of ``machine``; return the verdict and the shortest trace."""
-    return Explorer(machine, strategy=strategy, max_states=max_states, progress=progress, reduce=reduce).run()
+    return Explorer(machine, strategy=strategy, max_states=max_states, progress=progress, reduce=reduce,
+                    progress_every=progress_every).run()
 
 
 def check(model: type[Model] | Machine, config: Mapping[str, Any] | None = None, *, strategy: str = "bfs",
           max_states: int = DEFAULT_MAX_STATES,
-          progress: Callable[[int, int, float], None] | None = None, reduce: str = DEFAULT_REDUCE) -> CheckResult:
+          progress: Callable[[int, int, float], None] | None = None, reduce: str = DEFAULT_REDUCE,
+          progress_every: float = 3.0) -> CheckResult:
     """Compile ``model`` at ``config`` (defaults updated with it) and explore it.
 
     This is the function to call from pytest::
@@ -790,7 +796,8 @@ def check(model: type[Model] | Machine, config: Mapping[str, Any] | None = None,
     else:
         machine = model.compile(config)
         expected = model.expected if not config or _is_default(model, machine.config) else None
-    result = explore(machine, strategy=strategy, max_states=max_states, progress=progress, reduce=reduce)
+    result = explore(machine, strategy=strategy, max_states=max_states, progress=progress, reduce=reduce,
+                     progress_every=progress_every)
     if expected is not None:
         result = _with_expected(result, expected)
     return result

@@ -134,3 +134,13 @@ def test_replay_a_saved_trace_and_reject_malformed_ones(tmp_path):
     wrong.write_text(json.dumps([{"thread": "consumer0", "step": "get"}]))
     code, _, err = run("replay", "one_cond_signal", str(wrong))
     assert code == 2 and "not at 'get'" in err
+
+
+def test_long_checks_print_progress_lines_to_stderr_and_keep_stdout_json():
+    code, out, err = run("check", "prefetcher", "--set", "items=4", "--set", "workers=3", "--set", "capacity=3",
+                         "--set", "close=on", "--set", "error=on", "--set", "ordered=off", "--reduce", "none",
+                         "--progress-seconds", "0.05", "--json")
+    assert code == 0
+    assert json.loads(out)["verdict"] == "ok"
+    lines = [ln for ln in err.splitlines() if ln.startswith("progress:")]
+    assert lines and "states" in lines[0] and "frontier" in lines[0] and "states/s" in lines[0]
