@@ -32,6 +32,8 @@ class Caffe2StickyFailure(Model):
     name = "caffe2_sticky_failure"
     expected = "error_lost"
     fix = "prefetcher"
+    #: The fix checked at the same shape: one worker, the same slots and items, errors on where relevant.
+    fix_config = {"workers": 1, "capacity": 1, "items": 2, "error": True}
     params = {"producers": 1, "consumers": 1, "capacity": 1, "items": 2}
 
     def build(self, m, producers, consumers, capacity, items):

@@ -26,6 +26,8 @@ class DoubleBufferSwap(Model):
     name = "double_buffer_swap"
     expected = "underflow"
     fix = "prefetcher"
+    #: The fix checked at the same shape: one worker, the same slots and items, errors on where relevant.
+    fix_config = {"workers": 1, "capacity": 2, "items": 2}
     params = {"producers": 1, "consumers": 1, "capacity": 2, "items": 2}
 
     def build(self, m, producers, consumers, capacity, items):

@@ -24,6 +24,8 @@ class LeaseOverwrite(Model):
     name = "lease_overwrite"
     expected = "invariant"
     fix = "prefetcher"
+    #: The fix checked at the same shape: one worker, the same slots and items, errors on where relevant.
+    fix_config = {"workers": 1, "capacity": 2, "items": 3}
     params = {"producers": 1, "consumers": 1, "capacity": 2, "items": 3}
 
     def build(self, m, producers, consumers, capacity, items):

@@ -17,6 +17,7 @@ from safeprefetch.model import DONE, Model
 
 class NoPredicateWait(Model):
     name = "no_predicate_wait"
+    fix = "monitor"
     expected = "lost_wakeup"
     params = {"producers": 1, "consumers": 1, "capacity": 1, "items": 1}
 

@@ -17,6 +17,7 @@ from safeprefetch.model import DONE, Model
 
 class NoSpaceGuard(Model):
     name = "no_space_guard"
+    fix = "monitor"
     expected = "overflow"
     params = {"producers": 1, "consumers": 1, "capacity": 1, "items": 2}
 

@@ -19,6 +19,7 @@ from safeprefetch.model import DONE, Model
 
 class OneCondSignal(Model):
     name = "one_cond_signal"
+    fix = "monitor"
     expected = "deadlock"
     params = {"producers": 1, "consumers": 2, "capacity": 1, "items": 2}
 

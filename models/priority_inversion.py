@@ -33,6 +33,8 @@ class PriorityInversion(Model):
     name = "priority_inversion"
     expected = "starvation"
     fix = "prefetcher"
+    #: The fix checked at the same shape: one worker, the same slots and items, errors on where relevant.
+    fix_config = {"workers": 1, "capacity": 1, "items": 2}
     params = {}
     # The scheduling policy the bug needs (read by kernels that support the setting).
     settings = {"policy": "priority"}

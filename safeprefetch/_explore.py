@@ -161,6 +161,8 @@ class Violation:
     state: tuple = field(repr=False, default=())
     #: True when the violation is raised by the last step of the trace itself.
     on_step: bool = False
+    #: For starvation (a lasso): the number of steps before the cycle that repeats forever.
+    cycle_start: int | None = None
 
 
 @dataclass(frozen=True)
@@ -514,7 +516,8 @@ class Explorer:
             if lasso is not None:
                 message, states, choices = lasso
                 trace = full._trace(states, choices)
-                found.append((len(choices), Violation("starvation", message, trace, states[-1], False)))
+                start = int(message.rsplit("after step ", 1)[1])
+                found.append((len(choices), Violation("starvation", message, trace, states[-1], False, start)))
         seconds = time.perf_counter() - t0
         violation = min(found, key=lambda x: x[0])[1] if found else None
         self.violations = [v for _, v in found]
