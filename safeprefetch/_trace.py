@@ -77,12 +77,22 @@ def format_table(machine: Machine, trace: Trace, violation: Violation | None = N
 def render_result(result: CheckResult, machine: Machine) -> str:
     cfg = " ".join(f"{k}={v}" for k, v in result.config.items())
     lines = [f"model {result.model} ({cfg})"]
-    scope = "exhaustive" if result.exhaustive else "NOT exhaustive (state bound reached)"
+    sampled = result.strategy not in ("bfs", "dfs")
+    if sampled:
+        scope = f"sampled by --strategy {result.strategy}" + (", NOT exhaustive" if result.ok else "")
+    elif result.exhaustive:
+        scope = "exhaustive"
+    else:
+        scope = "NOT exhaustive (state bound reached)"
     lines.append(f"verdict: {result.verdict}"
                  + (f" (expected {result.expected})" if result.expected is not None else "")
                  + f"; {result.states} states, {result.transitions} transitions, "
                  f"{result.seconds:.3f} s, {scope}")
+    note = getattr(result, "note", None)
+    if note:
+        lines.append(note)
     if result.violation is not None:
-        lines.append(f"shortest trace: {len(result.trace)} steps")
+        what = "shortest trace" if result.strategy == "bfs" else "trace"
+        lines.append(f"{what}: {len(result.trace)} steps")
         lines.append(format_table(machine, result.trace, result.violation))
     return "\n".join(lines)
