@@ -2,6 +2,10 @@
 
 The public surface:
 
+* :class:`Prefetcher` -- the hardened numpy prefetcher, running the checked
+  ``prefetcher`` model on threads (with :class:`Lease`, :class:`PrefetchStats`,
+  :class:`PrefetchTimeout`, :class:`PrefetcherClosed`, :class:`LeaseHeld`,
+  :class:`PrefetcherWarning`); :class:`NpyFiles` is a ready ``.npy`` source.
 * :mod:`safeprefetch.model` -- write models (``Model``, ``DONE``, ``violate``).
 * :func:`check`, :func:`explore`, :func:`replay` -- explore a model; results
   are frozen :class:`CheckResult` / :class:`Violation` values.
@@ -22,13 +26,30 @@ from ._explore import explore as explore
 from ._explore import replay as replay
 from ._model import Model as Model
 from ._model import ModelError as ModelError
+from ._prefetcher import Lease as Lease
+from ._prefetcher import LeaseHeld as LeaseHeld
+from ._prefetcher import PrefetchStats as PrefetchStats
+from ._prefetcher import PrefetchTimeout as PrefetchTimeout
+from ._prefetcher import Prefetcher as Prefetcher
+from ._prefetcher import PrefetcherClosed as PrefetcherClosed
+from ._prefetcher import PrefetcherWarning as PrefetcherWarning
+from ._sources import NpyFiles as NpyFiles
+from ._sources import write_npy_batches as write_npy_batches
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CheckResult",
+    "Lease",
+    "LeaseHeld",
     "Model",
     "ModelError",
+    "NpyFiles",
+    "PrefetchStats",
+    "PrefetchTimeout",
+    "Prefetcher",
+    "PrefetcherClosed",
+    "PrefetcherWarning",
     "ReplayDivergence",
     "Trace",
     "TraceError",
@@ -39,4 +60,5 @@ __all__ = [
     "explore",
     "load_model",
     "replay",
+    "write_npy_batches",
 ]

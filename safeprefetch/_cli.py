@@ -202,7 +202,7 @@ COMMANDS = {"list": _cmd_list, "check": _cmd_check, "replay": _cmd_replay}
 #: Modules that add subcommands. Each defines ``register(subparsers) -> dict[name, handler]``;
 #: a handler takes the parsed args and returns the exit code. Raising UsageError,
 #: ModelError or TraceError gives the one-line error and exit code 2.
-EXTENSIONS = ("_teach", "_spin", "_livecli", "_bench")
+EXTENSIONS = ("_teach", "_spin", "_livecli", "_bench", "_tour")
 
 
 def _load_extensions(sub) -> None:

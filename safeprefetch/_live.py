@@ -202,14 +202,27 @@ class Runtime:
             self._fail(LiveViolation(nxt.kind, f"{m.thread_names[t]}: {nxt.message}", self._state,
                                      self._describe(self._state)))
         self._state = nxt
-        self.steps += 1
-        if self._schedule is not None:
-            self._pos += 1
-        if self._check_invariants:
-            bad = m.invariant_violation(nxt)
-            if bad:
-                self._fail(LiveViolation(bad[0], bad[1], nxt, self._describe(nxt)))
-        # Wake exactly the parked threads this step enabled.
+        try:
+            self.steps += 1
+            if self._schedule is not None:
+                self._pos += 1
+            if self._check_invariants:
+                bad = m.invariant_violation(nxt)
+                if bad:
+                    self._fail(LiveViolation(bad[0], bad[1], nxt, self._describe(nxt)))
+        finally:
+            # Even if a signal (Ctrl-C) lands here, the wakeups this step owes must happen.
+            woke = self._wake_enabled()
+        if not woke and nxt[m.pc_index[t]] == DONE and any(self._parked):
+            # The last runnable thread just finished and woke nobody: the parked ones may be
+            # stuck for good. Fail them, but let this thread return normally.
+            try:
+                self._detect_deadlock()
+            except LiveError:
+                pass
+
+    def _wake_enabled(self) -> bool:
+        """Notify exactly the parked threads whose step is now enabled; True if any."""
         woke = False
         for u, parked in enumerate(self._parked):
             if parked and self._options(u, self._want[u]):
@@ -218,13 +231,7 @@ class Runtime:
                 self._parked[u] = False
                 self._conds[u].notify()
                 woke = True
-        if not woke and nxt[m.pc_index[t]] == DONE and any(self._parked):
-            # The last runnable thread just finished and woke nobody: the parked ones may be
-            # stuck for good. Fail them, but let this thread return normally.
-            try:
-                self._detect_deadlock()
-            except LiveError:
-                pass
+        return woke
 
     def _describe(self, state: tuple) -> str:
         m = self.machine

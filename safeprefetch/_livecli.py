@@ -1,4 +1,4 @@
-"""Live commands: run a catalog model on real threads.
+"""Live commands: run a catalog model on real threads; soak and demo the Prefetcher.
 
 ``run MODEL`` first lets the model's threads race freely (with small random
 delays between steps, seeded), several times. A correct model finishes every
@@ -7,6 +7,11 @@ model usually shows its bug this way; if it does not within the attempts,
 the checker's shortest counterexample is replayed on real threads in its
 exact order, so the bug is shown to be real either way. The output says
 which of the two happened.
+
+``soak --scenarios N`` runs N random fault scenarios against the live
+Prefetcher (the reliability suite's generator, seeded) and counts every
+breach; exit 0 iff there were none. ``demo`` times a training-like numpy
+loop over generated ``.npy`` shards without and with prefetching.
 """
 
 from __future__ import annotations
@@ -82,4 +87,70 @@ def register(sub) -> dict:
     run.add_argument("--force", choices=["auto", "never"], default="auto",
                      help="replay the checker's counterexample on real threads if free runs show no bug")
     run.add_argument("--json", action="store_true")
-    return {"run": _cmd_run}
+    sk = sub.add_parser("soak", help="run random fault scenarios against the live Prefetcher")
+    sk.add_argument("--scenarios", type=int, default=1000)
+    sk.add_argument("--seed", type=int, default=0)
+    sk.add_argument("--dir", help="directory for the scenarios' .npy files (default: a temporary one)")
+    sk.add_argument("--json", action="store_true")
+    dm = sub.add_parser("demo", help="a training-like loop over .npy shards, without and with prefetching")
+    dm.add_argument("--dir", help="where to write the shards (default: a temporary directory)")
+    dm.add_argument("--batches", type=int, help="number of batches (default 200, or 100 with --small)")
+    dm.add_argument("--small", action="store_true", help="a run of a few seconds")
+    dm.add_argument("--workers", type=int, help="prefetch workers (default 2)")
+    dm.add_argument("--capacity", type=int, help="prefetch slots (default 4)")
+    dm.add_argument("--latency-ms", type=float, help="simulated storage latency per shard")
+    dm.add_argument("--blas-threads", type=int, help="BLAS threads during the demo (0: library default; default 1)")
+    dm.add_argument("--json", action="store_true")
+    return {"run": _cmd_run, "soak": _cmd_soak, "demo": _cmd_demo}
+
+
+def _progress_line(message: str) -> None:
+    import sys
+
+    print(message, file=sys.stderr, flush=True)
+
+
+def _cmd_soak(args) -> int:
+    from ._cli import UsageError
+    from ._soak import soak
+
+    if args.scenarios < 1:
+        raise UsageError("--scenarios must be at least 1")
+    report = soak(args.scenarios, seed=args.seed, workdir=args.dir,
+                  progress=lambda n, total, s: _progress_line(f"soak: {n}/{total} scenarios, {s:.0f} s"))
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print(f"soak: {report.scenarios} scenarios (seed {report.seed}) in {report.seconds:.1f} s")
+        print(f"  injected: {report.errors_injected} source errors, {report.closes} closes, "
+              f"{report.abandons} abandons; {report.timeouts_raised} timeouts raised")
+        for name in ("hangs", "lost", "duplicate", "out_of_order", "corrupt", "errors_lost", "errors_wrong",
+                     "use_after_close", "leaked_threads"):
+            print(f"  {name.replace('_', '-'):16} {getattr(report, name)}")
+        print(f"  {'failed':16} {report.failed}")
+        for f in report.failures:
+            print(f"  FAILED {f['scenario']}: {'; '.join(f['problems'])}")
+    return 0 if report.ok else 1
+
+
+def _cmd_demo(args) -> int:
+    from dataclasses import replace
+
+    from ._cli import UsageError
+    from ._demo import DemoConfig, format_result, run_demo
+
+    cfg = DemoConfig.small() if args.small else DemoConfig()
+    changes = {"batches": args.batches, "workers": args.workers, "capacity": args.capacity,
+               "latency_ms": args.latency_ms, "blas_threads": args.blas_threads}
+    cfg = replace(cfg, **{k: v for k, v in changes.items() if v is not None})
+    for name in ("batches", "workers", "capacity"):
+        if getattr(cfg, name) < 1:
+            raise UsageError(f"--{name} must be at least 1")
+    if cfg.latency_ms < 0 or cfg.blas_threads < 0:
+        raise UsageError("--latency-ms and --blas-threads must not be negative")
+    result = run_demo(cfg, args.dir, progress=_progress_line)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        print(format_result(result))
+    return 0

@@ -1,0 +1,965 @@
+"""The Prefetcher: the checked prefetcher model, run live over a numpy slot pool.
+
+Theory of operation
+-------------------
+There is exactly one implementation of the prefetch protocol in this
+project: the reference model in ``models/prefetcher.py``, which the checker
+proves free of deadlocks, lost wakeups, lost, duplicated or reordered items,
+swallowed errors and shutdown hangs, for every interleaving of every small
+configuration. This module does not re-implement it. It compiles that model
+with the real configuration (capacity, workers, number of items, ordered)
+and hands it to the live runtime (``_live.py``), which applies the model's
+own steps under one kernel lock. What this module adds is everything the
+model deliberately leaves out -- arrays, time and users:
+
+* **The slot pool.** The machine's state holds slot numbers, indices and
+  flags, never arrays. The arrays live in one preallocated numpy block,
+  ``pool[capacity, *batch_shape]``. A worker writes ``pool[k]`` only while
+  the state says slot ``k`` is ``FILLING`` by that worker (between its
+  "claim index and slot" step and its "fetch into slot" step); the consumer
+  reads ``pool[k]`` only while the state says ``k`` is ``LEASED`` (between
+  "take next batch" and "release lease"). The kernel lock orders those
+  steps, so "no slot is written while it is read" is the model's checked
+  property, not a hope.
+* **Threads.** Each model worker runs on its own daemon ``threading.Thread``
+  that drives its model thread with ``Runtime.step``; the model's external
+  step "fetch into slot" runs the source outside the kernel lock. The model
+  consumer is driven by the caller's ``get`` / ``__next__`` /
+  ``copy_prefetched`` / ``lease``; the model closer by ``close()``.
+* **Sources.** Map-style sources (``__len__`` + ``__getitem__``, or
+  ``fetch_into(i, out)``) are fetched in parallel; the model's indices
+  0..n-1 are stream *positions*, mapped onto source indices by an index plan
+  (sequential, strided shard, or seeded shuffle). An iterator source is read
+  by one worker, in order; its end is the fetch outcome "end" (the model's
+  ``sized=off`` mode, checked separately).
+* **Errors** are values in the state: a failed fetch publishes its slot as
+  ``FAILED`` at its index, and the exception object waits in a side table
+  keyed by that index until the consumer's take reaches it. The consumer then
+  re-raises the *same* object, so its type, message and traceback (which
+  includes the worker's frames) are the original ones.
+
+Decisions, and why
+------------------
+* ``BaseException`` from a source (``SystemExit``, ``KeyboardInterrupt``
+  raised by source code, ``GeneratorExit``) is delivered like any other
+  error: the consumer re-raises the same object at its position. Calling the
+  source inline would have raised it in the consumer, so that is what the
+  prefetched stream does too; silently ending the stream (as
+  ``prefetch_generator`` does) would hide it.
+* The first batch is read eagerly, in the constructor, unless both
+  ``shape=`` and ``dtype=`` are given: the pool is allocated from its shape
+  and dtype, and ``memory_budget`` needs the batch size to cap the capacity.
+  An exception from that read is *not* raised by the constructor: it is
+  delivered at position 0, like every other source error.
+* One lease at a time (the model's "at most one lease"): any other take
+  while a lease is held raises :class:`LeaseHeld` instead of blocking.
+* ``close()`` never hangs: joining is bounded by ``close_timeout``. A fetch
+  that never returns is reported by a :class:`PrefetcherWarning` and its
+  daemon thread is left behind; when the fetch returns at last, the model
+  discards the result and the thread exits on its own.
+* Abandonment is a close from a ``weakref.finalize`` callback. Worker threads
+  hold only the internal ``_Core``, never the ``Prefetcher``, so an abandoned
+  prefetcher is collected and its threads are joined.
+* Waits in the caller's thread are ``threading`` lock waits, which a signal
+  interrupts: Ctrl-C raises ``KeyboardInterrupt`` out of a blocked ``get``
+  and leaves the prefetcher usable (a batch already taken when the signal
+  lands is dropped).
+
+Open question: a ``KeyboardInterrupt`` can land between two bytecodes of the
+runtime kernel's wake-up loop; a missed wake-up is repaired by the next step
+any thread takes (every step re-examines every parked thread), and close
+always takes one.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import threading
+import time
+import warnings
+import weakref
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from ._live import LiveError, Runtime, StepTimeout
+from ._model import DONE
+
+__all__ = [
+    "Lease",
+    "LeaseHeld",
+    "PrefetchStats",
+    "PrefetchTimeout",
+    "Prefetcher",
+    "PrefetcherClosed",
+    "PrefetcherWarning",
+]
+
+#: Bound on how long ``close()`` waits for the workers by default. A fetch
+#: normally returns within milliseconds once ``closing`` is set (blocked
+#: workers are woken at once); five seconds leaves room for a slow disk or
+#: network read in flight, and is still short enough that a stuck source does
+#: not look like a hung program.
+DEFAULT_CLOSE_TIMEOUT = 5.0
+
+#: ``items`` for an iterator source: the model's upper bound on the length,
+#: larger than any real stream. The true length is learned from the "end"
+#: outcome of a fetch.
+_UNBOUNDED = 2 ** 62
+
+#: A consumer that waits for more than this fraction of the elapsed time is
+#: starved: the source is the bottleneck (see PrefetchStats.bottleneck).
+_STARVED = 0.1
+
+# Slot states, as in models/prefetcher.py.
+_READY, _FAILED = 2, 3
+
+
+class PrefetcherClosed(RuntimeError):
+    """The prefetcher was closed (or abandoned); it cannot deliver any more batches."""
+
+
+class PrefetchTimeout(TimeoutError):
+    """``get(timeout=...)`` (or ``copy_prefetched`` / ``lease``) found no batch in time.
+
+    Nothing was consumed: calling again continues the stream where it was.
+    """
+
+
+class LeaseHeld(RuntimeError):
+    """A batch was requested while a lease is still held.
+
+    The reference model allows at most one lease; release it first
+    (``lease.release()``, or leave its ``with`` block).
+    """
+
+
+class PrefetcherWarning(RuntimeWarning):
+    """``close()`` gave up waiting for a worker stuck inside a fetch; its daemon thread was left running."""
+
+
+@dataclass(frozen=True)
+class PrefetchStats:
+    """Where the time went. Answers "is prefetching paying off?".
+
+    Prefetching pays off when the consumer rarely waits
+    (``consumer_wait_fraction`` near 0, ``prefetch_efficiency`` near 1). If
+    the consumer waits a lot, the source is the bottleneck: add workers or a
+    faster source. If instead the workers spend their time blocked on a full
+    buffer, the consumer is the bottleneck and prefetching is already doing
+    all it can.
+    """
+
+    #: Batches delivered to the consumer (errors not counted).
+    batches: int
+    #: Seconds since construction (frozen at close).
+    elapsed_seconds: float
+    #: ``batches / elapsed_seconds``.
+    batches_per_second: float
+    #: Seconds the consumer spent blocked waiting for a batch to be ready.
+    consumer_wait_seconds: float
+    #: ``consumer_wait_seconds / elapsed_seconds``: 0 means the loop never waited for data.
+    consumer_wait_fraction: float
+    #: Seconds the workers spent inside source fetches, summed over workers.
+    worker_fetch_seconds: float
+    #: Seconds the workers spent waiting for a free slot (the buffer was full), summed over workers.
+    worker_blocked_seconds: float
+    #: Fraction of the fetch time hidden from the consumer:
+    #: ``1 - consumer_wait_seconds / worker_fetch_seconds``, clamped to [0, 1].
+    #: 1.0 means every second of fetching overlapped the consumer's own work.
+    prefetch_efficiency: float
+    #: Mean number of ready batches in the buffer when the consumer asked for one.
+    mean_occupancy: float
+    #: Largest number of ready batches seen when the consumer asked for one.
+    max_occupancy: int
+    #: Slots in the pool (after ``memory_budget``).
+    capacity: int
+    #: Worker threads.
+    workers: int
+    #: ``"source"`` when the consumer waited more than 10% of the time, ``"consumer"`` otherwise,
+    #: ``"none"`` before the first batch.
+    bottleneck: str
+
+    def summary(self) -> str:
+        """A few human-readable lines."""
+        return (f"{self.batches} batches in {self.elapsed_seconds:.3f} s ({self.batches_per_second:.1f}/s); "
+                f"consumer waited {self.consumer_wait_seconds:.3f} s ({100 * self.consumer_wait_fraction:.1f}%)\n"
+                f"workers: {self.workers}, fetching {self.worker_fetch_seconds:.3f} s, blocked on a full buffer "
+                f"{self.worker_blocked_seconds:.3f} s; prefetch efficiency {100 * self.prefetch_efficiency:.1f}%\n"
+                f"buffer: capacity {self.capacity}, occupancy mean {self.mean_occupancy:.2f} max "
+                f"{self.max_occupancy}; bottleneck: {self.bottleneck}")
+
+
+# --------------------------------------------------------------------------
+# The compiled reference model, shared between prefetchers with one config.
+# --------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1024)
+def _machine(capacity: int, workers: int, items: int, ordered: bool, sized: bool):
+    """The reference prefetcher model compiled for one live configuration.
+
+    ``error=on`` (any fetch may fail), ``close=on`` (the closer is driven by
+    ``close()``), ``abandon=off`` (abandonment is a close from the finalizer),
+    ``history=off`` (O(1) per step; see tests/test_prefetcher_model_modes.py).
+    A compiled machine is immutable, so prefetchers with one config share it.
+    """
+    from .models.prefetcher import Prefetcher as Model
+
+    return Model.compile({"capacity": capacity, "workers": workers, "items": items, "ordered": ordered,
+                          "error": True, "close": True, "abandon": False, "sized": sized, "history": False})
+
+
+# --------------------------------------------------------------------------
+# Argument checking
+# --------------------------------------------------------------------------
+
+
+def _int(name: str, value: Any, minimum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__} ({value!r})")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def _bool(name: str, value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, not {type(value).__name__} ({value!r})")
+    return bool(value)
+
+
+def _shape(value: Any) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        value = (value,)
+    if not isinstance(value, (tuple, list)):
+        raise TypeError(f"shape must be a tuple of ints, not {type(value).__name__} ({value!r})")
+    out = []
+    for d in value:
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
+            raise TypeError(f"shape must be a tuple of ints, got {value!r}")
+        if d < 0:
+            raise ValueError(f"shape must not have negative dimensions, got {tuple(value)!r}")
+        out.append(int(d))
+    return tuple(out)
+
+
+def _dtype(value: Any) -> np.dtype | None:
+    if value is None:
+        return None
+    try:
+        return np.dtype(value)
+    except TypeError as e:
+        raise TypeError(f"dtype {value!r} is not a numpy dtype: {e}") from None
+
+
+def _remote_item(source: Any, index: int, shape: tuple[int, ...] | None, dtype: np.dtype | None) -> Any:
+    """What an executor runs: fetch one item and return it (the worker copies it into its slot)."""
+    if hasattr(source, "__getitem__"):
+        return source[index]
+    out = np.empty(shape, dtype)
+    source.fetch_into(index, out)
+    return out
+
+
+# --------------------------------------------------------------------------
+# The core: everything the threads touch. It never references the Prefetcher.
+# --------------------------------------------------------------------------
+
+
+class _Core:
+    def __init__(self, *, machine, pool, shape, dtype, plan, getitem, fetch_into, iterator, executor, source,
+                 preloaded, workers, close_timeout, name):
+        self.machine = machine
+        self.pool = pool
+        self.slot_views = [pool[k] for k in range(pool.shape[0])] if pool is not None else []
+        self.shape, self.dtype = shape, dtype
+        self.plan = plan
+        self.getitem, self.fetch_into, self.iterator = getitem, fetch_into, iterator
+        self.executor, self.source = executor, source
+        self.preloaded: dict[int, tuple[str, Any]] = preloaded
+        self.errors: dict[int, BaseException] = {}
+        self.close_timeout = close_timeout
+        self.name = name
+
+        m = machine
+        self.rt = Runtime(m, {"fetch": self._fetch}, check_invariants=True)
+        names = m.thread_names
+        self.worker_ids = [names.index(f"worker{w}") for w in range(workers)]
+        self.consumer = names.index("consumer")
+        self.closer = names.index("closer")
+        si = m.shared_index
+        self.i_slots, self.i_closing = si["slots"], si["closing"]
+        self.i_delivered, self.i_length, self.i_error_seen = si["delivered"], si["length"], si["error_seen"]
+        self.i_consumer_pc = m.pc_index[self.consumer]
+        self.i_lease = m.local_index[self.consumer]["lease"]
+
+        self.consumer_lock = threading.Lock()  # serializes the callers that drive the model consumer
+        self.close_lock = threading.Lock()     # serializes the callers that drive the model closer
+        self.waiters_lock = threading.Lock()
+        self.waiters: set[threading.Event] = set()  # executor waits that close() must cut short
+        self.lease_held = False
+        self.ended: str | None = None  # "end", "error" or "closed", once the consumer is done
+        self.close_started = False
+        self.closed = False
+        self.stuck: list[str] = []
+
+        self.t0 = time.perf_counter()
+        self.t_end: float | None = None
+        self.fetch_seconds = [0.0] * workers
+        self.blocked_seconds = [0.0] * workers
+        self.wait_seconds = 0.0
+        self.delivered = 0
+        self.occupancy_sum = 0
+        self.occupancy_samples = 0
+        self.occupancy_max = 0
+        self.last_index: int | None = None
+        self.threads: list[threading.Thread] = []
+
+    # -- workers ------------------------------------------------------------
+
+    def start(self) -> None:
+        for w, t in enumerate(self.worker_ids):
+            th = threading.Thread(target=_worker_main, args=(self, w, t), daemon=True,
+                                  name=f"safeprefetch-{self.name}-worker{w}")
+            self.threads.append(th)
+            th.start()
+
+    def _closing(self) -> bool:
+        # A racy read is sound: ``closing`` only ever goes from False to True.
+        return self.rt.state[self.i_closing]
+
+    def _fetch(self, ctx) -> str:
+        """The model's external step "fetch into slot": fill slot ``ctx.me.slot`` with item ``ctx.me.idx``."""
+        pos, k = ctx.me.idx, ctx.me.slot
+        if self._closing():
+            return "ok"  # the model discards a fetch that lands after close
+        w = self.worker_ids.index(ctx.thread)
+        t0 = time.perf_counter()
+        try:
+            return self._fill(pos, k)
+        except BaseException as e:  # noqa: BLE001 - every error is delivered at its position
+            self.errors[pos] = e
+            return "error"
+        finally:
+            self.fetch_seconds[w] += time.perf_counter() - t0
+
+    def _fill(self, pos: int, k: int) -> str:
+        pre = self.preloaded.pop(pos, None) if self.preloaded else None
+        if pre is not None:
+            kind, value = pre
+            if kind == "error":
+                self.errors[pos] = value  # the very object the constructor's read raised
+                return "error"
+            item = value
+        elif self.iterator is not None:
+            try:
+                item = next(self.iterator)
+            except StopIteration:
+                return "end"
+        else:
+            index = int(self.plan[pos])
+            if self.executor is not None:
+                item = self._remote(index)
+                if item is _CLOSING:
+                    return "ok"
+            elif self.fetch_into is not None:
+                self.fetch_into(index, self.slot_views[k])
+                return "ok"
+            else:
+                item = self.getitem(index)
+        self._check(pos, item)
+        np.copyto(self.slot_views[k], item, casting="no")
+        return "ok"
+
+    def _where(self, pos: int) -> str:
+        if self.plan is None:
+            return f"item {pos}"
+        index = int(self.plan[pos])
+        return f"item {pos}" if index == pos else f"item {pos} (source index {index})"
+
+    def _check(self, pos: int, item: Any) -> None:
+        if not isinstance(item, np.ndarray):
+            raise TypeError(f"{self._where(pos)}: expected a numpy array, got {type(item).__name__}")
+        if self.pool is None:  # only when the first read already failed; cannot happen past position 0
+            raise TypeError(f"{self._where(pos)}: no slot pool")
+        if item.shape != self.shape or item.dtype != self.dtype:
+            raise ValueError(f"{self._where(pos)}: expected shape {self.shape} dtype {self.dtype}, "
+                             f"got shape {item.shape} dtype {item.dtype}")
+
+    def _remote(self, index: int) -> Any:
+        fut = self.executor.submit(_remote_item, self.source, index, self.shape, self.dtype)
+        done = threading.Event()
+        fut.add_done_callback(lambda _f: done.set())
+        with self.waiters_lock:
+            self.waiters.add(done)
+        try:
+            if not self._closing():  # checked after registering: close() sets every registered event
+                done.wait()
+        finally:
+            with self.waiters_lock:
+                self.waiters.discard(done)
+        if not fut.done():
+            fut.cancel()
+            return _CLOSING
+        return fut.result()
+
+    # -- consumer -----------------------------------------------------------
+
+    def _lock(self, deadline: float | None) -> None:
+        if deadline is None:
+            self.consumer_lock.acquire()
+        elif not self.consumer_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise PrefetchTimeout("no batch within the timeout (another thread is consuming)")
+
+    def _usable(self) -> None:
+        if self.close_started:
+            raise PrefetcherClosed(f"prefetcher {self.name!r} is closed")
+        if self.lease_held:
+            raise LeaseHeld("a lease is still held: release it (lease.release() or leave its with-block) "
+                            "before asking for another batch")
+
+    def _take(self, deadline: float | None) -> tuple[int, int] | None:
+        """The model consumer's "take next batch". Returns (slot, position), or None at end of stream.
+
+        Call with the consumer lock held. Raises the source error at its position,
+        PrefetcherClosed after close, PrefetchTimeout.
+        """
+        self._usable()
+        rt, c = self.rt, self.consumer
+        if self.ended is None and rt.state[self.i_consumer_pc] == "release lease":
+            rt.step(c)  # a take whose caller was interrupted (Ctrl-C) before it saw the batch
+        if self.ended is not None:
+            if self.ended == "closed":
+                raise PrefetcherClosed(f"prefetcher {self.name!r} is closed")
+            return None
+        ready = sum(1 for st, _ in rt.state[self.i_slots] if st == _READY or st == _FAILED)
+        self.occupancy_sum += ready
+        self.occupancy_samples += 1
+        self.occupancy_max = max(self.occupancy_max, ready)
+        t0 = time.perf_counter()
+        try:
+            rt.step(c, timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+        except StepTimeout:
+            raise PrefetchTimeout("no batch within the timeout") from None
+        finally:
+            self.wait_seconds += time.perf_counter() - t0
+        # Only the consumer changes its own pc, its lease, a LEASED slot, ``delivered``
+        # and ``error_seen``, so reading them after the step is exact.
+        state = rt.state
+        if state[self.i_consumer_pc] != DONE:
+            k = state[self.i_lease]
+            pos = state[self.i_slots][k][1]
+            self.delivered += 1
+            self.last_index = pos if self.plan is None else int(self.plan[pos])
+            return k, pos
+        err = state[self.i_error_seen]
+        if err >= 0:
+            self.ended = "error"
+            exc = self.errors.pop(err)
+            try:
+                raise exc
+            finally:
+                del exc
+        if state[self.i_delivered] >= state[self.i_length]:
+            self.ended = "end"
+            return None
+        self.ended = "closed"
+        raise PrefetcherClosed(f"prefetcher {self.name!r} was closed")
+
+    def _release(self) -> None:
+        """The model consumer's "release lease" (never blocks: it has no guard)."""
+        self.rt.step(self.consumer)
+
+    def consume(self, use: Callable[[np.ndarray], Any], deadline: float | None) -> Any:
+        """Take a batch, call ``use(slot_array)`` while leased, release. Returns _END at end of stream."""
+        self._lock(deadline)
+        try:
+            got = self._take(deadline)
+            if got is None:
+                return _END
+            try:
+                return use(self.slot_views[got[0]])
+            finally:
+                self._release()
+        finally:
+            self.consumer_lock.release()
+
+    def lease(self, deadline: float | None) -> "Lease | None":
+        self._lock(deadline)
+        try:
+            got = self._take(deadline)
+            if got is None:
+                return None
+            k, pos = got
+            view = self.slot_views[k].view()
+            view.flags.writeable = False
+            self.lease_held = True
+            return Lease(self, view, pos, self.last_index)
+        finally:
+            self.consumer_lock.release()
+
+    def release_lease(self, lease: "Lease") -> None:
+        with self.consumer_lock:
+            if lease._released:
+                return
+            lease._released = True
+            self.lease_held = False
+            self._release()
+
+    # -- closer -------------------------------------------------------------
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Drive the model closer: set closing, wait (bounded) for the workers, join the threads.
+
+        Returns False when a worker was stuck in a fetch and was left behind.
+        """
+        timeout = self.close_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        with self.close_lock:
+            if self.closed:
+                return not self.stuck
+            self.close_started = True
+            rt, cl = self.rt, self.closer
+            me = threading.current_thread()
+            in_worker = me in self.threads  # a finalizer run by a worker's garbage collection
+            try:
+                if rt.state[rt.machine.pc_index[cl]] == "close":
+                    rt.step(cl)
+                with self.waiters_lock:
+                    waiters = list(self.waiters)
+                for ev in waiters:
+                    ev.set()
+                if not in_worker and rt.state[rt.machine.pc_index[cl]] == "join workers":
+                    rt.step(cl, timeout=max(0.0, deadline - time.monotonic()))
+            except StepTimeout:
+                pass  # a worker is stuck in a fetch: reported below
+            except LiveError:
+                pass  # the runtime already failed; every parked thread has been told
+            for th in self.threads:
+                if th is not me:
+                    th.join(max(0.0, deadline - time.monotonic()))
+            self.stuck = [th.name for th in self.threads if th is not me and th.is_alive()]
+            self.closed = True
+            self.t_end = time.perf_counter()
+            self.preloaded.clear()
+            self.errors.clear()
+        if self.stuck:
+            warnings.warn(f"prefetcher {self.name!r}: {', '.join(self.stuck)} still inside a fetch after "
+                          f"{timeout:g} s; left running as daemon threads (the result will be discarded)",
+                          PrefetcherWarning, stacklevel=3)
+        return not self.stuck
+
+    # -- stats --------------------------------------------------------------
+
+    def stats(self) -> PrefetchStats:
+        end = self.t_end if self.t_end is not None else time.perf_counter()
+        elapsed = max(end - self.t0, 1e-12)
+        fetch = sum(self.fetch_seconds)
+        wait = self.wait_seconds
+        n = self.delivered
+        if fetch > 0:
+            efficiency = min(1.0, max(0.0, 1.0 - wait / fetch))
+        else:
+            efficiency = 1.0 if n else 0.0
+        samples = self.occupancy_samples
+        return PrefetchStats(
+            batches=n,
+            elapsed_seconds=elapsed,
+            batches_per_second=n / elapsed,
+            consumer_wait_seconds=wait,
+            consumer_wait_fraction=min(1.0, wait / elapsed),
+            worker_fetch_seconds=fetch,
+            worker_blocked_seconds=sum(self.blocked_seconds),
+            prefetch_efficiency=efficiency,
+            mean_occupancy=self.occupancy_sum / samples if samples else 0.0,
+            max_occupancy=self.occupancy_max,
+            capacity=self.pool.shape[0] if self.pool is not None else len(self.machine.init[self.i_slots]),
+            workers=len(self.worker_ids),
+            bottleneck="none" if n == 0 else ("source" if wait / elapsed > _STARVED else "consumer"),
+        )
+
+
+_END = object()
+_CLOSING = object()
+
+
+def _worker_main(core: _Core, w: int, t: int) -> None:
+    """A worker thread: drive model thread ``t`` to completion. Holds the core, never the Prefetcher."""
+    rt = core.rt
+    blocked = core.blocked_seconds
+    try:
+        while not rt.is_done(t):
+            if rt.pc(t) == "claim index and slot":
+                t0 = time.perf_counter()
+                rt.step(t)
+                blocked[w] += time.perf_counter() - t0
+            else:
+                rt.step(t)  # "fetch into slot": the source runs outside the kernel lock
+    except LiveError:
+        pass  # the runtime has failed: the consumer and the closer raise it
+    except BaseException as e:  # noqa: BLE001 - a bug here must not hang the consumer
+        rt.fail(LiveError("error", f"{threading.current_thread().name} crashed: {type(e).__name__}: {e}"))
+
+
+# --------------------------------------------------------------------------
+# The public objects
+# --------------------------------------------------------------------------
+
+
+class Lease:
+    """A zero-copy, read-only view of one prefetched batch, valid until released.
+
+    Use it as a context manager (``with pf.lease() as batch:`` binds the
+    array) or call :meth:`release`. Releasing twice is harmless. After
+    release the slot is refilled by a worker: do not keep the array.
+    """
+
+    __slots__ = ("_core", "array", "position", "index", "_released", "__weakref__")
+
+    def __init__(self, core: _Core, array: np.ndarray, position: int, index: int | None):
+        self._core = core
+        #: The batch: a read-only view into the slot pool.
+        self.array = array
+        #: Position in the stream (0, 1, 2, ...).
+        self.position = position
+        #: Index in the source (differs from ``position`` under a shard or shuffle plan).
+        self.index = index
+        self._released = False
+
+    @property
+    def released(self) -> bool:
+        return self._released
+
+    def release(self) -> None:
+        """Give the slot back to the workers. Idempotent."""
+        if not self._released:
+            self._core.release_lease(self)
+
+    def __enter__(self) -> np.ndarray:
+        return self.array
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        state = "released" if self._released else "held"
+        return f"<Lease position={self.position} index={self.index} shape={self.array.shape} {state}>"
+
+
+class Prefetcher:
+    """Prefetch numpy batches from ``source`` on background threads, into a preallocated slot pool.
+
+    ``source`` is one of:
+
+    * a map-style source (``__len__`` and ``__getitem__``), fetched in
+      parallel by ``workers`` threads, in the order of the index plan;
+    * a map-style source with ``fetch_into(i, out)``, which fills the slot
+      array in place (no per-batch allocation); ``__getitem__`` is then only
+      used to learn the batch shape, or not at all when ``shape=`` and
+      ``dtype=`` are given;
+    * any other iterable of arrays, read by one worker in order.
+
+    Every batch must have the shape and dtype of the first one (or of
+    ``shape=`` / ``dtype=``): a mismatch is a ValueError, a non-array a
+    TypeError, delivered at that item's position like a source error. Unless
+    both ``shape=`` and ``dtype=`` are given, the constructor reads the first
+    batch itself, to size the pool; an Exception from that read is still
+    raised at position 0 by the consumer (a BaseException such as
+    KeyboardInterrupt propagates from the constructor at once).
+
+    Parameters: ``capacity`` slots (default 2); ``workers`` fetch threads;
+    ``ordered`` delivery (False: whichever batch is ready first);
+    ``memory_budget`` in bytes caps the slot pool (capacity becomes at most
+    ``memory_budget // batch_bytes``; arrays handed to the caller are the
+    caller's own); the index plan ``rank`` /
+    ``world_size`` (strided shard: positions ``rank, rank + world_size, ...``)
+    and ``shuffle`` / ``seed`` / ``epoch`` (the permutation
+    ``np.random.default_rng([seed, epoch])`` draws: the same on every rank,
+    different per epoch, taken before sharding); ``executor`` (any
+    ``concurrent.futures.Executor``, including ``distributed.Client(...)
+    .get_executor(pure=False)``) runs the fetches, the source being pickled
+    for process-based executors; ``close_timeout`` bounds ``close()``.
+
+    Consume with ``for batch in pf`` (arrays you own), :meth:`get`,
+    :meth:`copy_prefetched` (into your array, no allocation) or :meth:`lease`
+    (zero-copy, read-only). All methods are thread-safe; consumer calls are
+    serialized. Always :meth:`close` (or use ``with``); an abandoned
+    prefetcher is closed when it is garbage-collected.
+    """
+
+    def __init__(self, source: Any, capacity: int = 2, workers: int = 1, ordered: bool = True, *,
+                 shape: Any = None, dtype: Any = None, memory_budget: int | None = None,
+                 rank: int = 0, world_size: int = 1, shuffle: bool = False, seed: int = 0,
+                 epoch: int = 0, executor: Any = None, close_timeout: float = DEFAULT_CLOSE_TIMEOUT,
+                 name: str | None = None):
+        capacity = _int("capacity", capacity, 1)
+        workers = _int("workers", workers, 1)
+        ordered = _bool("ordered", ordered)
+        shape = _shape(shape)
+        dtype = _dtype(dtype)
+        if memory_budget is not None:
+            memory_budget = _int("memory_budget", memory_budget, 1)
+        world_size = _int("world_size", world_size, 1)
+        rank = _int("rank", rank, 0)
+        if rank >= world_size:
+            raise ValueError(f"rank must be < world_size, got rank={rank} world_size={world_size}")
+        shuffle = _bool("shuffle", shuffle)
+        seed = _int("seed", seed, 0)
+        epoch = _int("epoch", epoch, 0)
+        if executor is not None and not callable(getattr(executor, "submit", None)):
+            raise TypeError(f"executor must be a concurrent.futures.Executor (with submit), "
+                            f"not {type(executor).__name__}")
+        if isinstance(close_timeout, bool) or not isinstance(close_timeout, (int, float)):
+            raise TypeError(f"close_timeout must be a number of seconds, not {type(close_timeout).__name__}")
+        if not close_timeout > 0 or math.isinf(close_timeout):
+            raise ValueError(f"close_timeout must be a positive, finite number of seconds, got {close_timeout}")
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"name must be a str, not {type(name).__name__}")
+
+        if source is None:
+            raise TypeError("source must be an iterable of arrays or a map-style source, not None")
+        if isinstance(source, (str, bytes, bytearray)):
+            raise TypeError(f"source must yield numpy arrays; a {type(source).__name__} yields characters")
+        fetch_into = getattr(source, "fetch_into", None)
+        fetch_into = fetch_into if callable(fetch_into) else None
+        has_getitem = hasattr(source, "__getitem__")
+        map_style = hasattr(source, "__len__") and (has_getitem or fetch_into is not None)
+        if map_style and isinstance(source, np.ndarray) and source.ndim == 0:
+            raise TypeError("source is a 0-d array: give an array of batches (at least 1-d) or an iterable")
+        if not map_style and not hasattr(source, "__iter__"):
+            raise TypeError(f"source must be an iterable of arrays or a map-style source "
+                            f"(__len__ + __getitem__), not {type(source).__name__}")
+
+        plan = None
+        iterator = None
+        preloaded: dict[int, tuple[str, Any]] = {}
+        first: Any = None
+        want_first = shape is None or dtype is None
+        if map_style:
+            try:
+                n = len(source)
+            except TypeError as e:
+                raise TypeError(f"len(source) failed: {e}") from None
+            order = np.arange(n, dtype=np.int64)
+            if shuffle:
+                order = np.random.default_rng([seed, epoch]).permutation(n)
+            plan = order[rank::world_size].copy()
+            plan.flags.writeable = False
+            items = len(plan)
+            if want_first and items:
+                if not has_getitem:
+                    raise ValueError("a fetch_into source without __getitem__ needs shape= and dtype= "
+                                     "(the slot pool cannot be sized otherwise)")
+                try:
+                    first = source[int(plan[0])]
+                except Exception as e:  # noqa: BLE001 - delivered at position 0, like any source error
+                    preloaded[0] = ("error", e)
+                else:
+                    preloaded[0] = ("item", first)
+            sized = True
+        else:
+            if workers != 1:
+                raise ValueError(f"an iterable source is read by one worker, in order; workers={workers} needs "
+                                 "a map-style source (__len__ + __getitem__)")
+            if executor is not None:
+                raise ValueError("executor= needs a map-style source (__len__ + __getitem__): an iterator "
+                                 "cannot be read by another process")
+            if shuffle or world_size != 1:
+                raise ValueError("index plans (shuffle, rank, world_size) need a map-style source "
+                                 "(__len__ + __getitem__)")
+            try:
+                iterator = iter(source)
+            except TypeError as e:
+                raise TypeError(f"iter(source) failed: {e}") from None
+            items, sized = _UNBOUNDED, False
+            if want_first:
+                try:
+                    first = next(iterator)
+                except StopIteration:
+                    items, sized = 0, True
+                except Exception as e:  # noqa: BLE001 - delivered at position 0
+                    preloaded[0] = ("error", e)
+                    items, sized = 1, True
+                else:
+                    preloaded[0] = ("item", first)
+
+        if want_first and preloaded.get(0, ("", None))[0] == "item":
+            if isinstance(first, np.ndarray):
+                shape = first.shape if shape is None else shape
+                dtype = first.dtype if dtype is None else dtype
+        if (shape is None or dtype is None) and items:
+            items, sized = 1, True  # the first read failed, so no pool can be sized: the stream is that error
+        pool = None
+        if shape is not None and dtype is not None:
+            batch_bytes = math.prod(shape) * dtype.itemsize
+            if memory_budget is not None and batch_bytes:
+                if batch_bytes > memory_budget:
+                    raise ValueError(f"one batch of shape {shape} dtype {dtype} takes {batch_bytes} bytes, more "
+                                     f"than memory_budget={memory_budget}")
+                capacity = max(1, min(capacity, memory_budget // batch_bytes))
+            pool = np.empty((capacity, *shape), dtype)
+        if map_style:
+            workers = min(workers, max(1, items))
+
+        self._core = core = _Core(
+            machine=_machine(capacity, workers, items, ordered, sized), pool=pool, shape=shape, dtype=dtype,
+            plan=plan, getitem=source.__getitem__ if map_style and has_getitem else None,
+            fetch_into=fetch_into if map_style else None, iterator=iterator, executor=executor,
+            source=source if executor is not None else None, preloaded=preloaded, workers=workers,
+            close_timeout=float(close_timeout), name=name or f"{id(self):x}")
+        self._ordered = ordered
+        self._length = items if sized else None
+        self._finalizer = weakref.finalize(self, _abandon, core)
+        try:
+            core.start()
+        except BaseException:
+            core.close()
+            raise
+
+    # -- consuming ----------------------------------------------------------
+
+    def __iter__(self) -> "Prefetcher":
+        return self
+
+    def __next__(self) -> np.ndarray:
+        out = self._core.consume(np.array, None)  # np.array(slot) copies: the caller owns it
+        if out is _END:
+            raise StopIteration
+        return out
+
+    def get(self, timeout: float | None = None) -> np.ndarray:
+        """The next batch, as an array the caller owns.
+
+        Raises StopIteration at the end of the stream (and after a source
+        error was raised), the source's exception at its position,
+        :class:`PrefetchTimeout` when ``timeout`` seconds pass with no batch,
+        :class:`PrefetcherClosed` after close, :class:`LeaseHeld` while a
+        lease is held.
+        """
+        out = self._core.consume(np.array, _deadline(timeout))
+        if out is _END:
+            raise StopIteration
+        return out
+
+    def copy_prefetched(self, out: np.ndarray, timeout: float | None = None) -> bool:
+        """Copy the next batch into ``out`` (no allocation). Returns False at the end of the stream.
+
+        ``out`` is checked before anything is consumed: it must be a writeable
+        numpy array with the batch shape and dtype.
+        """
+        core = self._core
+        if not isinstance(out, np.ndarray):
+            raise TypeError(f"out must be a numpy array, not {type(out).__name__}")
+        if not out.flags.writeable:
+            raise ValueError("out is read-only: copy_prefetched needs a writeable array")
+        if core.pool is not None and (out.shape != core.shape or out.dtype != core.dtype):
+            raise ValueError(f"out has shape {out.shape} dtype {out.dtype}; the batches have shape "
+                             f"{core.shape} dtype {core.dtype}")
+        got = core.consume(functools.partial(np.copyto, out, casting="no"), _deadline(timeout))
+        return got is not _END
+
+    def lease(self, timeout: float | None = None) -> Lease:
+        """The next batch as a zero-copy, read-only :class:`Lease`. StopIteration at the end of the stream."""
+        got = self._core.lease(_deadline(timeout))
+        if got is None:
+            raise StopIteration
+        return got
+
+    # -- closing ------------------------------------------------------------
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop the workers and join their threads. Idempotent, callable from any thread, bounded.
+
+        Waits at most ``timeout`` seconds (default: ``close_timeout``). A
+        worker still inside a fetch after that is reported with a
+        :class:`PrefetcherWarning` and left as a daemon thread; it exits by
+        itself when its fetch returns. A consumer blocked in another thread
+        wakes up with :class:`PrefetcherClosed`. An outstanding lease stays
+        readable until released.
+        """
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+                raise ValueError(f"timeout must be a non-negative number of seconds, got {timeout!r}")
+        self._core.close(timeout)
+        self._finalizer.detach()
+
+    def __enter__(self) -> "Prefetcher":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- inspection ---------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._core.close_started
+
+    @property
+    def stats(self) -> PrefetchStats:
+        """A frozen snapshot of the timing and buffer statistics."""
+        return self._core.stats()
+
+    @property
+    def capacity(self) -> int:
+        """Slots in the pool (after ``memory_budget``)."""
+        return len(self._core.machine.init[self._core.i_slots])
+
+    @property
+    def workers(self) -> int:
+        return len(self._core.worker_ids)
+
+    @property
+    def ordered(self) -> bool:
+        return self._ordered
+
+    @property
+    def shape(self) -> tuple[int, ...] | None:
+        """Shape of every batch (None for an empty stream with no ``shape=``)."""
+        return self._core.shape
+
+    @property
+    def dtype(self) -> np.dtype | None:
+        return self._core.dtype
+
+    @property
+    def length(self) -> int | None:
+        """Items in the stream for a map-style source (after the plan); None for an iterator."""
+        return self._length
+
+    @property
+    def indices(self) -> np.ndarray | None:
+        """The index plan: source index of each stream position (read-only); None for an iterator."""
+        return self._core.plan
+
+    @property
+    def last_index(self) -> int | None:
+        """Source index of the batch delivered last (useful with ``ordered=False``)."""
+        return self._core.last_index
+
+    def __repr__(self) -> str:
+        c = self._core
+        state = "closed" if c.close_started else (c.ended or "open")
+        return (f"<Prefetcher {c.name} capacity={self.capacity} workers={self.workers} ordered={self._ordered} "
+                f"shape={c.shape} dtype={c.dtype} delivered={c.delivered} {state}>")
+
+
+def _deadline(timeout: float | None) -> float | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0 or timeout != timeout:
+        raise ValueError(f"timeout must be None or a non-negative number of seconds, got {timeout!r}")
+    return time.monotonic() + timeout
+
+
+def _abandon(core: _Core) -> None:
+    """The finalizer of an abandoned Prefetcher: close it (bounded; never raises)."""
+    try:
+        core.close()
+    except Exception:  # noqa: BLE001 - a finalizer must not raise
+        pass
