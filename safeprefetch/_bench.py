@@ -97,7 +97,8 @@ def _measure(label: str, config: dict, reduce: str) -> ExploreRun:
     rss1 = _rss()
     if r.verdict != "ok" or not r.exhaustive:
         raise RuntimeError(f"benchmark model is not ok: {r.verdict}")
-    per = (rss1 - rss0) / r.states if rss0 and rss1 > rss0 else None
+    # Resident-set growth is only meaningful for a search big enough to dwarf allocator noise.
+    per = (rss1 - rss0) / r.states if rss0 and rss1 > rss0 and r.states >= 100_000 else None
     del e
     return ExploreRun(label, config, reduce, r.states, r.transitions, cpu, wall, r.states / max(cpu, 1e-9), per)
 
@@ -136,13 +137,21 @@ def bench_explore(quick: bool = False, spin_items: int | None = None) -> Explore
             _measure("prefetcher, default reductions", big, "all")]
     spin = None
     ratio = None
-    got = _spin_run(spin_items or (8 if quick else 40))
+    # The twin's state space grows linearly with its LENGTH; its counters are Promela bytes
+    # (255 means "none"), so LENGTH must stay below 255.
+    items = spin_items or (8 if quick else 200)
+    if not 0 < items < 255:
+        raise ValueError("--spin-items must be between 1 and 254 (the twin counts in bytes)")
+    got = _spin_run(items)
     if got is not None:
         pan, twin_config = got
         from ._catalog import load_model
 
         cfg = load_model("prefetcher").configure(twin_config)
         cfg = {k: v for k, v in cfg.items() if k not in ("notify", "spurious", "policy")}
+        # The twin does not store the received history (in ordered mode it is 0..delivered-1,
+        # a function of the state); history=off keeps exactly the same states without it.
+        cfg["history"] = False
         ours = _measure("prefetcher twin config, no reduction", cfg, "none")
         runs.append(ours)
         spin = {"config": cfg, **pan}
