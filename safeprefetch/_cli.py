@@ -104,6 +104,14 @@ def _cmd_check(args) -> int:
 
         result = search(machine, args.strategy, seed=args.seed, budget=args.budget, depth=args.depth,
                         preemptions=args.preemptions)
+    if args.progress_bound is not None and result.ok:
+        from dataclasses import replace
+
+        from ._explore import check_shutdown_bound
+
+        late = check_shutdown_bound(machine, args.progress_bound, args.max_states)
+        if late is not None:
+            result = replace(result, violation=late, verdict=late.kind)
     if machine.config == model.configure({}):
         from dataclasses import replace
         result = replace(result, expected=model.expected)
@@ -181,6 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="bfs/dfs explore exhaustively; the others sample schedules (replayable by --seed)")
     ck.add_argument("--reduce", default="all", choices=["none", "symmetry", "por", "all"],
                     help="state-space reductions (all preserve verdicts; default all)")
+    ck.add_argument("--progress-bound", type=int, metavar="K",
+                    help="also require every thread to return within K of its own steps after shutdown")
     ck.add_argument("--progress-seconds", type=float, default=3.0, help="seconds between progress lines (stderr)")
     ck.add_argument("--budget", type=int, default=1000, help="schedules to try for sampling strategies")
     ck.add_argument("--depth", type=int, default=3, help="PCT bug depth d")

@@ -806,6 +806,25 @@ def check(model: type[Model] | Machine, config: Mapping[str, Any] | None = None,
     return result
 
 
+def check_shutdown_bound(machine: Machine, bound: int, max_states: int = DEFAULT_MAX_STATES) -> Violation | None:
+    """Bounded progress: after shutdown is requested, every thread returns within ``bound`` own steps.
+
+    Returns a ``shutdown_hang`` violation whose trace leads to the state where the
+    worst case starts, or None when every thread is within the bound.
+    """
+    from ._liveness import shutdown_progress_detail
+
+    e = Explorer(machine, reduce="none", max_states=max_states, stop_at_first=False)
+    e.run()
+    for name, (worst, where) in shutdown_progress_detail(machine, e.parents).items():
+        if worst is None or worst > bound:
+            states, choices = e.path_to(where)
+            how = "may never return" if worst is None else f"may take {worst} of its own steps to return"
+            return Violation("shutdown_hang", f"after shutdown was requested, {name} {how} (bound {bound})",
+                             e._trace(states, choices), where, False)
+    return None
+
+
 def _is_default(model: type[Model], config: Mapping[str, Any]) -> bool:
     return dict(config) == model.configure({})
 

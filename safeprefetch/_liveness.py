@@ -238,6 +238,11 @@ def shutdown_progress(machine: Machine, states: Iterable[tuple]) -> dict[str, in
 
     None means unbounded: the thread can loop forever, or hang, after shutdown.
     """
+    return {name: bound for name, (bound, _where) in shutdown_progress_detail(machine, states).items()}
+
+
+def shutdown_progress_detail(machine: Machine, states: Iterable[tuple]) -> dict[str, tuple[int | None, Any]]:
+    """Like :func:`shutdown_progress`, with a state from which each thread's worst case starts."""
     pred = machine.shutdown_pred
     if pred is None:
         return {}
@@ -245,7 +250,7 @@ def shutdown_progress(machine: Machine, states: Iterable[tuple]) -> dict[str, in
     pcs = machine.pc_index
     after = [s for s in states if pred(machine.view(s))]
     succ = {s: [(c, nx) for c, nx in machine.successors(s) if nx.__class__ is tuple] for s in after}
-    result: dict[str, int | None] = {}
+    result: dict[str, tuple[int | None, Any]] = {}
     for t in range(n):
         memo: dict[tuple, int | None] = {}
         visiting: set[tuple] = set()
@@ -285,11 +290,13 @@ def shutdown_progress(machine: Machine, states: Iterable[tuple]) -> dict[str, in
             return memo.get(s)
 
         worst: int | None = 0
+        where = None
         for s in after:
             v = longest(s)
             if v is None:
-                worst = None
+                worst, where = None, s
                 break
-            worst = max(worst, v)
-        result[machine.thread_names[t]] = worst
+            if where is None or v > worst:
+                worst, where = v, s
+        result[machine.thread_names[t]] = (worst, where)
     return result

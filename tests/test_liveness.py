@@ -122,3 +122,20 @@ def test_a_hang_after_close_is_unbounded_progress():
     e = Explorer(machine, stop_at_first=False)
     e.run()
     assert shutdown_progress(machine, e.parents) == {"closer": 0, "consumer": None}
+
+
+def test_bounded_progress_check_from_the_cli():
+    import json
+    import subprocess
+    import sys
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "safeprefetch", "check", "prefetcher", "--set", "close=on",
+                               *args, "--json"], capture_output=True, text=True, timeout=60)
+
+    ok = run("--progress-bound", "2")
+    assert ok.returncode == 0 and json.loads(ok.stdout)["verdict"] == "ok"
+    late = run("--progress-bound", "1")
+    out = json.loads(late.stdout)
+    assert late.returncode == 1 and out["verdict"] == "shutdown_hang"
+    assert "may take 2 of its own steps" in out["message"] and out["trace"][-1]["step"] == "close"
