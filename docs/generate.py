@@ -609,7 +609,17 @@ def index_page(models: Mapping[str, type[Model]], results: Mapping[str, CheckRes
             "Promela twins of the reference designs and of broken models covering deadlock, lost wakeup, "
             "overflow and shutdown hang are verified by the real SPIN model checker, and the verdicts are "
             "compared: see [spin.md](spin.md), which also compares state counts. The condvar semantics "
-            "table is in [semantics.md](semantics.md).", ""]
+            "table is in [semantics.md](semantics.md).", "",
+            "## More", "",
+            "- [reductions.md](reductions.md): stored states under symmetry and partial-order reduction, "
+            "next to SPIN's.",
+            "- [exploration.md](exploration.md): explorer speed and memory against SPIN, liveness "
+            "(starvation, bounded progress after shutdown), progress lines, state-count regression.",
+            "- [strategies.md](strategies.md): random, PCT, preemption-bounded and Hypothesis-driven "
+            "schedules for configurations too big to exhaust.",
+            "- [parallel.md](parallel.md): exploration across processes, partitioned by state hash.",
+            "- [soak.md](soak.md): the live Prefetcher under 10,000 random fault scenarios.",
+            "- [performance.md](performance.md): the live Prefetcher against its baselines.", ""]
     return "\n".join(out)
 
 
