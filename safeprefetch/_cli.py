@@ -96,7 +96,16 @@ def _cmd_check(args) -> int:
     model = load_model(args.model)
     overrides = _parse_sets(args.set or [])
     machine = model.compile(overrides)
-    if args.strategy in ("bfs", "dfs"):
+    if args.processes < 1:
+        raise UsageError("--processes must be at least 1")
+    if args.processes > 1:
+        if args.strategy != "bfs":
+            raise UsageError("--processes needs --strategy bfs")
+        from ._parallel import explore_parallel  # the frontier partitioned by state hash
+
+        result = explore_parallel(args.model, overrides, processes=args.processes, max_states=args.max_states,
+                                  reduce=args.reduce, progress=_Progress(), progress_every=args.progress_seconds)
+    elif args.strategy in ("bfs", "dfs"):
         result = check(machine, strategy=args.strategy, max_states=args.max_states,
                        progress=_Progress(), reduce=args.reduce, progress_every=args.progress_seconds)
     else:
@@ -189,6 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="bfs/dfs explore exhaustively; the others sample schedules (replayable by --seed)")
     ck.add_argument("--reduce", default="all", choices=["none", "symmetry", "por", "all"],
                     help="state-space reductions (all preserve verdicts; default all)")
+    ck.add_argument("--processes", type=int, default=1, metavar="N",
+                    help="explore with N processes, the frontier partitioned by state hash (bfs only)")
     ck.add_argument("--progress-bound", type=int, metavar="K",
                     help="also require every thread to return within K of its own steps after shutdown")
     ck.add_argument("--progress-seconds", type=float, default=3.0, help="seconds between progress lines (stderr)")

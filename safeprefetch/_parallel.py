@@ -2,113 +2,132 @@
 
 What it guarantees
 ------------------
-:func:`explore_parallel` returns what ``Explorer(machine, reduce="none").run()``
-returns -- the same distinct-state count, the same verdict and *the same
-counterexample*, step for step -- for any number of processes. It is the
-sequential level-synchronous BFS, cut into pieces by who owns which state;
-nothing about the search order depends on the partition.
+:func:`explore_parallel` returns what ``Explorer(machine, reduce=...).run()``
+returns for ``reduce="none"`` or ``"symmetry"`` -- the same distinct-state and
+transition counts, depth, verdict and *the same counterexample*, step for
+step -- for any number of processes, and also when ``max_states`` cuts the
+search (the same states are kept). It is the sequential level-synchronous
+BFS cut into pieces by who owns which state; nothing about the search order
+depends on the partition. ``tests/test_parallel.py`` compares every field on
+every catalog model.
 
 Theory of operation
 -------------------
 *Ownership.* There are P worker processes. State ``s`` belongs to worker
-``owner(s) = h(s) % P``, and only the owner stores ``s``: each worker holds
-one slice of the visited set (its own ``parents`` dict). A worker that
-generates a successor owned by someone else does not look it up; it puts it
-in that owner's outgoing batch.
+``h(s) % P``, and only the owner stores ``s``: each worker holds one slice of
+the visited set (its own ``parents`` dict) and expands only the states it
+owns.
 
-*One BFS level, with no state passing through the coordinator:*
+*One BFS level; no state passes through the coordinator:*
 
-1. every worker expands its own slice of the frontier (the states of depth
-   ``d`` it owns), in order. A successor it owns goes straight into its dict;
-   a successor owned by worker ``w`` goes into ``batch[w]`` (deduplicated
-   within the batch);
-2. every worker sends one batch to every other worker's inbox, then reads the
-   P - 1 batches addressed to it and keeps the successors it has never seen;
-3. the workers exchange the (sorted) discovery keys of their new states, so
-   each can number its own states globally (below);
-4. each reports to the coordinator: how many new states, how many
-   transitions, the first violation of each kind it saw, and whether the
-   state cap cut the level. The coordinator is the barrier: it adds up the
-   reports, decides stop or continue, and starts the next level.
+1. every worker expands its slice of the frontier, in serial order (below).
+   Its successors go into a dict for this level, which drops the many
+   duplicates that one level produces (interleavings that commute meet again
+   at the same depth: at the reference prefetcher config there are 3.4
+   transitions per distinct successor, and 99% of the duplicates are within
+   the level). Then each distinct successor is hashed once and put in the
+   batch of its owner;
+2. every worker sends one batch (states, plus their keys as an int64 array)
+   straight to every other worker's inbox, reads the P - 1 batches addressed
+   to it, and inserts its own part and the received parts into ``parents``
+   in key order, keeping only states it has never seen;
+3. the workers exchange the sorted keys of their new states (8 bytes per
+   state, not the states), so each can number its own states globally;
+4. each reports to the coordinator: new states, transitions, the first
+   violation of each kind it saw, and whether the state cap cut the level.
+   The coordinator is the barrier: it adds up the reports, decides stop or
+   continue, and starts the next level.
+
+With one worker, steps 2 and 3 vanish and successors go straight into
+``parents``, as in :class:`Explorer`.
 
 *The sequential order, rebuilt.* Sequential BFS stores states in a precise
 order: level by level, and inside level ``d + 1`` in the order their first
 discoverer in level ``d`` was expanded, then by the position of the
 successor in that state's (canonical) successor list. So every state gets a
 *serial number*, its index in the sequential ``parents`` dict, and every
-discovery the *key* ``serial(parent) * RADIX + position``. The owner keeps,
-for each new state, the discovery with the smallest key -- exactly the parent
-sequential BFS keeps. After step 2 each worker sorts its new states by key;
-the global rank of a key is its rank among its own keys plus, for every
-other worker, the number of that worker's keys below it (one binary search
-per worker, over arrays of int64 -- step 3 moves 8 bytes per state, not the
-states). ``serial = states stored before this level + rank``. With serials,
-"the first violation in BFS order" is the one with the smallest key, and a
-state cap keeps exactly the states with rank below what is left of the
-budget -- the same states sequential BFS would keep.
+discovery a *key*, ``serial(parent) * RADIX + position``. Keys are unique
+and ordered as sequential BFS meets them. Inserting in key order (step 2)
+makes the first insertion of a state its smallest-key discovery: the parent
+sequential BFS keeps. The global rank of a new key is its rank among the
+worker's own new keys plus, for every other worker, the number of that
+worker's new keys below it (step 3, one binary search per worker); ``serial
+= states stored before the level + rank``. With serials, "the first
+violation in BFS order" is the one with the smallest key, and the state cap
+keeps exactly the states of rank below what is left of the budget.
 
-*Shortest first.* Within a level, a terminal violation (a hang or a failed
-end check at depth ``d``) beats a step or invariant violation found while
-expanding it (length ``d + 1``), so workers finish the level and the
-coordinator decides after the barrier: the smallest terminal serial if any,
-else the smallest step/invariant key. A worker that hits a terminal
-violation stops expanding its slice (nothing after it in its slice can beat
-it) but still takes part in the exchange.
+*Shortest first.* A terminal violation at depth ``d`` (a hang, a failed end
+check) beats a step or invariant violation found while expanding depth ``d``
+(length ``d + 1``), so workers finish the level and the coordinator decides
+after the barrier: the smallest terminal serial if there is one, else the
+smallest step/invariant key. A worker that meets a terminal violation stops
+expanding (nothing later in its slice can beat it) but still takes part in
+the exchange. Sequential BFS stops *inside* the level; the coordinator asks
+the workers how many states and transitions it had seen by then (``upto``),
+so even the counts agree.
 
-*Counterexamples.* Parents stay where they are. ``parents[s]`` holds the key
+*Counterexamples.* Parents stay where they are: ``parents[s]`` holds the key
 of ``s``'s discovery, so ``key // RADIX`` is the parent's serial. To build a
-trace the coordinator asks "who holds serial n?"; the holder walks the chain
-back as far as the states are its own, and hands over the list and the next
-serial it does not hold. The coordinator then rebuilds the choices by
-matching successors, with the same code :class:`Explorer` uses
-(``path_to``, ``_violation_at``, ``_violation_on``); lost wakeups are
-classified on that path.
+trace the coordinator asks all workers "who holds serial n?"; the holder
+walks the chain back as far as the states are its own and returns them with
+the first serial it does not hold. The coordinator then rebuilds the
+choices by matching successors, with the code :class:`Explorer` uses
+(``path_to``, ``_violation_at``, ``_violation_on``), which also classifies
+lost wakeups on that path.
 
-*Which hash.* With the ``fork`` start method every worker inherits the
-coordinator's string-hash secret (``PYTHONHASHSEED``), so Python's own
-``hash(state)`` partitions consistently and costs nothing extra to compute
-beyond the hash itself. Processes that do not share that secret (``spawn``,
-other machines) must agree on a deterministic hash instead:
-``partition="crc32"`` uses ``zlib.crc32(repr(state))``. ``repr`` is stable for
-the values states are made of (ints, bools, strings, None, nested tuples); it
-would not be for sets, whose order follows the hash secret. The numbers for
-both are in ``docs/parallel.md``: ``repr`` costs about twelve times what
-``hash`` does, which on this machine eats most of the gain.
+*Which hash.* Under the ``fork`` start method every worker inherits the
+coordinator's string-hash secret (``PYTHONHASHSEED``) -- and, in Python
+3.11, the address of ``None``, from which ``hash(None)`` is derived -- so the
+builtin ``hash(state)`` partitions consistently. Processes that do not share them
+(``spawn``, other machines) need a deterministic hash: ``partition="crc32"``
+is ``zlib.crc32(repr(state))``, stable for the ints, bools, strings, None
+and nested tuples states are made of (it would not be for sets, whose order
+follows the hash secret). ``docs/parallel.md`` has the cost of each.
+
+*Garbage collection.* Stored states are immutable tuples; after each level a
+worker freezes the objects it holds (``gc.freeze``) so that full collections
+stop rescanning the whole visited set, and unpickling and merging, which
+build nothing but such tuples, run with the cyclic GC paused.
 
 Reductions
 ----------
 Symmetry is applied by the workers (successors are canonicalised before they
 are routed), so ``reduce="symmetry"`` reproduces ``Explorer(reduce="symmetry")``.
 Partial-order reduction is not: its cycle proviso (C3) asks "is any ample
-successor already stored anywhere?", a global question a partitioned search
-can only answer with a round trip per state. ``reduce="all"`` therefore runs
-symmetry only, and ``reduce="por"`` runs the full graph; verdicts and trace
-lengths are the same as sequential ``reduce="all"``/``"por"`` (which re-search
-without POR to get shortest traces anyway), the state counts are larger.
+successor already stored?", a global question a partitioned search could only
+answer with a round trip per state. ``reduce="all"`` therefore runs symmetry
+only, and ``reduce="por"`` the full graph: the verdict and the trace length
+are those of sequential ``reduce="all"``/``"por"`` (which re-searches without
+POR for a shortest trace anyway), the state count is larger.
 
-Liveness (starvation) is checked afterwards in the coordinator by
+Liveness (starvation) is checked afterwards, in the coordinator, by
 :func:`safeprefetch._liveness.find_starvation`, which runs its own sequential
-search of the policy graph; only models that declare progress steps pay it.
+search of the scheduling policy's graph; only models that declare progress
+steps pay for it.
 
 Processes and shutdown
 ----------------------
+Workers re-load the model by name (or path) and compile it themselves;
+nothing but names, configs, states and numbers crosses a process boundary.
 Workers ignore SIGINT: Ctrl-C reaches the coordinator, which stops them. Any
 way out of :func:`explore_parallel` -- a result, an exception in the
 coordinator, a worker's exception, KeyboardInterrupt -- goes through one
 ``finally`` that asks the workers to stop, joins with a timeout, then
-terminates and finally kills what is left, so no process outlives the call.
-A worker polls for its parent and exits if the coordinator has gone away.
-An exception raised by model code in a worker is re-raised in the
-coordinator (as the same type when it can be unpickled) with the worker's
+terminates and kills what is left, so no process outlives the call. A worker
+exits by itself if its coordinator disappears, and the coordinator notices a
+worker that died. An exception raised by model code in a worker is re-raised
+in the coordinator (as the same type when it unpickles) with the worker's
 traceback attached as a note.
 
-Open questions: the exchange is one batch per destination per level, so a
-worker cannot start deduplicating before its peers finish expanding;
-streaming batches in chunks would overlap the two on more than two cores.
+Open question: each level has three synchronisation points (batches, keys,
+coordinator), and every one waits for the slowest worker. Overlapping the
+exchange with expansion (streaming batches in chunks) would shorten the tail
+of each level; on two cores it would not add CPU, only hide waiting.
 """
 
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
 import os
 import pickle
@@ -118,7 +137,7 @@ import time
 import traceback
 import zlib
 from array import array
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from typing import Any, Callable, Mapping
 
 from ._catalog import load_model
@@ -152,7 +171,7 @@ def _crc_hash(state: tuple) -> int:
     return zlib.crc32(repr(state).encode())
 
 
-class _WorkerError(Exception):
+class _WorkerError(RuntimeError):
     """A worker process failed in a way that cannot be re-raised as the original exception."""
 
 
@@ -219,7 +238,7 @@ class _Worker:
         self.frontier = [(0, init)]
         return True
 
-    def level(self, level_start: int, stored: int, remaining: int) -> dict[str, Any]:
+    def level(self, stored: int, remaining: int) -> dict[str, Any]:
         """Expand this worker's part of one level; exchange; number and keep the new states."""
         m = self.machine
         me, nproc = self.me, self.nproc
@@ -227,19 +246,23 @@ class _Worker:
         setdefault = parents.setdefault
         canon = self.canon
         h = self.hash
-        batches: list[dict] = [{} for _ in range(nproc)]
-        new: list[tuple] = []
-        append = new.append
+        # With several workers, successors are first deduplicated within the level (most duplicate
+        # successors are diamonds of the same level), then routed to their owners: one hash per
+        # transition, two per distinct successor. The first discovery has the smallest key.
+        level_succ: dict[tuple, int] = {}
+        routed = level_succ.setdefault if nproc > 1 else None
+        new: list[tuple] = []  # this level's new states, and in step their discovery keys
+        new_keys: list[int] = []
+        append, kappend = new.append, new_keys.append
         transitions = 0
+        c0, t0 = time.process_time(), time.perf_counter()
         term = step = None
-        # Transitions taken up to each expanded state, for "where would sequential BFS have stopped?".
-        self.expanded, self.expanded_transitions = expanded, expanded_tr = array("q"), array("q")
-        self.expanded_states = self.frontier
+        threads = self.threads
+        self.expanded = self.frontier  # kept for upto()
         for serial, state in self.frontier:
-            base = serial * RADIX
-            i = 0
+            key = base = serial * RADIX - 1  # the key of the successor last seen
             any_succ = False
-            for t, pi, table, sp in self.threads:
+            for t, pi, table, sp in threads:
                 fire = table.get(state[pi])
                 if fire is None:
                     continue
@@ -250,27 +273,24 @@ class _Worker:
                 if sp is None or state[pi] not in sp:
                     any_succ = True
                 for b, nxt in res:
-                    key = base + i
-                    i += 1
+                    key += 1
                     if nxt.__class__ is not tuple:
                         if step is None:
                             step = ("step", key, serial, state, (t, b))
                         continue
                     if canon is not None:
                         nxt = canon(nxt)
-                    if nproc > 1:
-                        w = h(nxt) % nproc
-                        if w != me:
-                            batches[w].setdefault(nxt, key)  # the first discovery has the smallest key
-                            continue
+                    if routed is not None:
+                        routed(nxt, key)
+                        continue
                     n = len(parents)
                     setdefault(nxt, key)
                     if len(parents) != n:
                         append(nxt)
-            expanded.append(serial)
-            expanded_tr.append(transitions)
-            if i >= RADIX:
-                raise ModelError(f"a state has {i} successors; the parallel explorer handles at most {RADIX - 1}")
+                        kappend(key)
+            if key - base >= RADIX:
+                raise ModelError(f"a state has {key - base} successors; "
+                                 f"the parallel explorer handles at most {RADIX - 1}")
             if not any_succ:
                 if m.all_done(state):
                     bad = _end_violation(m, state)
@@ -280,27 +300,61 @@ class _Worker:
                 else:
                     term = (serial, state, None)
                     break
-        level_base = level_start * RADIX  # keys of this level's discoveries are at least this
+        t1 = time.perf_counter()
         if nproc > 1:
-            self._send_all("batch", batches.__getitem__)
-            batches = []
-            for _, _, batch in self._recv("batch", nproc - 1):
-                for nxt, key in batch.items():
+            import numpy as np
+
+            out_states: list[list[tuple]] = [[] for _ in range(nproc)]
+            out_keys = [array("q") for _ in range(nproc)]
+            for nxt, key in level_succ.items():
+                w = h(nxt) % nproc
+                out_states[w].append(nxt)
+                out_keys[w].append(key)
+            level_succ.clear()
+            self._send_all("batch", lambda w: (out_states[w], out_keys[w].tobytes()))
+            states, keys = out_states[me], out_keys[me]
+            out_states = out_keys = []
+            t1r = time.perf_counter()
+            # Unpickling and merging build nothing but tuples, which cannot form reference
+            # cycles: no need for the cyclic GC to watch them being made.
+            gc_was_on = gc.isenabled()
+            gc.disable()
+            try:
+                got = self._recv("batch", nproc - 1)
+                t2 = time.perf_counter()
+                for _, _, (their_states, their_keys) in got:
+                    states += their_states
+                    keys.frombytes(their_keys)
+                del got
+                # Every part is in key order. Inserting the union in key order makes the first
+                # insertion of a state its earliest discovery (the parent sequential BFS keeps),
+                # and leaves this level's new states sorted by key. Keys are unique, so any sort
+                # will do; timsort merges the P ascending runs in linear time.
+                order = np.argsort(np.frombuffer(keys, dtype=np.int64), kind="stable")
+                in_order = np.frombuffer(keys, dtype=np.int64)[order].tolist()
+                for j, key in zip(order.tolist(), in_order):
+                    nxt = states[j]
                     n = len(parents)
-                    old = setdefault(nxt, key)
+                    setdefault(nxt, key)
                     if len(parents) != n:
                         append(nxt)
-                    elif level_base <= key < old:  # found this level too, by an earlier parent
-                        parents[nxt] = key
-        pairs = sorted(zip([parents[x] for x in new], new))
-        keys = self.new_keys = [k for k, _ in pairs]
-        ranks = self._ranks(keys)
+                        kappend(key)
+                del states, keys, order, in_order
+            finally:
+                if gc_was_on:
+                    gc.enable()
+        else:
+            t1r = t2 = t1  # one worker discovers in key order already
+        t3 = time.perf_counter()
+        self.new_keys = new_keys
+        ranks = self._ranks(new_keys)
+        t4 = time.perf_counter()
         cut = None
         inv = None
         check_inv = m.invariant_violation if m.invariants else None
         frontier: list[tuple[int, tuple]] = []
         kept = 0
-        for (key, x), rank in zip(pairs, ranks):
+        for key, x, rank in zip(new_keys, new, ranks):
             if rank >= remaining:  # over the state cap: sequential BFS stops before storing x
                 if rank == remaining:
                     cut = key
@@ -319,8 +373,14 @@ class _Worker:
             frontier.append((serial, x))
         self.frontier = frontier
         first = min((c for c in (step, inv) if c is not None), key=lambda c: c[1], default=None)
+        t5 = time.perf_counter()
+        # The immutable states stored so far need no more cyclic-GC scans: freezing them keeps
+        # full collections from rescanning the whole visited set (about 9% faster at 300k states).
+        gc.freeze()
+        timing = {"expand": t1 - t0, "route": t1r - t1, "wait": t2 - t1r, "merge": t3 - t2, "rank": t4 - t3,
+                  "commit": t5 - t4, "cpu": time.process_time() - c0}
         return {"new": kept, "transitions": transitions, "frontier": len(frontier), "term": term,
-                "on": first, "cut": cut}
+                "on": first, "cut": cut, "timing": timing}
 
     def _ranks(self, keys: list[int]) -> Any:
         """Global rank of each of this worker's new keys (sorted) among every worker's new keys."""
@@ -339,22 +399,24 @@ class _Worker:
         """(new states, transitions) of the last level that sequential BFS had when it reached ``key``.
 
         ``key % RADIX == RADIX - 1`` means "after expanding state ``key // RADIX`` entirely";
-        otherwise sequential BFS stopped on that successor, having counted the moves of
-        its thread and of the threads before it.
+        otherwise sequential BFS stopped on that successor, having counted the moves of its
+        thread and of the threads before it (the symmetry-reduced search counts whole states).
+        Called once, when a search stops inside a level; it re-fires that level's states up to
+        ``key``, which this worker has all expanded (it stops early only at a terminal
+        violation, and then the coordinator never asks past it).
         """
-        serial, position = divmod(key, RADIX)
-        j = bisect_left(self.expanded, serial)
-        transitions = self.expanded_transitions[j - 1] if j else 0
-        if j < len(self.expanded) and self.expanded[j] == serial:
-            if position == RADIX - 1:
-                transitions = self.expanded_transitions[j]
-            else:
-                state = self.expanded_states[j][1]
-                for _t, pi, table, _sp in self.threads:
-                    fire = table.get(state[pi])
-                    res = fire(state) if fire is not None else None
-                    if res:
-                        transitions += len(res)
+        last, position = divmod(key, RADIX)
+        partial = position != RADIX - 1 and self.canon is None
+        transitions = 0
+        for serial, state in self.expanded:
+            if serial > last:
+                break
+            for _t, pi, table, _sp in self.threads:
+                fire = table.get(state[pi])
+                res = fire(state) if fire is not None else None
+                if res:
+                    transitions += len(res)
+                    if partial and serial == last:
                         position -= len(res)
                         if position < 0:
                             break
@@ -511,37 +573,50 @@ def _remote_error(me: int, payload: tuple) -> BaseException:
     return err
 
 
-def _start_method(partition: str | None) -> tuple[str, str]:
+def _start_method(partition: str | None, method: str | None = None) -> tuple[str, str]:
+    """The multiprocessing start method and the partition function to use."""
     methods = mp.get_all_start_methods()
+    if method is None:
+        method = "fork" if "fork" in methods else "spawn"
+    if method not in methods:
+        raise ModelError(f"start method {method!r} is not available here (known: {', '.join(methods)})")
     if partition is None:
-        partition = "hash" if "fork" in methods else "crc32"
+        partition = "hash" if method == "fork" else "crc32"
     if partition not in PARTITIONS:
         raise ModelError(f"unknown partition {partition!r} (known: {', '.join(PARTITIONS)})")
-    if "fork" in methods:
-        return "fork", partition
-    if partition == "hash":
-        raise ModelError("partition='hash' needs the fork start method (shared hash secret); use 'crc32'")
-    return "spawn", partition
+    if partition == "hash" and method != "fork":
+        raise ModelError("partition='hash' needs the fork start method (a shared hash secret); use 'crc32'")
+    return method, partition
 
 
 def explore_parallel(model_spec: str, config: Mapping[str, Any] | None = None, processes: int = 2,
                      max_states: int = DEFAULT_MAX_STATES, reduce: str = "none", *,
                      partition: str | None = None,
-                     progress: Callable[[int, int, int], None] | None = None) -> CheckResult:
+                     progress: Callable[[int, int, int], None] | None = None,
+                     progress_every: float = 3.0) -> CheckResult:
     """Explore ``model_spec`` (a catalog name or a ``.py`` path) at ``config`` with ``processes`` workers.
 
     The result equals ``Explorer(machine, reduce=reduce).run()`` for ``reduce`` in
     ``none``/``symmetry``: same states, transitions, verdict and trace. ``reduce="all"``
     applies symmetry only and ``"por"`` nothing (see the module essay). ``partition`` is
     ``"hash"`` (default where ``fork`` exists) or ``"crc32"``. ``progress(states, frontier,
-    transitions)`` is called between levels, at most every three seconds.
+    transitions)`` is called between levels, at most every ``progress_every`` seconds.
     """
+    return _explore_parallel(model_spec, config, processes, max_states, reduce, partition, progress,
+                             progress_every=progress_every)[0]
+
+
+def _explore_parallel(model_spec: str, config: Mapping[str, Any] | None, processes: int, max_states: int,
+                      reduce: str, partition: str | None,
+                      progress: Callable[[int, int, int], None] | None,
+                      method: str | None = None, progress_every: float = 3.0) -> tuple[CheckResult, list[dict]]:
+    """:func:`explore_parallel`, plus per-worker seconds spent in each phase of a level (for the benchmark)."""
     if processes < 1:
         raise ModelError("processes must be at least 1")
     if max_states < 1:
         raise ModelError("max_states must be at least 1")
     effective = _EFFECTIVE_REDUCE[check_reduce(reduce)]
-    method, partition = _start_method(partition)
+    method, partition = _start_method(partition, method)
     config = dict(config or {})
     model = load_model(model_spec)
     machine = model.compile(config)  # config errors surface here, before any process starts
@@ -554,6 +629,7 @@ def explore_parallel(model_spec: str, config: Mapping[str, Any] | None = None, p
     stored, transitions, depth = 1, 0, 0
     exhaustive = True
     violation: Violation | None = None
+    timing: list[dict[str, float]] = [{} for _ in range(processes)]
     bad = machine.invariant_violation(machine.init)
     if bad:
         explorer.parents = {init: None}
@@ -562,14 +638,19 @@ def explore_parallel(model_spec: str, config: Mapping[str, Any] | None = None, p
         pool: _Pool | None = None
         graceful = False
         try:
+            if processes > 1:
+                import numpy  # noqa: F401 - imported once here, inherited by forked workers
+
             pool = _Pool(processes, model_spec, config, effective, partition, method)
             pool.broadcast("seed", init)
-            level_start = 0
-            next_report = time.perf_counter() + 3.0
+            next_report = time.perf_counter() + progress_every
             while True:
-                reports = pool.broadcast("level", level_start, stored, max_states - stored)
-                level_start, stored = stored, stored + sum(r["new"] for r in reports)
-                before = transitions
+                reports = pool.broadcast("level", stored, max_states - stored)
+                for w, r in enumerate(reports):
+                    for phase, sec in r["timing"].items():
+                        timing[w][phase] = timing[w].get(phase, 0.0) + sec
+                stored_before, transitions_before = stored, transitions
+                stored += sum(r["new"] for r in reports)
                 transitions += sum(r["transitions"] for r in reports)
                 frontier = sum(r["frontier"] for r in reports)
                 cut = next((r["cut"] for r in reports if r["cut"] is not None), None)
@@ -580,8 +661,8 @@ def explore_parallel(model_spec: str, config: Mapping[str, Any] | None = None, p
                     serial, state, kind_msg = min(terms, key=lambda c: c[0])
                     # Sequential BFS stops right after this state: count what it had seen by then.
                     counts = pool.broadcast("upto", serial * RADIX + RADIX - 1)
-                    stored = level_start + sum(n for n, _ in counts)
-                    transitions = before + sum(t for _, t in counts)
+                    stored = stored_before + sum(n for n, _ in counts)
+                    transitions = transitions_before + sum(t for _, t in counts)
                     explorer.parents = _chain(pool, serial)
                     violation = explorer._violation_at(state, kind_msg)
                 elif ons:
@@ -594,14 +675,14 @@ def explore_parallel(model_spec: str, config: Mapping[str, Any] | None = None, p
                         violation = explorer._violation_on(state, extra, v)
                 if cut is not None and not terms:
                     # Sequential BFS stopped on the successor numbered ``cut``: count its transitions.
-                    transitions = before + sum(t for _, t in pool.broadcast("upto", cut))
+                    transitions = transitions_before + sum(t for _, t in pool.broadcast("upto", cut))
                     exhaustive = False
                 if violation is not None or cut is not None or frontier == 0:
                     break
                 depth += 1
                 if progress is not None and time.perf_counter() >= next_report:
                     progress(stored, frontier, transitions)
-                    next_report = time.perf_counter() + 3.0
+                    next_report = time.perf_counter() + progress_every
             graceful = True
         finally:
             if pool is not None:
@@ -625,7 +706,7 @@ def explore_parallel(model_spec: str, config: Mapping[str, Any] | None = None, p
         violation=violation,
         expected=expected,
         max_depth=depth,
-    )
+    ), timing
 
 
 def _chain(pool: _Pool, serial: int) -> dict[tuple, tuple | None]:
@@ -639,3 +720,187 @@ def _chain(pool: _Pool, serial: int) -> dict[tuple, tuple | None]:
         path.extend(states)
     path.reverse()
     return {s: (path[i - 1] if i else None) for i, s in enumerate(path)}
+
+
+# --------------------------------------------------------------------------
+# The benchmark behind docs/parallel.md.
+# --------------------------------------------------------------------------
+
+
+class _Contention:
+    """CPU seconds that *other* processes used while a measurement ran (Linux ``/proc/stat``).
+
+    The benchmark shares two cores with whatever else runs; a run during which others
+    took a noticeable share of the cores is reported, but kept apart from the clean ones.
+    """
+
+    HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+    @classmethod
+    def busy(cls) -> float:
+        try:
+            with open("/proc/stat") as f:
+                fields = [int(x) for x in f.readline().split()[1:]]
+        except OSError:  # pragma: no cover - not Linux: contention unknown, counted as none
+            return 0.0
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+        return (sum(fields[:8]) - idle) / cls.HZ
+
+    @staticmethod
+    def own() -> float:
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+
+    def __enter__(self) -> "_Contention":
+        self.b0, self.o0, self.t0 = self.busy(), self.own(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.wall = time.perf_counter() - self.t0
+        self.foreign = max(0.0, (self.busy() - self.b0) - (self.own() - self.o0))
+
+    @property
+    def clean(self) -> bool:
+        #: Others took under a tenth of one core on average.
+        return self.foreign < 0.1 * self.wall
+
+    @classmethod
+    def wait_quiet(cls, limit: float) -> None:
+        """Wait (up to ``limit`` seconds) for a second in which the machine is nearly idle."""
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            b0 = cls.busy()
+            time.sleep(1.0)
+            if cls.busy() - b0 < 0.1:
+                return
+
+
+def _bench(argv: list[str] | None = None) -> int:
+    """``python -m safeprefetch._parallel [MODEL] [--set K=V]... [--repeat N] [--processes 1,2] [--partition P]``
+
+    Interleaves, N times, the sequential explorer (``check(..., reduce="none")``,
+    compilation included) with :func:`explore_parallel` at each process count
+    (compilation and process start-up included), checks that every run agrees with
+    the sequential one, and prints a Markdown table row of medians: over every
+    repetition, and over the *clean* ones, in which other processes used less than a
+    tenth of a core during each run. Before each repetition it waits (``--wait``
+    seconds at most) for the machine to be idle. Then every sample, and the seconds
+    each worker spent in each phase of the last run.
+
+    ``--ceiling`` measures instead what two cores give two *independent* sequential
+    searches, the most a two-process search could gain here; ``--hash-cost`` the cost
+    of each partition function per state.
+    """
+    import argparse
+    import statistics
+
+    from ._explore import check
+
+    p = argparse.ArgumentParser(prog="python -m safeprefetch._parallel")
+    p.add_argument("model", nargs="?", default="prefetcher")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--processes", default="1,2")
+    p.add_argument("--partition", default="hash")
+    p.add_argument("--wait", type=float, default=60.0)
+    p.add_argument("--ceiling", action="store_true")
+    p.add_argument("--hash-cost", action="store_true")
+    args = p.parse_args(argv)
+    config = dict(item.split("=", 1) for item in args.set)
+    model = load_model(args.model)
+    if args.ceiling:
+        return _ceiling(model, config, args.repeat, args.wait)
+    if args.hash_cost:
+        return _hash_cost(model, config)
+    counts = [int(n) for n in args.processes.split(",")]
+    names = ["seq"] + [f"P={n}" for n in counts]
+    samples: list[dict[str, _Contention]] = []
+    states = 0
+    phases: dict[int, list[dict[str, float]]] = {}
+    for _ in range(args.repeat):
+        _Contention.wait_quiet(args.wait)
+        rep: dict[str, _Contention] = {}
+        with _Contention() as rep["seq"]:
+            ref = check(model, config, reduce="none")
+        states = ref.states
+        for n in counts:
+            with _Contention() as rep[f"P={n}"]:
+                got, phases[n] = _explore_parallel(args.model, config, n, DEFAULT_MAX_STATES, "none",
+                                                   args.partition, None)
+            if (got.verdict, got.states, got.transitions, got.trace) != (ref.verdict, ref.states, ref.transitions,
+                                                                          ref.trace):
+                raise SystemExit(f"P={n} disagrees with the sequential explorer")
+        samples.append(rep)
+
+    def row(reps: list[dict[str, _Contention]]) -> str:
+        if not reps:
+            return "| - " * (1 + 2 * len(counts))
+        med = {k: statistics.median(r[k].wall for r in reps) for k in names}
+        cols = [f"{med['seq']:.2f} s ({states / med['seq'] / 1000:,.0f}k/s)"]
+        for k in names[1:]:
+            cols.append(f"{med[k]:.2f} s ({states / med[k] / 1000:,.0f}k/s) | x{med['seq'] / med[k]:.2f}")
+        return "| " + " | ".join(cols) + f" | {len(reps)} "
+
+    clean = [r for r in samples if all(c.clean for c in r.values())]
+    label = " ".join(args.set) or "defaults"
+    print(f"| {label} | {states:,} | all {row(samples)}|")
+    print(f"| {label} | {states:,} | clean {row(clean)}|")
+    for k in names:
+        print(f"  {k}: " + " ".join(f"{r[k].wall:.2f}{'' if r[k].clean else '*'}" for r in samples))
+    print("  (* = others used more than a tenth of a core meanwhile; foreign CPU s: "
+          + " ".join(f"{max(c.foreign for c in r.values()):.1f}" for r in samples) + ")")
+    for n, per_worker in phases.items():
+        for w, tm in enumerate(per_worker):
+            print(f"  P={n} worker {w}: " + " ".join(f"{k} {v:.2f}" for k, v in tm.items()))
+    return 0
+
+
+def _ceiling(model, config: dict, repeat: int, wait: float) -> int:
+    """Throughput of two concurrent independent sequential searches over one alone."""
+    import statistics
+
+    ctx = mp.get_context("fork")
+
+    def one(q) -> None:
+        from ._explore import check
+
+        check(model, config, reduce="none")
+        q.put(None)
+
+    alone, pair = [], []
+    for _ in range(repeat):
+        _Contention.wait_quiet(wait)
+        q = ctx.Queue()
+        for n, out in ((1, alone), (2, pair)):
+            with _Contention() as c:
+                ps = [ctx.Process(target=one, args=(q,)) for _ in range(n)]
+                for proc in ps:
+                    proc.start()
+                for proc in ps:
+                    q.get()
+                    proc.join()
+            out.append(c)
+    marks = lambda cs: " ".join(f"{c.wall:.2f}{'' if c.clean else '*'}" for c in cs)  # noqa: E731
+    a = statistics.median(c.wall for c in alone)
+    b = statistics.median(c.wall for c in pair)
+    print(f"one search alone {a:.2f} s; two at once {b:.2f} s; two-core throughput gain x{2 * a / b:.2f}")
+    print(f"  alone: {marks(alone)}\n  two: {marks(pair)}")
+    return 0
+
+
+def _hash_cost(model, config: dict) -> int:
+    """Nanoseconds per state of each partition function, over every state of the config."""
+    machine = model.compile(config)
+    explorer = Explorer(machine, reduce="none")
+    explorer.run()
+    states = list(explorer.parents)
+    for name, fn in (("hash", hash), ("crc32", _crc_hash)):
+        t = time.perf_counter()
+        for s in states:
+            fn(s) % 2
+        print(f"{name}: {(time.perf_counter() - t) / len(states) * 1e9:,.0f} ns per state")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - the benchmark entry point
+    raise SystemExit(_bench())
