@@ -113,12 +113,13 @@ def _sccs(nodes: list[tuple], edges: dict[tuple, list]) -> Iterable[list[tuple]]
                     yield comp
 
 
-def find_starvation(machine: Machine, states: Iterable[tuple], path_to) -> tuple[str, Any, Any] | None:
+def find_starvation(machine: Machine, states: Iterable[tuple] = (), path_to=None) -> tuple[str, Any, Any] | None:
     """Look for a fair cycle in which some thread never progresses.
 
-    ``states`` are all reachable states; ``path_to(state)`` gives the BFS path
-    ``(states, choices)`` from the initial state. Returns ``(message,
-    path_states, choices)`` of a lasso, or None.
+    The search walks the states the scheduling policy can reach from the
+    initial state itself (``states`` and ``path_to`` are accepted for
+    compatibility and ignored). Returns ``(message, path_states, choices)`` of
+    a lasso, or None.
     """
     if not machine.progress_labels:
         return None
