@@ -42,6 +42,22 @@ Two settings exist for the live ``Prefetcher``, and are checked in
 
 ``error_seen`` holds the index of the error the consumer raised, so the live
 consumer knows which exception to re-raise.
+
+Autotune (``autotune=on``) makes the buffer size a variable: ``capacity`` is
+the physical pool (preallocated at the maximum), ``target`` is how many slots
+the workers may have in use at once, and a **tuner** thread may grow it (up to
+``capacity``), shrink it (down to 1) or stop, at any point. A worker claims
+only while a slot is free *and* fewer than ``target`` slots are in use; a
+shrink below what is in use takes nothing away, it only holds claims back
+until slots are released. The checker explores every resize at every moment
+-- workers blocked on a full buffer, a lease held, an error published, close
+in progress -- so "a resize never deadlocks and never loses, duplicates or
+reorders an item" is proved, not hoped: tests/test_prefetcher_autotune.py checks
+every capacity 2..3, workers 1..3, items 0..3, ordered or not, with no
+injection, each of close, error and abandon, and all three, starting from the
+smallest and the largest target (480 configs, each exhaustively).
+The live ``Prefetcher(autotune=True)`` drives the tuner from the consumer's
+calls; only its policy (when to grow or shrink) lives outside the model.
 """
 
 from safeprefetch.model import DONE, Model, delivery_violation, violate
@@ -59,15 +75,19 @@ class Prefetcher(Model):
     expected = "ok"
     params = {"capacity": 2, "workers": 2, "items": 3, "ordered": True,
               "close": False, "error": False, "abandon": False, "closers": 1,
-              "error_at": -1, "close_after": -1, "sized": True, "history": True}
+              "error_at": -1, "close_after": -1, "sized": True, "history": True,
+              "autotune": False, "target": 1}
     sweep = {"capacity": [1, 2, 3], "workers": [1, 2, 3], "items": [0, 1, 2, 3, 4],
              "close": [False, True], "error": [False, True], "abandon": [False, True]}
 
     def build(self, m, capacity, workers, items, ordered, close, error, abandon, closers, error_at, close_after,
-              sized, history):
+              sized, history, autotune, target):
         if capacity < 1 or workers < 1 or items < 0 or closers < 1:
             from safeprefetch.model import ModelError
             raise ModelError("prefetcher needs capacity >= 1, workers >= 1, items >= 0, closers >= 1")
+        if autotune and not 1 <= target <= capacity:
+            from safeprefetch.model import ModelError
+            raise ModelError(f"prefetcher with autotune=on needs 1 <= target <= capacity, got target={target}")
         if not sized and workers != 1:
             from safeprefetch.model import ModelError
             raise ModelError("prefetcher with sized=off (an iterator source) needs workers=1: "
@@ -85,11 +105,21 @@ class Prefetcher(Model):
             first_error=-1,            # lowest index whose fetch failed
             error_seen=-1,             # index of the error the consumer raised, -1 if none
         )
+        if autotune:
+            # Slots the workers may have in use at once (FILLING, READY or LEASED); the
+            # tuner moves it within 1..capacity. capacity is the physical pool.
+            m.shared(target=target)
 
         # -- worker ---------------------------------------------------------
 
-        def may_claim(s, me):
-            return s.closing or s.failed or s.next_index >= s.length or FREE in s.slots
+        if autotune:
+            def may_claim(s, me):
+                # A free slot, and fewer than ``target`` slots in use.
+                return (s.closing or s.failed or s.next_index >= s.length
+                        or s.slots.count(FREE) > capacity - s.target)
+        else:
+            def may_claim(s, me):
+                return s.closing or s.failed or s.next_index >= s.length or FREE in s.slots
 
         def claim(s, me):
             if s.closing or s.failed or s.next_index >= s.length:
@@ -141,25 +171,36 @@ class Prefetcher(Model):
 
         # -- consumer -------------------------------------------------------
 
-        def next_slot(s):
-            """The slot the consumer takes next, or None."""
+        def next_slot(slots, delivered):
+            """The slot the consumer takes next, or None.
+
+            Ordered: the slot holding index ``delivered``, ready or failed (an index
+            is claimed once, so at most one slot holds it). Unordered: the ready or
+            failed slot with the lowest index.
+            """
+            if ordered:
+                if (READY, delivered) in slots:
+                    return slots.index((READY, delivered))
+                if (FAILED, delivered) in slots:
+                    return slots.index((FAILED, delivered))
+                return None
             best, best_i = None, None
-            for k, (state, i) in enumerate(s.slots):
-                if state == READY or state == FAILED:
-                    if ordered:
-                        if i == s.delivered:
-                            return k
-                    elif best_i is None or i < best_i:
-                        best, best_i = k, i
+            for k, (state, i) in enumerate(slots):
+                if (state == READY or state == FAILED) and (best_i is None or i < best_i):
+                    best, best_i = k, i
             return best
 
-        def stream_over(s):
-            return s.delivered >= s.length
+        def holds_lease(slots):
+            for state, _ in slots:
+                if state == LEASED:
+                    return True
+            return False
 
+        # The helpers take fields, not ``s``, so each step specializes to constant indices.
         def may_take(s, me, branch):
             if branch == "abandon":
                 return True
-            return s.closing or stream_over(s) or next_slot(s) is not None
+            return s.closing or s.delivered >= s.length or next_slot(s.slots, s.delivered) is not None
 
         def take(s, me, branch):
             if branch == "abandon":
@@ -167,7 +208,7 @@ class Prefetcher(Model):
                 return "join workers"
             if s.closing:
                 return DONE  # get() raises PrefetcherClosed
-            k = next_slot(s)
+            k = next_slot(s.slots, s.delivered)
             if k is None:
                 return DONE  # end of stream
             state, i = s.slots[k]
@@ -175,7 +216,7 @@ class Prefetcher(Model):
                 s.slots = _set(s.slots, k, FREE)
                 s.error_seen = i
                 return DONE  # get() re-raises the source error
-            if any(st == LEASED for st, _ in s.slots):
+            if holds_lease(s.slots):
                 violate("invariant", "a second lease while the consumer still holds one")
             s.slots = _set(s.slots, k, (LEASED, i))
             if history:
@@ -210,6 +251,31 @@ class Prefetcher(Model):
                 or s.failed)
         cl.step("join workers", joined, guard=lambda s, me: s.alive == 0, next=DONE)
 
+        # -- tuner (autotune=on) --------------------------------------------
+        # The live Prefetcher's autotuner resizes ``target`` between the other
+        # threads' steps; here it may grow, shrink or stop at any point, so every
+        # resize at every moment (workers blocked, a lease held, closing) is checked.
+
+        if autotune:
+            def may_resize(s, me, branch):
+                if branch == "grow":
+                    return s.target < capacity
+                if branch == "shrink":
+                    return s.target > 1
+                return True
+
+            def resize(s, me, branch):
+                if branch == "grow":
+                    s.target += 1
+                elif branch == "shrink":
+                    s.target -= 1
+                else:
+                    return DONE
+                return "resize"
+
+            tu = m.program("tuner")
+            tu.step("resize", resize, guard=may_resize, branches=("grow", "shrink", "stop"))
+
         for i in range(workers):
             m.thread(f"worker{i}", w)
         m.symmetric(*(f"worker{i}" for i in range(workers)))
@@ -217,10 +283,15 @@ class Prefetcher(Model):
         if close:
             for i in range(closers):
                 m.thread(f"closer{i}" if closers > 1 else "closer", cl)
+        if autotune:
+            m.thread("tuner", tu)
 
         # -- checks ---------------------------------------------------------
 
         m.shutdown_when(lambda s: s.closing or s.failed)
+        if autotune:
+            m.invariant("the target capacity stays within 1..capacity",
+                        lambda s: 1 <= s.target <= capacity, "overflow")
         m.invariant("closed means every worker has exited and no slot is being filled",
                     lambda s: not s.closed or (s.alive == 0 and all(st != FILLING for st, _ in s.slots)),
                     "use_after_close")

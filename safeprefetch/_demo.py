@@ -3,8 +3,8 @@
 The loop is what a small model's training step looks like to the CPU: a
 two-layer forward pass and the matching gradient products, all large
 matrix multiplies, which numpy runs with the GIL released. The data are
-``.npy`` shards on disk, one batch per file. Reading a shard is a memory
-map plus a copy into a preallocated array, and ``latency_ms`` of sleep per
+``.npy`` shards on disk, one batch per file. Reading a shard is one read
+straight into a preallocated array, and ``latency_ms`` of sleep per
 shard stands for the storage a real job reads from (a network file system,
 object storage), which a local page cache would otherwise hide.
 
@@ -76,9 +76,13 @@ class DemoResult:
     #: Both loops computed the same losses.
     same_result: bool
     stats: PrefetchStats
+    #: What the prefetching loop's ``Prefetcher.timeline()`` recorded (``run_demo(..., timeline=True)``).
+    timeline: dict | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out.pop("timeline")  # large; drawn by ``demo --timeline FILE.svg`` instead
+        return out
 
 
 def make_shards(directory: Path, cfg: DemoConfig) -> list[Path]:
@@ -172,13 +176,14 @@ def blas_threads(n: int) -> Iterator[bool]:
 
 
 def run_demo(cfg: DemoConfig, directory: str | Path | None = None,
-             progress: Callable[[str], None] | None = None) -> DemoResult:
+             progress: Callable[[str], None] | None = None, timeline: bool = False) -> DemoResult:
+    """Run both loops. ``timeline=True`` also records the prefetching loop's timeline."""
     with blas_threads(cfg.blas_threads):
-        return _run_demo(cfg, directory, progress)
+        return _run_demo(cfg, directory, progress, timeline)
 
 
 def _run_demo(cfg: DemoConfig, directory: str | Path | None,
-              progress: Callable[[str], None] | None) -> DemoResult:
+              progress: Callable[[str], None] | None, timeline: bool = False) -> DemoResult:
     tmp = None
     if directory is None:
         tmp = tempfile.TemporaryDirectory(prefix="safeprefetch-demo-")
@@ -225,7 +230,8 @@ def _run_demo(cfg: DemoConfig, directory: str | Path | None,
         losses = []
         busy = 0.0
         t0 = time.perf_counter()
-        with Prefetcher(source, cfg.capacity, cfg.workers, shape=shape, dtype=np.float32) as pf:
+        with Prefetcher(source, cfg.capacity, cfg.workers, shape=shape, dtype=np.float32,
+                        timeline=timeline) as pf:
             n = 0
             while pf.copy_prefetched(x):
                 a = time.perf_counter()
@@ -234,12 +240,13 @@ def _run_demo(cfg: DemoConfig, directory: str | Path | None,
                 n += 1
                 tick("with prefetching", n, t0)
             prefetched = time.perf_counter() - t0
+            recorded = pf.timeline() if timeline else None
         stats = pf.stats
         # The compute is measured again in this loop: the machine may be busier or idler
         # than during the serial loop, and the ideal must describe this run.
         ideal = max(load / cfg.workers, busy)
         return DemoResult(cfg, str(d), serial, prefetched, load, compute, busy, serial / prefetched, ideal,
-                          ideal / prefetched, bool(np.allclose(losses, losses_serial)), stats)
+                          ideal / prefetched, bool(np.allclose(losses, losses_serial)), stats, recorded)
     finally:
         if tmp is not None:
             tmp.cleanup()

@@ -9,12 +9,24 @@ applies the step the model gives it.
 * One kernel lock guards the state value ``self._state`` (an immutable
   tuple). A thread applies its own enabled step under that lock, by calling
   the step's pure ``fire`` function and storing the successor.
-* A thread whose step is not enabled *parks* on its own
-  ``threading.Condition`` (which shares the kernel lock, so checking the
-  guard and going to sleep is atomic: no wakeup can slip in between).
+* A thread whose step is not enabled *parks*: it marks itself parked under
+  the kernel lock, releases it, and blocks on its own one-token lock. A
+  wakeup is that token, given under the kernel lock, so a wakeup that comes
+  between releasing the lock and blocking is not lost: the token is already
+  there. (A ``threading.Condition`` would do the same and allocate a waiter
+  lock per wait; this is the hot path.)
 * After every step, each parked thread whose step has become enabled is
-  notified -- and only those. A lost-wakeup bug in a model therefore really
-  hangs here, and a correct model really runs.
+  woken -- and only those. A lost-wakeup bug in a model therefore really
+  hangs here, and a correct model really runs. Which threads to test is
+  decided exactly, and cheaply: a parked thread still at the step it parked
+  on, whose step reads none of the shared fields the step just taken wrote
+  (the compiled steps' footprints), cannot have become enabled and is not
+  tested; the others are tested with the step's guard alone
+  (``Machine.enabled``), without building a successor.
+* ``step(t, chain=True)`` lets an external step's end and the thread's next
+  plain step share one critical section when that next step is enabled at
+  once: the same as the thread being scheduled twice in a row, which is one
+  of the interleavings the checker explored.
 * Steps the model marks *external* (fetch a batch, copy into ``out``, user
   compute) run their bound action **outside** the lock. The model's view is a
   begin step (the one before) and an end step (the external step itself,
@@ -103,16 +115,71 @@ class ConformanceReport:
 
 
 class ActionContext:
-    """What an external action sees: its thread, and a snapshot of the thread's locals."""
+    """What an external action sees: its thread, and a snapshot of the state when the step began.
 
-    __slots__ = ("runtime", "thread", "name", "me", "label")
+    ``me`` is a named view of the thread's locals in that snapshot (built on
+    first use); ``state`` is the snapshot itself, for actions that read fields
+    by index (``machine.local_index``), which is cheaper.
+    """
 
-    def __init__(self, runtime: "Runtime", thread: int, me: Any, label: str):
+    __slots__ = ("runtime", "thread", "state", "label", "_me")
+
+    def __init__(self, runtime: "Runtime", thread: int, state: tuple, label: str):
         self.runtime = runtime
         self.thread = thread
-        self.name = runtime.machine.thread_names[thread]
-        self.me = me
+        self.state = state
         self.label = label
+        self._me = None
+
+    @property
+    def name(self) -> str:
+        return self.runtime.machine.thread_names[self.thread]
+
+    @property
+    def me(self) -> Any:
+        if self._me is None:  # the state is an immutable tuple: this view is a snapshot
+            self._me = self.runtime.machine.local_views[self.thread](self.state)
+        return self._me
+
+
+def _never(state: tuple) -> bool:
+    return False
+
+
+class _Entry:
+    """What the kernel needs about one (thread, program counter), looked up once per step.
+
+    Built once per runtime from the compiled machine, so the hot path does one
+    dict lookup instead of re-deriving the step's kind, branches and footprint.
+    """
+
+    __slots__ = ("label", "external", "action", "branches", "bindex", "fire", "one", "enabled", "enabled_one",
+                 "reads", "writes")
+
+    def __init__(self, info: Any, fire: Callable | None):
+        self.label = info.label
+        self.external = info.kind == "external"
+        self.action = info.action
+        self.branches = info.branches
+        #: branch name -> branch index (a notify under notify=any names its branches
+        #: "wake X" at run time: those go through the generic path).
+        self.bindex = {name: i for i, name in enumerate(info.branches)}
+        self.fire = fire
+        if fire is None:  # asleep with no spurious wakeup: never enabled by itself
+            self.one = lambda state, bi: []
+            self.enabled = lambda state: False
+            self.enabled_one = lambda state, bi: False
+        else:
+            self.one = getattr(fire, "branch", None) or (lambda state, bi: [x for x in fire(state) if x[0] == bi])
+            self.enabled = getattr(fire, "enabled", None) or (lambda state: bool(fire(state)))
+            self.enabled_one = (getattr(fire, "enabled_branch", None)
+                                or (lambda state, bi: any(x[0] == bi for x in fire(state))))
+        fp = info.footprint
+        #: Shared fields the step reads / writes (guard, effect and next step together), or
+        #: None when unknown. A parked thread whose step reads nothing the last step wrote
+        #: cannot have become enabled by it.
+        self.reads = fp[0] if fp is not None else None
+        self.writes = fp[1] if fp is not None else None
 
 
 class Runtime:
@@ -129,11 +196,35 @@ class Runtime:
         n = len(machine.thread_names)
         self._lock = threading.Lock()
         self._state = machine.init
-        self._conds = [threading.Condition(self._lock) for _ in range(n)]
-        self._parked = [False] * n          # blocked in _park
+        self._pci = machine.pc_index
+        self._entries = [{pc: _Entry(info, machine.tables[t].get(pc)) for pc, info in machine.infos[t].items()}
+                         for t in range(n)]
+        # Parking. Each thread has a private lock used as a one-token semaphore: held
+        # means "no wakeup pending". A waker releases it (under the kernel lock, and
+        # only for a thread marked parked, which it unmarks in the same breath), the
+        # parked thread acquires it. Cheaper than a Condition per park: no waiter lock
+        # is allocated and no waiter queue is kept, and the check-then-sleep is still
+        # atomic: a wakeup given between releasing the kernel lock and blocking is a
+        # token already there.
+        self._tokens = [threading.Lock() for _ in range(n)]
+        for tok in self._tokens:
+            tok.acquire()
+        self._parked = [False] * n          # blocked in _park, no wakeup given yet
+        self._nparked = 0                   # how many are
         self._want: list[str | None] = [None] * n  # the branch a parked thread waits for
+        self._parked_pc: list[Any] = [None] * n    # its program counter when it parked
         self._failure: LiveError | None = None
         self._check_invariants = check_invariants and bool(machine.invariants)
+        self._invariant_violation = machine.invariant_violation
+        # The invariants as plain predicates over the state tuple, when every one of them
+        # was specialized to constant indices: one call each per step. Any failure (or any
+        # invariant that needs a view) goes through machine.invariant_violation, which
+        # names it.
+        fast = machine._fast_invariants if self._check_invariants else []
+        if all(raw for *_x, raw in fast):
+            self._inv_preds: tuple = tuple(pred for _n, _k, pred, _raw in fast)
+        else:
+            self._inv_preds = (_never,)  # always take the full check
         self.record: list[tuple[int, int, tuple]] | None = [] if record else None
         self._schedule = list(schedule.steps) if schedule is not None else None
         self._pos = 0
@@ -154,10 +245,10 @@ class Runtime:
             return self._state
 
     def is_done(self, thread: int) -> bool:
-        return self._state[self.machine.pc_index[thread]] == DONE
+        return self._state[self._pci[thread]] == DONE
 
     def pc(self, thread: int) -> str:
-        return self._state[self.machine.pc_index[thread]]
+        return self._state[self._pci[thread]]
 
     def trace(self) -> Trace:
         """The recorded steps as a trace (needs ``record=True``)."""
@@ -173,13 +264,13 @@ class Runtime:
 
     # -- the kernel (all under self._lock) -----------------------------------
 
-    def _options(self, t: int, branch: str | None) -> list:
-        """Enabled (branch index, successor) pairs of thread t, filtered by branch and schedule."""
-        m = self.machine
+    def _options(self, t: int, e: _Entry, branch: str | None) -> list:
+        """Enabled (branch index, successor) pairs of thread t at entry e, filtered by branch and schedule."""
         state = self._state
         if self._schedule is not None and self._pos < len(self._schedule):
             # Forced order: only the thread whose turn it is may step. Past the end of
             # the schedule every thread runs freely, so a hang there is a real hang.
+            m = self.machine
             turn = self._schedule[self._pos]
             if turn.thread != m.thread_names[t]:
                 return []
@@ -189,31 +280,50 @@ class Runtime:
                 here = info.label if info else m.pc(state, t)
                 self._fail(LiveError("replay_divergence",
                                      f"step {self._pos}: {turn.thread} is at {here!r}, not {turn.step!r}"))
-        opts = m.fire(state, t)
-        if branch is not None and opts:
-            opts = [(b, n) for b, n in opts if choice_step(m, state, (t, b)).branch == branch]
-        return opts
-
-    def _apply(self, t: int, b: int, nxt: Any) -> None:
+        if branch is None:
+            return e.fire(state) if e.fire is not None else []
+        bi = e.bindex.get(branch)
+        if bi is not None:
+            return e.one(state, bi)
+        if e.fire is None:
+            return []
         m = self.machine
+        return [(b, n) for b, n in e.fire(state) if choice_step(m, state, (t, b)).branch == branch]
+
+    def _enabled(self, u: int, e: _Entry, branch: str | None) -> bool:
+        """Whether parked thread u would find an option now (guards only, no successor built)."""
+        if self._schedule is not None:
+            return bool(self._options(u, e, branch))
+        if branch is None:
+            return e.enabled(self._state)
+        bi = e.bindex.get(branch)
+        if bi is not None:
+            return e.enabled_one(self._state, bi)
+        return bool(self._options(u, e, branch))
+
+    def _apply(self, t: int, e: _Entry, b: int, nxt: Any) -> None:
         if self.record is not None:
             self.record.append((t, b, nxt))  # a violating step is recorded too: it is the last one
-        if isinstance(nxt, StepViolation):
-            self._fail(LiveViolation(nxt.kind, f"{m.thread_names[t]}: {nxt.message}", self._state,
+        if type(nxt) is not tuple:
+            self._fail(LiveViolation(nxt.kind, f"{self.machine.thread_names[t]}: {nxt.message}", self._state,
                                      self._describe(self._state)))
         self._state = nxt
+        self.steps += 1
+        woke = False
         try:
-            self.steps += 1
             if self._schedule is not None:
                 self._pos += 1
-            if self._check_invariants:
-                bad = m.invariant_violation(nxt)
-                if bad:
-                    self._fail(LiveViolation(bad[0], bad[1], nxt, self._describe(nxt)))
+            for holds in self._inv_preds:
+                if not holds(nxt):
+                    bad = self._invariant_violation(nxt)  # names the invariant
+                    if bad:
+                        self._fail(LiveViolation(bad[0], bad[1], nxt, self._describe(nxt)))
+                    break
         finally:
             # Even if a signal (Ctrl-C) lands here, the wakeups this step owes must happen.
-            woke = self._wake_enabled()
-        if not woke and nxt[m.pc_index[t]] == DONE and any(self._parked):
+            if self._nparked:
+                woke = self._wake_enabled(e.writes)
+        if not woke and self._nparked and nxt[self._pci[t]] == DONE:
             # The last runnable thread just finished and woke nobody: the parked ones may be
             # stuck for good. Fail them, but let this thread return normally.
             try:
@@ -221,15 +331,35 @@ class Runtime:
             except LiveError:
                 pass
 
-    def _wake_enabled(self) -> bool:
-        """Notify exactly the parked threads whose step is now enabled; True if any."""
+    def _wake_enabled(self, writes: frozenset | None) -> bool:
+        """Wake exactly the parked threads whose step is now enabled; True if any.
+
+        ``writes`` are the shared fields the step just taken wrote (None: unknown).
+        A parked thread still at the step it parked on, whose step reads none of
+        them, is skipped without testing: nothing it depends on changed since it
+        last found itself disabled. (Its own locals only it writes; a notify that
+        moves it changes its program counter, which forces the test.)
+        """
         woke = False
-        for u, parked in enumerate(self._parked):
-            if parked and self._options(u, self._want[u]):
+        state = self._state
+        pci = self._pci
+        parked = self._parked
+        for u in range(len(parked)):
+            if not parked[u]:
+                continue
+            pc = state[pci[u]]
+            e = self._entries[u].get(pc)
+            if e is None:
+                continue  # done: cannot happen for a parked thread, but never wake into nothing
+            if (writes is not None and pc == self._parked_pc[u] and e.reads is not None
+                    and self._schedule is None and e.reads.isdisjoint(writes)):
+                continue
+            if self._enabled(u, e, self._want[u]):
                 # Count it as running from now: it has a wakeup pending, so the deadlock
                 # detector must not mistake it for parked before it gets the lock back.
-                self._parked[u] = False
-                self._conds[u].notify()
+                parked[u] = False
+                self._nparked -= 1
+                self._tokens[u].release()
                 woke = True
         return woke
 
@@ -245,8 +375,11 @@ class Runtime:
     def _fail(self, error: LiveError) -> None:
         if self._failure is None:
             self._failure = error
-        for c in self._conds:
-            c.notify_all()
+        for u, parked in enumerate(self._parked):
+            if parked:
+                self._parked[u] = False
+                self._nparked -= 1
+                self._tokens[u].release()
         raise self._failure
 
     def _check(self) -> None:
@@ -257,7 +390,7 @@ class Runtime:
         m = self.machine
         state = self._state
         for t, parked in enumerate(self._parked):
-            if not parked and state[m.pc_index[t]] != DONE:
+            if not parked and state[self._pci[t]] != DONE:
                 return  # someone can still act
         if self._schedule is not None and self._pos < len(self._schedule):
             # The forced order is stuck: the trace asks for a step that is not enabled.
@@ -276,62 +409,104 @@ class Runtime:
         self._fail(LiveDeadlock(kind, msg, state, self._describe(state)))
 
     def _park(self, t: int, branch: str | None, deadline: float | None) -> None:
+        """Sleep until a step wakes thread t (or the deadline passes). Called and returns with the lock held."""
+        tok = self._tokens[t]
+        tok.acquire(False)  # drop a stale token (a wakeup that raced a timeout): sleep for real
         self._parked[t] = True
+        self._nparked += 1
         self._want[t] = branch
+        self._parked_pc[t] = self._state[self._pci[t]]
         try:
             self._detect_deadlock()
-            if deadline is None:
-                self._conds[t].wait()
-            else:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not self._conds[t].wait(remaining):
-                    if not self._options(t, branch):
-                        raise StepTimeout(f"{self.machine.thread_names[t]}: step not enabled in time")
+            got = True
+            lock = self._lock
+            lock.release()
+            try:
+                if deadline is None:
+                    tok.acquire()
+                else:
+                    remaining = deadline - time.monotonic()
+                    got = remaining > 0 and tok.acquire(True, remaining)
+            finally:
+                lock.acquire()
+            if not got and self._failure is None:
+                e = self._entries[t].get(self._state[self._pci[t]])
+                if e is None or not self._options(t, e, branch):
+                    raise StepTimeout(f"{self.machine.thread_names[t]}: step not enabled in time")
         finally:
-            self._parked[t] = False
+            if self._parked[t]:
+                self._parked[t] = False
+                self._nparked -= 1
             self._want[t] = None
         self._check()
 
     # -- driving a thread ----------------------------------------------------
 
-    def step(self, t: int, branch: str | None = None, timeout: float | None = None) -> str:
+    def _take(self, t: int, branch: str | None, deadline: float | None) -> None:
+        """Apply thread t's current step (parking until enabled). Lock held."""
+        pci = self._pci[t]
+        free = self._schedule is None and branch is None
+        while True:
+            e = self._entries[t][self._state[pci]]
+            # The common case (no forced order, any branch) calls the step's fire directly.
+            opts = (e.fire(self._state) if e.fire is not None else []) if free else self._options(t, e, branch)
+            if opts:
+                b, nxt = opts[0]
+                self._apply(t, e, b, nxt)
+                return
+            self._park(t, branch, deadline)
+
+    def step(self, t: int, branch: str | None = None, timeout: float | None = None, *, chain: bool = False) -> str:
         """Apply thread ``t``'s next step, parking until it is enabled. Returns the step label.
 
         For an external step, the bound action runs outside the lock and its
         result picks the branch. ``branch`` selects among a plain step's
         branches (default: the first enabled one).
+
+        ``chain=True``: after an external step, also apply the thread's next
+        step in the same critical section if it is a plain step that is
+        enabled right away (one lock round-trip instead of two; the same as
+        the thread being scheduled twice in a row).
         """
-        m = self.machine
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
-            self._check()
-            if self._state[m.pc_index[t]] == DONE:
-                raise ValueError(f"{m.thread_names[t]} is done")
-            info = m.step_info(self._state, t)
-            if info.kind != "external":
-                while not (opts := self._options(t, branch)):
-                    self._park(t, branch, deadline)
-                b, nxt = opts[0]
-                self._apply(t, b, nxt)
-                return info.label
-            me = m.local_views[t](list(self._state))  # a snapshot: only t writes its own locals
-        action = self.actions.get(info.action)
-        outcome = action(ActionContext(self, t, me, info.label)) if action is not None else branch
-        if outcome is not None and outcome not in info.branches:
-            raise ValueError(f"action {info.action!r} returned unknown outcome {outcome!r}")
+            if self._failure is not None:
+                raise self._failure
+            state = self._state
+            pc = state[self._pci[t]]
+            if pc == DONE:
+                raise ValueError(f"{self.machine.thread_names[t]} is done")
+            e = self._entries[t][pc]  # the step's kind, fire and footprint, prepared once
+            if not e.external:
+                if branch is None and self._schedule is None and e.fire is not None:
+                    opts = e.fire(state)  # the common case: enabled at once, first branch
+                    if opts:
+                        self._apply(t, e, *opts[0])
+                        return e.label
+                self._take(t, branch, deadline)
+                return e.label
+        # External: run the action outside the lock, on the snapshot taken above.
+        action = self.actions.get(e.action)
+        outcome = action(ActionContext(self, t, state, e.label)) if action is not None else branch
+        if outcome is not None and outcome not in e.bindex:
+            raise ValueError(f"action {e.action!r} returned unknown outcome {outcome!r}")
         with self._lock:
-            self._check()
-            while not (opts := self._options(t, outcome)):
-                self._park(t, outcome, deadline)
-            b, nxt = opts[0]
-            self._apply(t, b, nxt)
-            return info.label
+            if self._failure is not None:
+                raise self._failure
+            self._take(t, outcome, deadline)
+            if chain and self._schedule is None:
+                nxt = self._entries[t].get(self._state[self._pci[t]])  # None once done
+                if nxt is not None and not nxt.external and nxt.fire is not None:
+                    opts = nxt.fire(self._state)
+                    if opts:
+                        self._apply(t, nxt, *opts[0])
+            return e.label
 
     def run_until(self, t: int, stop: Callable[[str], bool], timeout: float | None = None) -> str:
         """Step thread ``t`` until its program counter satisfies ``stop`` (or it is done)."""
         while True:
             with self._lock:
-                pc = self._state[self.machine.pc_index[t]]
+                pc = self._state[self._pci[t]]
             if pc == DONE or stop(pc):
                 return pc
             self.step(t, timeout=timeout)
@@ -342,7 +517,7 @@ class Runtime:
         while True:
             with self._lock:
                 self._check()
-                if self._state[m.pc_index[t]] == DONE:
+                if self._state[self._pci[t]] == DONE:
                     return
                 branch = None
                 if rng is not None and self._schedule is None:

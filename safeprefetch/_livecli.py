@@ -101,6 +101,8 @@ def register(sub) -> dict:
     dm.add_argument("--latency-ms", type=float, help="simulated storage latency per shard")
     dm.add_argument("--blas-threads", type=int, help="BLAS threads during the demo (0: library default; default 1)")
     dm.add_argument("--json", action="store_true")
+    dm.add_argument("--timeline", metavar="FILE.svg",
+                    help="draw the prefetching loop per thread (fetch / wait / compute) and its buffer occupancy")
     return {"run": _cmd_run, "soak": _cmd_soak, "demo": _cmd_demo}
 
 
@@ -148,7 +150,17 @@ def _cmd_demo(args) -> int:
             raise UsageError(f"--{name} must be at least 1")
     if cfg.latency_ms < 0 or cfg.blas_threads < 0:
         raise UsageError("--latency-ms and --blas-threads must not be negative")
-    result = run_demo(cfg, args.dir, progress=_progress_line)
+    timeline = getattr(args, "timeline", None)
+    if timeline and not timeline.lower().endswith(".svg"):
+        raise UsageError(f"--timeline {timeline}: the timeline is drawn as SVG; give a .svg file name")
+    result = run_demo(cfg, args.dir, progress=_progress_line, timeline=bool(timeline))
+    if timeline:
+        from ._timeline import write_timeline
+
+        write_timeline(timeline, result.timeline, "safeprefetch demo: the prefetching loop",
+                       f"{cfg.batches} batches, workers={cfg.workers}, capacity={cfg.capacity}, "
+                       f"overlap efficiency {100 * result.overlap_efficiency:.1f}%")
+        _progress_line(f"demo: timeline written to {timeline}")
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     else:

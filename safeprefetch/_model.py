@@ -505,6 +505,33 @@ class Machine:
         fire = self.tables[thread].get(state[self.pc_index[thread]])
         return fire(state) if fire is not None else []
 
+    def enabled(self, state: tuple, thread: int, branch: int | None = None) -> bool:
+        """Whether ``fire(state, thread)`` would be non-empty (with ``branch``: would hold that branch).
+
+        Exact, and cheaper than ``fire``: a user step tests its guard only, with
+        no successor built. Primitive steps fall back to ``fire``.
+        """
+        fire = self.tables[thread].get(state[self.pc_index[thread]])
+        if fire is None:
+            return False
+        if branch is None:
+            test = getattr(fire, "enabled", None)
+            return test(state) if test is not None else bool(fire(state))
+        test = getattr(fire, "enabled_branch", None)
+        if test is not None:
+            return test(state, branch)
+        return any(b == branch for b, _ in fire(state))
+
+    def fire_branch(self, state: tuple, thread: int, branch: int) -> list:
+        """``[(b, nxt) for b, nxt in fire(state, thread) if b == branch]``, computing that branch only."""
+        fire = self.tables[thread].get(state[self.pc_index[thread]])
+        if fire is None:
+            return []
+        one = getattr(fire, "branch", None)
+        if one is not None:
+            return one(state, branch)
+        return [(b, n) for b, n in fire(state) if b == branch]
+
     def is_done(self, state: Sequence, thread: int) -> bool:
         return state[self.pc_index[thread]] == DONE
 
@@ -907,6 +934,12 @@ class _Ctx:
                     else:
                         raise ModelError(f"program {role!r}: step {label!r} chose unknown next step {ret!r}")
                     return [(0, tuple(s))]
+
+                def enabled(state):
+                    if guard is None:
+                        return True
+                    return bool(guard(state, None) if raw_guard else guard(mk(state), None))
+                fire.enabled = enabled
                 yield label, fire, info(fp=user_fp)
                 return
 
@@ -924,6 +957,15 @@ class _Ctx:
                     except StepViolation as v:
                         return [(0, v)]
                     return [(0, tuple(s))]
+
+                def enabled(state):
+                    if guard is None:
+                        return True
+                    if raw_guard:
+                        return bool(guard(state, None))
+                    s = mk(state)
+                    return bool(guard(s, lview(s) if need_me else None))
+                fire.enabled = enabled
                 yield label, fire, info(fp=user_fp)
             else:
                 nb = len(branches)
@@ -943,6 +985,35 @@ class _Ctx:
                             continue
                         out.append((bi, tuple(s)))
                     return out
+
+                # One branch at a time, for a driver that already knows which branch it
+                # takes (the live runtime applying an external step's outcome). Exactly
+                # ``[x for x in fire(state) if x[0] == bi]``; tests/test_model_fire_parts.py.
+                def fire_branch(state, bi):
+                    s = mk(state)
+                    me = lview(s) if need_me else None
+                    if guard is not None and not guard(s, me, branches[bi]):
+                        return []
+                    try:
+                        ret = fn(s, me, branches[bi]) if fn is not None else None
+                        s[my_pc] = finish(s, me, ret)
+                    except StepViolation as v:
+                        return [(bi, v)]
+                    return [(bi, tuple(s))]
+
+                def enabled_branch(state, bi):
+                    if guard is None:
+                        return True
+                    if raw_guard:
+                        return bool(guard(state, None, branches[bi]))
+                    s = mk(state)
+                    return bool(guard(s, lview(s) if need_me else None, branches[bi]))
+
+                def enabled(state):
+                    return any(enabled_branch(state, bi) for bi in range(nb))
+                fire.enabled = enabled
+                fire.branch = fire_branch
+                fire.enabled_branch = enabled_branch
                 yield label, fire, info(branches=branches, action=spec.action, fp=user_fp)
             return
 

@@ -65,14 +65,27 @@ Decisions, and why
   and leaves the prefetcher usable (a batch already taken when the signal
   lands is dropped).
 
+* **Autotune** (``autotune=True``) is the model's own tuner thread: the
+  pool is allocated at ``max_capacity`` slots and the model's ``target``
+  says how many the workers may use; the consumer's calls take the tuner's
+  "grow" and "shrink" steps when the policy in ``_Core._autotune`` says so.
+  Every resize at every point is checked (tests/test_prefetcher_autotune.py).
+* The hot path (measured in docs/performance.md): the compiled machine is
+  shared per shape and only its initial stream length differs; workers take
+  "fetch into slot" and the next claim in one critical section
+  (``chain=True``); the consumer's copy callbacks take their array as an
+  argument (no partial per call).
+
 Open question: a ``KeyboardInterrupt`` can land between two bytecodes of the
 runtime kernel's wake-up loop; a missed wake-up is repaired by the next step
-any thread takes (every step re-examines every parked thread), and close
-always takes one.
+that writes a field the parked thread's step reads (the kernel skips the
+others), and close always takes one: it writes ``closing``, which every
+blocking step of the model reads.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import threading
@@ -115,6 +128,22 @@ _STARVED = 0.1
 
 # Slot states, as in models/prefetcher.py.
 _READY, _FAILED = 2, 3
+_FREE = (0, -1)
+
+#: Autotune's default ceiling on the pool, in batches, when ``max_capacity`` is not
+#: given. A buffer absorbs the source's jitter; sixteen batches cover a stall of
+#: sixteen consumer steps, far more than a healthy source shows, and a source
+#: slower than that on average is a throughput problem no buffer fixes (autotune
+#: then stops growing anyway). The pool is ``np.empty``: slots the target never
+#: reaches are never touched, so the operating system never backs them with memory.
+DEFAULT_AUTOTUNE_MAX = 16
+
+#: Autotune shrinks after this many takes in a row found at least two batches ready.
+#: Long enough that one lucky stretch does not shrink a buffer that jitter needs;
+#: short enough that an over-grown buffer is given back within a second or so at
+#: typical step rates. Each grow that follows a shrink doubles it, up to the max.
+_SHRINK_WINDOW = 32
+_SHRINK_WINDOW_MAX = 1024
 
 
 class PrefetcherClosed(RuntimeError):
@@ -174,13 +203,17 @@ class PrefetchStats:
     mean_occupancy: float
     #: Largest number of ready batches seen when the consumer asked for one.
     max_occupancy: int
-    #: Slots in the pool (after ``memory_budget``).
+    #: Slots the workers may fill at once: the pool size, or with ``autotune`` the current target.
     capacity: int
     #: Worker threads.
     workers: int
     #: ``"source"`` when the consumer waited more than 10% of the time, ``"consumer"`` otherwise,
     #: ``"none"`` before the first batch.
     bottleneck: str
+    #: Slots in the preallocated pool (after ``memory_budget``); ``capacity`` never exceeds it.
+    max_capacity: int = 0
+    #: Times autotune changed the capacity (0 without autotune).
+    capacity_changes: int = 0
 
     def summary(self) -> str:
         """A few human-readable lines."""
@@ -188,8 +221,13 @@ class PrefetchStats:
                 f"consumer waited {self.consumer_wait_seconds:.3f} s ({100 * self.consumer_wait_fraction:.1f}%)\n"
                 f"workers: {self.workers}, fetching {self.worker_fetch_seconds:.3f} s, blocked on a full buffer "
                 f"{self.worker_blocked_seconds:.3f} s; prefetch efficiency {100 * self.prefetch_efficiency:.1f}%\n"
-                f"buffer: capacity {self.capacity}, occupancy mean {self.mean_occupancy:.2f} max "
+                f"buffer: capacity {self.capacity}{self._tuned()}, occupancy mean {self.mean_occupancy:.2f} max "
                 f"{self.max_occupancy}; bottleneck: {self.bottleneck}")
+
+    def _tuned(self) -> str:
+        if not self.capacity_changes:
+            return ""
+        return f" (autotuned, {self.capacity_changes} changes, pool of {self.max_capacity})"
 
 
 # --------------------------------------------------------------------------
@@ -197,19 +235,47 @@ class PrefetchStats:
 # --------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=1024)
-def _machine(capacity: int, workers: int, items: int, ordered: bool, sized: bool):
+def _compile(capacity: int, workers: int, items: int, ordered: bool, sized: bool, target: int = 0):
     """The reference prefetcher model compiled for one live configuration.
 
     ``error=on`` (any fetch may fail), ``close=on`` (the closer is driven by
     ``close()``), ``abandon=off`` (abandonment is a close from the finalizer),
     ``history=off`` (O(1) per step; see tests/test_prefetcher_model_modes.py).
-    A compiled machine is immutable, so prefetchers with one config share it.
+    ``target > 0`` turns on ``autotune`` with that starting target: ``capacity``
+    is then the physical pool, and the model's tuner thread (driven by the
+    consumer's calls) resizes the target within it.
     """
     from .models.prefetcher import Prefetcher as Model
 
-    return Model.compile({"capacity": capacity, "workers": workers, "items": items, "ordered": ordered,
-                          "error": True, "close": True, "abandon": False, "sized": sized, "history": False})
+    config = {"capacity": capacity, "workers": workers, "items": items, "ordered": ordered,
+              "error": True, "close": True, "abandon": False, "sized": sized, "history": False}
+    if target:
+        config.update(autotune=True, target=target)
+    return Model.compile(config)
+
+
+@functools.lru_cache(maxsize=256)
+def _template(capacity: int, workers: int, ordered: bool, sized: bool, target: int):
+    return _compile(capacity, workers, 1, ordered, sized, target)
+
+
+@functools.lru_cache(maxsize=1024)
+def _machine(capacity: int, workers: int, items: int, ordered: bool, sized: bool, target: int = 0):
+    """``_compile(...)``, without compiling again for every stream length.
+
+    Compiling specializes every step function (tens of milliseconds), and the
+    stream length enters the reference model only as the initial value of its
+    ``length`` variable: no step, guard or check reads the ``items`` parameter.
+    So the machine for ``items=n`` is the one compiled for the same shape with
+    that initial value set to ``n``; tests/test_live_perf.py compares the
+    two. A compiled machine is immutable, so prefetchers with one config share it.
+    """
+    base = _template(capacity, workers, ordered, sized, target)
+    i = base.shared_index["length"]
+    m = copy.copy(base)  # shares the compiled tables and the specialized invariants
+    m.init = base.init[:i] + (items,) + base.init[i + 1:]
+    m.config = {**base.config, "items": items}
+    return m
 
 
 # --------------------------------------------------------------------------
@@ -273,7 +339,7 @@ def _remote_item(source: Any, index: int, shape: tuple[int, ...] | None, dtype: 
 
 class _Core:
     def __init__(self, *, machine, pool, shape, dtype, plan, getitem, fetch_into, iterator, executor, source,
-                 preloaded, workers, close_timeout, name):
+                 preloaded, workers, close_timeout, name, timeline=False):
         self.machine = machine
         self.pool = pool
         self.slot_views = [pool[k] for k in range(pool.shape[0])] if pool is not None else []
@@ -297,6 +363,23 @@ class _Core:
         self.i_delivered, self.i_length, self.i_error_seen = si["delivered"], si["length"], si["error_seen"]
         self.i_consumer_pc = m.pc_index[self.consumer]
         self.i_lease = m.local_index[self.consumer]["lease"]
+        # Per worker's model thread: (worker number, index of its "idx" local, of its "slot" local).
+        # The fetch action reads them straight from the step's state snapshot.
+        self.worker_fields = {t: (w, m.local_index[t]["idx"], m.local_index[t]["slot"])
+                              for w, t in enumerate(self.worker_ids)}
+        # Autotune: the model's tuner thread, driven from the consumer's calls (see _autotune).
+        self.tuner = names.index("tuner") if "tuner" in names else None
+        self.i_target = si.get("target")
+        self.slots_total = len(m.init[self.i_slots])
+        self.tune_full = 0                   # consecutive takes that found >= 2 batches ready
+        self.tune_window = _SHRINK_WINDOW    # that many in a row shrink the target by one
+        self.tune_last: str | None = None
+        self.capacity_log: list[tuple[float, int, int]] = []  # (seconds, batches delivered, new capacity)
+        # Timeline (timeline=True): per-thread spans (thread, kind, start, end) and buffer
+        # occupancy samples (time, ready batches), all perf_counter seconds.
+        self.spans: list[tuple[str, str, float, float]] | None = [] if timeline else None
+        self.occupancy_log: list[tuple[float, int]] | None = [] if timeline else None
+        self.consumer_back: float | None = None  # when the consumer's last call returned
 
         self.consumer_lock = threading.Lock()  # serializes the callers that drive the model consumer
         self.close_lock = threading.Lock()     # serializes the callers that drive the model closer
@@ -317,7 +400,7 @@ class _Core:
         self.occupancy_sum = 0
         self.occupancy_samples = 0
         self.occupancy_max = 0
-        self.last_index: int | None = None
+        self.last_pos: int | None = None  # stream position of the batch delivered last
         self.threads: list[threading.Thread] = []
 
     # -- workers ------------------------------------------------------------
@@ -333,12 +416,20 @@ class _Core:
         # A racy read is sound: ``closing`` only ever goes from False to True.
         return self.rt.state[self.i_closing]
 
+    @property
+    def last_index(self) -> int | None:
+        pos = self.last_pos
+        if pos is None or self.plan is None:
+            return pos
+        return self.plan.item(pos)
+
     def _fetch(self, ctx) -> str:
-        """The model's external step "fetch into slot": fill slot ``ctx.me.slot`` with item ``ctx.me.idx``."""
-        pos, k = ctx.me.idx, ctx.me.slot
+        """The model's external step "fetch into slot": fill the worker's ``slot`` with item ``idx``."""
+        w, i_idx, i_slot = self.worker_fields[ctx.thread]
+        state = ctx.state  # the snapshot taken when the step began: its idx and slot are this fetch's
+        pos, k = state[i_idx], state[i_slot]
         if self._closing():
             return "ok"  # the model discards a fetch that lands after close
-        w = self.worker_ids.index(ctx.thread)
         t0 = time.perf_counter()
         try:
             return self._fill(pos, k)
@@ -346,7 +437,10 @@ class _Core:
             self.errors[pos] = e
             return "error"
         finally:
-            self.fetch_seconds[w] += time.perf_counter() - t0
+            t1 = time.perf_counter()
+            self.fetch_seconds[w] += t1 - t0
+            if self.spans is not None:
+                self.spans.append((f"worker{w}", "fetch", t0, t1))
 
     def _fill(self, pos: int, k: int) -> str:
         pre = self.preloaded.pop(pos, None) if self.preloaded else None
@@ -362,7 +456,7 @@ class _Core:
             except StopIteration:
                 return "end"
         else:
-            index = int(self.plan[pos])
+            index = self.plan.item(pos)
             if self.executor is not None:
                 item = self._remote(index)
                 if item is _CLOSING:
@@ -437,17 +531,29 @@ class _Core:
             if self.ended == "closed":
                 raise PrefetcherClosed(f"prefetcher {self.name!r} is closed")
             return None
-        ready = sum(1 for st, _ in rt.state[self.i_slots] if st == _READY or st == _FAILED)
+        before = rt.state
+        slots = before[self.i_slots]
+        ready = 0
+        for st, _ in slots:
+            if st == _READY or st == _FAILED:
+                ready += 1
         self.occupancy_sum += ready
         self.occupancy_samples += 1
-        self.occupancy_max = max(self.occupancy_max, ready)
+        if ready > self.occupancy_max:
+            self.occupancy_max = ready
         t0 = time.perf_counter()
         try:
             rt.step(c, timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
         except StepTimeout:
             raise PrefetchTimeout("no batch within the timeout") from None
         finally:
-            self.wait_seconds += time.perf_counter() - t0
+            t1 = time.perf_counter()
+            self.wait_seconds += t1 - t0
+            if self.spans is not None:
+                if self.consumer_back is not None:
+                    self.spans.append(("consumer", "compute", self.consumer_back, t0))
+                self.spans.append(("consumer", "wait", t0, t1))
+                self.occupancy_log.append((t0, ready))
         # Only the consumer changes its own pc, its lease, a LEASED slot, ``delivered``
         # and ``error_seen``, so reading them after the step is exact.
         state = rt.state
@@ -455,7 +561,9 @@ class _Core:
             k = state[self.i_lease]
             pos = state[self.i_slots][k][1]
             self.delivered += 1
-            self.last_index = pos if self.plan is None else int(self.plan[pos])
+            self.last_pos = pos
+            if self.tuner is not None:
+                self._autotune(before, ready)
             return k, pos
         err = state[self.i_error_seen]
         if err >= 0:
@@ -474,16 +582,74 @@ class _Core:
     def _release(self) -> None:
         """The model consumer's "release lease" (never blocks: it has no guard)."""
         self.rt.step(self.consumer)
+        if self.spans is not None:
+            self.consumer_back = time.perf_counter()
 
-    def consume(self, use: Callable[[np.ndarray], Any], deadline: float | None) -> Any:
-        """Take a batch, call ``use(slot_array)`` while leased, release. Returns _END at end of stream."""
+    # -- autotune -----------------------------------------------------------
+
+    @property
+    def target(self) -> int:
+        """Slots the workers may use at once: the tuned target, or the whole pool."""
+        if self.i_target is None:
+            return self.slots_total
+        return self.rt.state[self.i_target]
+
+    def _autotune(self, before: tuple, ready: int) -> None:
+        """After a take: grow the target if the consumer was starved by it, shrink it if it was never needed.
+
+        Drives the model's tuner thread, whose "grow" and "shrink" steps the
+        checker has proved safe at every point (tests/test_prefetcher_autotune.py).
+        The policy only decides *when* to take them:
+
+        * **grow** when the batch the consumer asked for was not ready (it had to
+          wait) while every slot the target allows was in use, so a worker was
+          held back by the target, not busy fetching. When the source itself is
+          the bottleneck (every worker fetching) a bigger buffer cannot help, so
+          it does not grow: unlike tf.data's AUTOTUNE, memory is not spent for
+          nothing.
+        * **shrink** by one after ``tune_window`` takes in a row that each found at
+          least two batches ready: the last slot was never needed. A grow that
+          follows a shrink doubles the window, so the target settles instead of
+          oscillating.
+        """
+        rt, m = self.rt, self.machine
+        target = before[self.i_target]
+        starved = not m.enabled(before, self.consumer)  # racy snapshot: a heuristic only
+        if starved:
+            self.tune_full = 0
+            used = self.slots_total - before[self.i_slots].count(_FREE)
+            if target < self.slots_total and used >= target:
+                rt.step(self.tuner, "grow")
+                if self.tune_last == "shrink":
+                    self.tune_window = min(2 * self.tune_window, _SHRINK_WINDOW_MAX)
+                self.tune_last = "grow"
+                self.capacity_log.append((time.perf_counter() - self.t0, self.delivered, target + 1))
+            return
+        if ready >= 2:
+            self.tune_full += 1
+            if self.tune_full >= self.tune_window and target > 1:
+                rt.step(self.tuner, "shrink")
+                self.tune_full = 0
+                self.tune_last = "shrink"
+                self.capacity_log.append((time.perf_counter() - self.t0, self.delivered, target - 1))
+        else:
+            self.tune_full = 0
+
+    def consume(self, use: Callable[[Any, np.ndarray], Any], arg: Any, deadline: float | None) -> Any:
+        """Take a batch, call ``use(arg, slot_array)`` while leased, release. Returns _END at end of stream."""
         self._lock(deadline)
         try:
             got = self._take(deadline)
             if got is None:
                 return _END
             try:
-                return use(self.slot_views[got[0]])
+                if self.spans is None:
+                    return use(arg, self.slot_views[got[0]])
+                t0 = time.perf_counter()
+                try:
+                    return use(arg, self.slot_views[got[0]])
+                finally:
+                    self.spans.append(("consumer", "copy", t0, time.perf_counter()))
             finally:
                 self._release()
         finally:
@@ -578,28 +744,58 @@ class _Core:
             prefetch_efficiency=efficiency,
             mean_occupancy=self.occupancy_sum / samples if samples else 0.0,
             max_occupancy=self.occupancy_max,
-            capacity=self.pool.shape[0] if self.pool is not None else len(self.machine.init[self.i_slots]),
+            capacity=self.target,
             workers=len(self.worker_ids),
             bottleneck="none" if n == 0 else ("source" if wait / elapsed > _STARVED else "consumer"),
+            max_capacity=self.slots_total,
+            capacity_changes=len(self.capacity_log),
         )
+
+    def ready_now(self) -> int:
+        """Batches ready in the buffer right now (a racy read of the immutable state: exact for that instant)."""
+        n = 0
+        for st, _ in self.rt.state[self.i_slots]:
+            if st == _READY or st == _FAILED:
+                n += 1
+        return n
 
 
 _END = object()
 _CLOSING = object()
 
 
+def _copy_new(_unused: Any, slot: np.ndarray) -> np.ndarray:
+    return np.array(slot)  # copies: the caller owns it
+
+
+def _copy_into(out: np.ndarray, slot: np.ndarray) -> None:
+    np.copyto(out, slot, casting="no")
+
+
 def _worker_main(core: _Core, w: int, t: int) -> None:
     """A worker thread: drive model thread ``t`` to completion. Holds the core, never the Prefetcher."""
     rt = core.rt
     blocked = core.blocked_seconds
+    step, pc = rt.step, rt.pc
+    clock = time.perf_counter
     try:
-        while not rt.is_done(t):
-            if rt.pc(t) == "claim index and slot":
-                t0 = time.perf_counter()
-                rt.step(t)
-                blocked[w] += time.perf_counter() - t0
+        while True:
+            at = pc(t)
+            if at == DONE:
+                break
+            if at == "claim index and slot":  # blocks while no slot is free: timed
+                t0 = clock()
+                step(t)
+                t1 = clock()
+                blocked[w] += t1 - t0
+                if core.spans is not None:
+                    core.spans.append((f"worker{w}", "wait", t0, t1))
             else:
-                rt.step(t)  # "fetch into slot": the source runs outside the kernel lock
+                # "fetch into slot": the source runs outside the kernel lock; then, in the same
+                # critical section, the next claim if a slot is free right away.
+                step(t, chain=True)
+                if core.occupancy_log is not None:
+                    core.occupancy_log.append((clock(), core.ready_now()))
     except LiveError:
         pass  # the runtime has failed: the consumer and the closer raise it
     except BaseException as e:  # noqa: BLE001 - a bug here must not hang the consumer
@@ -685,6 +881,14 @@ class Prefetcher:
     .get_executor(pure=False)``) runs the fetches, the source being pickled
     for process-based executors; ``close_timeout`` bounds ``close()``.
 
+    ``autotune=True`` makes ``capacity`` the starting point: the pool is
+    preallocated for ``max_capacity`` slots (default
+    ``max(capacity, DEFAULT_AUTOTUNE_MAX)``, then capped by ``memory_budget``),
+    and the capacity grows while the consumer waits on a buffer that is the
+    limit, and shrinks while the buffer stays full. The resize steps are part
+    of the checked model (its tuner thread). ``timeline=True`` records
+    per-thread spans and buffer occupancy for :meth:`timeline`.
+
     Consume with ``for batch in pf`` (arrays you own), :meth:`get`,
     :meth:`copy_prefetched` (into your array, no allocation) or :meth:`lease`
     (zero-copy, read-only). All methods are thread-safe; consumer calls are
@@ -696,10 +900,23 @@ class Prefetcher:
                  shape: Any = None, dtype: Any = None, memory_budget: int | None = None,
                  rank: int = 0, world_size: int = 1, shuffle: bool = False, seed: int = 0,
                  epoch: int = 0, executor: Any = None, close_timeout: float = DEFAULT_CLOSE_TIMEOUT,
-                 name: str | None = None):
+                 name: str | None = None, autotune: bool = False, max_capacity: int | None = None,
+                 timeline: bool = False):
         capacity = _int("capacity", capacity, 1)
         workers = _int("workers", workers, 1)
         ordered = _bool("ordered", ordered)
+        autotune = _bool("autotune", autotune)
+        timeline = _bool("timeline", timeline)
+        if max_capacity is not None:
+            max_capacity = _int("max_capacity", max_capacity, 1)
+            if not autotune:
+                raise ValueError("max_capacity is the ceiling for autotune: pass autotune=True, or set capacity")
+            if max_capacity < capacity:
+                raise ValueError(f"max_capacity ({max_capacity}) must be >= capacity ({capacity}), "
+                                 "the starting capacity")
+        # Slots in the pool: the capacity, or with autotune the ceiling it may grow to.
+        slots = (max_capacity if max_capacity is not None else max(capacity, DEFAULT_AUTOTUNE_MAX)) \
+            if autotune else capacity
         shape = _shape(shape)
         dtype = _dtype(dtype)
         if memory_budget is not None:
@@ -801,17 +1018,19 @@ class Prefetcher:
                 if batch_bytes > memory_budget:
                     raise ValueError(f"one batch of shape {shape} dtype {dtype} takes {batch_bytes} bytes, more "
                                      f"than memory_budget={memory_budget}")
-                capacity = max(1, min(capacity, memory_budget // batch_bytes))
-            pool = np.empty((capacity, *shape), dtype)
+                slots = max(1, min(slots, memory_budget // batch_bytes))
+            pool = np.empty((slots, *shape), dtype)
+        capacity = min(capacity, slots)
         if map_style:
             workers = min(workers, max(1, items))
 
         self._core = core = _Core(
-            machine=_machine(capacity, workers, items, ordered, sized), pool=pool, shape=shape, dtype=dtype,
+            machine=_machine(slots, workers, items, ordered, sized, capacity if autotune else 0), pool=pool,
+            shape=shape, dtype=dtype,
             plan=plan, getitem=source.__getitem__ if map_style and has_getitem else None,
             fetch_into=fetch_into if map_style else None, iterator=iterator, executor=executor,
             source=source if executor is not None else None, preloaded=preloaded, workers=workers,
-            close_timeout=float(close_timeout), name=name or f"{id(self):x}")
+            close_timeout=float(close_timeout), name=name or f"{id(self):x}", timeline=timeline)
         self._ordered = ordered
         self._length = items if sized else None
         self._finalizer = weakref.finalize(self, _abandon, core)
@@ -827,7 +1046,7 @@ class Prefetcher:
         return self
 
     def __next__(self) -> np.ndarray:
-        out = self._core.consume(np.array, None)  # np.array(slot) copies: the caller owns it
+        out = self._core.consume(_copy_new, None, None)  # a copy of the slot: the caller owns it
         if out is _END:
             raise StopIteration
         return out
@@ -841,7 +1060,7 @@ class Prefetcher:
         :class:`PrefetcherClosed` after close, :class:`LeaseHeld` while a
         lease is held.
         """
-        out = self._core.consume(np.array, _deadline(timeout))
+        out = self._core.consume(_copy_new, None, _deadline(timeout))
         if out is _END:
             raise StopIteration
         return out
@@ -860,7 +1079,7 @@ class Prefetcher:
         if core.pool is not None and (out.shape != core.shape or out.dtype != core.dtype):
             raise ValueError(f"out has shape {out.shape} dtype {out.dtype}; the batches have shape "
                              f"{core.shape} dtype {core.dtype}")
-        got = core.consume(functools.partial(np.copyto, out, casting="no"), _deadline(timeout))
+        got = core.consume(_copy_into, out, _deadline(timeout))
         return got is not _END
 
     def lease(self, timeout: float | None = None) -> Lease:
@@ -907,8 +1126,46 @@ class Prefetcher:
 
     @property
     def capacity(self) -> int:
-        """Slots in the pool (after ``memory_budget``)."""
-        return len(self._core.machine.init[self._core.i_slots])
+        """Slots the workers may fill at once: the pool size (after ``memory_budget``), or with ``autotune``
+        the current tuned capacity."""
+        return self._core.target
+
+    @property
+    def ready(self) -> int:
+        """Batches ready in the buffer right now (a snapshot: workers and the consumer keep changing it)."""
+        return self._core.ready_now()
+
+    @property
+    def max_capacity(self) -> int:
+        """Slots in the preallocated pool: the ceiling ``capacity`` can reach (equal to it without autotune)."""
+        return self._core.slots_total
+
+    @property
+    def autotune(self) -> bool:
+        return self._core.tuner is not None
+
+    @property
+    def capacity_history(self) -> list[tuple[float, int, int]]:
+        """Every autotune resize: ``(seconds since construction, batches delivered, new capacity)``."""
+        return list(self._core.capacity_log)
+
+    def timeline(self) -> dict[str, Any]:
+        """What ``timeline=True`` recorded, for drawing (see ``safeprefetch._timeline``).
+
+        ``spans``: ``(thread, kind, start, end)`` with kind ``fetch`` / ``wait``
+        (workers), ``wait`` / ``copy`` / ``compute`` (consumer); ``occupancy``:
+        ``(time, ready batches)``; times in seconds since construction.
+        """
+        c = self._core
+        if c.spans is None:
+            raise ValueError("this prefetcher was not created with timeline=True")
+        t0 = c.t0
+        return {"spans": [(th, kind, a - t0, b - t0) for th, kind, a, b in list(c.spans)],
+                "occupancy": [(t - t0, n) for t, n in list(c.occupancy_log or [])],
+                "capacity": [(t, n) for t, _d, n in c.capacity_log],
+                "initial_capacity": c.machine.config.get("target", c.slots_total) if c.tuner is not None
+                else c.slots_total,
+                "workers": len(c.worker_ids)}
 
     @property
     def workers(self) -> int:

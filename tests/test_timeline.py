@@ -1,0 +1,76 @@
+"""The timeline picture: recorded by ``Prefetcher(timeline=True)``, drawn as SVG that parses as XML."""
+
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+
+from safeprefetch import Prefetcher
+from safeprefetch._timeline import timeline_svg, write_timeline
+
+pytestmark = [pytest.mark.live, pytest.mark.timeout(120)]
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+class Slow:
+    def __len__(self):
+        return 12
+
+    def fetch_into(self, i, out):
+        time.sleep(0.002)
+        out[...] = i
+
+
+def _record(**kw):
+    out = np.empty((4,), np.float32)
+    with Prefetcher(Slow(), capacity=2, workers=2, shape=(4,), dtype=np.float32, timeline=True, **kw) as pf:
+        while pf.copy_prefetched(out):
+            time.sleep(0.001)
+        return pf.timeline()
+
+
+def test_timeline_records_every_thread_and_kind():
+    data = _record()
+    kinds = {(th, kind) for th, kind, _a, _b in data["spans"]}
+    assert {("worker0", "fetch"), ("worker1", "fetch"), ("consumer", "wait"), ("consumer", "copy"),
+            ("consumer", "compute")} <= kinds
+    assert all(0 <= a <= b for _th, _k, a, b in data["spans"])
+    assert data["occupancy"] and all(0 <= n <= 2 for _t, n in data["occupancy"])
+    assert sum(1 for th, kind, *_ in data["spans"] if kind == "fetch") == 12
+
+
+def test_timeline_svg_parses_as_xml_and_draws_each_lane(tmp_path):
+    data = _record(autotune=True, max_capacity=4)
+    path = write_timeline(tmp_path / "t.svg", data, title='a <title> & "quotes"')
+    root = ET.parse(path).getroot()
+    assert root.tag == SVG + "svg"
+    texts = [t.text for t in root.iter(SVG + "text")]
+    assert {"worker0", "worker1", "consumer"} <= set(texts)
+    assert 'a <title> & "quotes"' in texts
+    assert len(list(root.iter(SVG + "rect"))) > 12
+    assert list(root.iter(SVG + "polyline"))
+
+
+def test_timeline_needs_the_option_and_an_svg_name(tmp_path):
+    with Prefetcher(np.zeros((3, 2), np.float32)) as pf:
+        with pytest.raises(ValueError, match="timeline=True"):
+            pf.timeline()
+    with pytest.raises(ValueError, match="svg"):
+        write_timeline(tmp_path / "t.png", {"spans": [], "occupancy": []})
+    ET.fromstring(timeline_svg({"spans": [], "occupancy": [], "workers": 1}))  # empty data still draws
+
+
+def test_demo_timeline_option_writes_an_svg(tmp_path):
+    path = tmp_path / "demo.svg"
+    p = subprocess.run([sys.executable, "-m", "safeprefetch", "demo", "--small", "--batches", "12",
+                        "--latency-ms", "1", "--dir", str(tmp_path / "shards"), "--timeline", str(path)],
+                       capture_output=True, text=True, timeout=100)
+    assert p.returncode == 0, p.stderr
+    root = ET.parse(path).getroot()
+    assert root.tag == SVG + "svg"
+    bad = subprocess.run([sys.executable, "-m", "safeprefetch", "demo", "--small", "--timeline", "x.png"],
+                         capture_output=True, text=True, timeout=100)
+    assert bad.returncode == 2 and "svg" in bad.stderr
