@@ -595,22 +595,10 @@ class Explorer:
                                     on_step_found = True
                                 continue
                         append(nxt)
-                if not any_succ:
-                    if m.all_done(state):
-                        bad = _end_violation(m, state)
-                    else:
-                        bad = None
-                        self.transitions = transitions
-                        found.append((depth, self._violation_at(state)))
-                        if stop:
-                            self._max_depth = depth
-                            return True
-                    if bad:
-                        found.append((depth, self._violation_at(state, bad)))
-                        if stop:
-                            self.transitions = transitions
-                            self._max_depth = depth
-                            return True
+                if not any_succ and self._terminal(state, depth, found) and stop:
+                    self.transitions = transitions
+                    self._max_depth = depth
+                    return True
                 counter += 1
                 if next_report is not None and not counter & 1023 and time.perf_counter() >= next_report:
                     progress(len(parents), len(nxt_level) + len(level), transitions)
@@ -622,6 +610,22 @@ class Explorer:
             level = nxt_level
             depth += 1
         self.transitions = transitions
+        return True
+
+    def _terminal(self, state: tuple, depth: int, found: list) -> bool:
+        """Classify a state where no thread can move; record and return True if it is a violation.
+
+        Every thread done: the end-of-run checks. Otherwise a hang (deadlock,
+        lost wakeup or shutdown hang), classified along its path.
+        """
+        m = self.machine
+        if m.all_done(state):
+            bad = _end_violation(m, state)
+            if not bad:
+                return False
+            found.append((depth, self._violation_at(state, bad)))
+        else:
+            found.append((depth, self._violation_at(state)))
         return True
 
     def _expand(self, state: tuple) -> tuple[list, bool]:
@@ -688,17 +692,10 @@ class Explorer:
                                 on_step_found = True
                             continue
                     nxt_level.append(nxt)
-                if stuck:
-                    if m.all_done(state):
-                        bad = _end_violation(m, state)
-                        if bad:
-                            found.append((depth, self._violation_at(state, bad)))
-                    else:
-                        found.append((depth, self._violation_at(state)))
-                    if found and stop and found[-1][0] == depth:
-                        self.transitions = transitions
-                        self._max_depth = depth
-                        return True
+                if stuck and self._terminal(state, depth, found) and stop:
+                    self.transitions = transitions
+                    self._max_depth = depth
+                    return True
                 if next_report is not None and time.perf_counter() >= next_report:
                     progress(len(parents), len(nxt_level) + len(level), transitions)
                     next_report = time.perf_counter() + self.progress_every

@@ -211,18 +211,10 @@ def specialize(fn: Callable, shared: Mapping[str, int], local: Mapping[str, int]
         cells = {name: cell.cell_contents for name, cell in zip(freevars, closure)}
     except ValueError:  # an empty cell: defined after the function was used
         return None
-    fdef = _funcdef(fn.__name__ if fn.__name__.isidentifier() else "step", args, body)
-    factory = _funcdef("__factory__", list(freevars),
-                       [fdef, ast.Return(value=ast.Name(id=fdef.name, ctx=ast.Load()))])
-    module = ast.Module(body=[factory], type_ignores=[])
-    ast.fix_missing_locations(module)
-    try:
-        compiled = compile(module, f"<specialized {code.co_filename}:{code.co_firstlineno}>", "exec")
-    except (SyntaxError, ValueError):
+    factory = _factory(fn, node, body)
+    if factory is None:
         return None
-    namespace: dict[str, Any] = {}
-    exec(compiled, fn.__globals__, namespace)
-    new = namespace["__factory__"](*(cells[n] for n in freevars))
+    new = factory(*(cells[n] for n in freevars))
     new.__defaults__ = fn.__defaults__
     new.__kwdefaults__ = fn.__kwdefaults__
     new.__wrapped__ = fn
@@ -234,7 +226,12 @@ def specialize(fn: Callable, shared: Mapping[str, int], local: Mapping[str, int]
     return new, needs_me
 
 
-def _build(fn: Callable, node: ast.AST, body: list[ast.stmt]) -> Callable | None:
+def _factory(fn: Callable, node: ast.AST, body: list[ast.stmt]) -> Callable | None:
+    """Compile ``body`` as ``fn``'s twin inside a factory whose parameters are ``fn``'s free variables.
+
+    Calling the factory with the closure's values gives the new function, with
+    ``fn``'s globals; None if the body does not compile.
+    """
     code = fn.__code__
     args = [a.arg for a in node.args.args]
     freevars = code.co_freevars
@@ -249,7 +246,7 @@ def _build(fn: Callable, node: ast.AST, body: list[ast.stmt]) -> Callable | None
         return None
     namespace: dict[str, Any] = {}
     exec(compiled, fn.__globals__, namespace)
-    return namespace["__factory__"](*([None] * len(freevars)))
+    return namespace["__factory__"]
 
 
 def _same_code(fn: Callable, node: ast.AST) -> bool:
@@ -258,9 +255,10 @@ def _same_code(fn: Callable, node: ast.AST) -> bool:
         body: list[ast.stmt] = [ast.Return(value=node.body)]
     else:
         body = node.body
-    twin = _build(fn, node, body)
-    if twin is None:
+    factory = _factory(fn, node, body)
+    if factory is None:
         return False
+    twin = factory(*([None] * len(fn.__code__.co_freevars)))
     a, b = fn.__code__, twin.__code__
     return (a.co_code == b.co_code and a.co_names == b.co_names and a.co_varnames == b.co_varnames
             and a.co_freevars == b.co_freevars)
