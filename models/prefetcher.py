@@ -58,6 +58,20 @@ injection, each of close, error and abandon, and all three, starting from the
 smallest and the largest target (480 configs, each exhaustively).
 The live ``Prefetcher(autotune=True)`` drives the tuner from the consumer's
 calls; only its policy (when to grow or shrink) lives outside the model.
+
+Runs (``run=r``, 1 <= r <= capacity) let one step move several batches: a
+worker's claim has branches "claim up to 1" .. "claim up to r" (consecutive
+indices into the lowest free slots, as many as are free, allowed and left),
+its fetch fills the whole run and publishes it in one step (a failure at the
+j-th batch publishes the ones before it, fails that one and frees the rest:
+the stream ends there anyway), and the consumer's take has branches "take
+up to 1" .. "take up to r" (each batch the one a single take would pick
+next, stopping before a failed one), holding them all as leases until one
+"release lease" frees them all. The checker explores every run length at
+every step, so the live Prefetcher may pick any of them: it picks long runs
+only for cheap batches, where a step costs more than the batch. ``run=1``
+is the model without runs (same states, same branches). Proved in
+tests/test_prefetcher_runs.py, with mutations of the run logic caught.
 """
 
 from safeprefetch.model import DONE, Model, delivery_violation, violate
@@ -76,18 +90,21 @@ class Prefetcher(Model):
     params = {"capacity": 2, "workers": 2, "items": 3, "ordered": True,
               "close": False, "error": False, "abandon": False, "closers": 1,
               "error_at": -1, "close_after": -1, "sized": True, "history": True,
-              "autotune": False, "target": 1}
+              "autotune": False, "target": 1, "run": 1}
     sweep = {"capacity": [1, 2, 3], "workers": [1, 2, 3], "items": [0, 1, 2, 3, 4],
              "close": [False, True], "error": [False, True], "abandon": [False, True]}
 
     def build(self, m, capacity, workers, items, ordered, close, error, abandon, closers, error_at, close_after,
-              sized, history, autotune, target):
+              sized, history, autotune, target, run):
         if capacity < 1 or workers < 1 or items < 0 or closers < 1:
             from safeprefetch.model import ModelError
             raise ModelError("prefetcher needs capacity >= 1, workers >= 1, items >= 0, closers >= 1")
         if autotune and not 1 <= target <= capacity:
             from safeprefetch.model import ModelError
             raise ModelError(f"prefetcher with autotune=on needs 1 <= target <= capacity, got target={target}")
+        if not 1 <= run <= capacity:
+            from safeprefetch.model import ModelError
+            raise ModelError(f"prefetcher needs 1 <= run <= capacity, got run={run}")
         if not sized and workers != 1:
             from safeprefetch.model import ModelError
             raise ModelError("prefetcher with sized=off (an iterator source) needs workers=1: "
@@ -105,69 +122,100 @@ class Prefetcher(Model):
             first_error=-1,            # lowest index whose fetch failed
             error_seen=-1,             # index of the error the consumer raised, -1 if none
         )
-        if autotune:
-            # Slots the workers may have in use at once (FILLING, READY or LEASED); the
-            # tuner moves it within 1..capacity. capacity is the physical pool.
-            m.shared(target=target)
+        # Slots the workers may have in use at once (FILLING, READY or LEASED): the whole
+        # pool, or with autotune=on what the tuner moves within 1..capacity.
+        m.shared(target=target if autotune else capacity)
 
         # -- worker ---------------------------------------------------------
+        # With run > 1 a worker may claim a run of up to ``run`` consecutive
+        # indices into as many free slots in one step (branch "claim up to r"),
+        # fetch them in one external step and publish them in one step. The
+        # checker explores every run length at every claim; the live Prefetcher
+        # only picks which one (long runs when fetches are cheap).
 
-        if autotune:
-            def may_claim(s, me):
-                # A free slot, and fewer than ``target`` slots in use.
-                return (s.closing or s.failed or s.next_index >= s.length
-                        or s.slots.count(FREE) > capacity - s.target)
-        else:
-            def may_claim(s, me):
-                return s.closing or s.failed or s.next_index >= s.length or FREE in s.slots
+        def slot_free(slots, target):
+            # A free slot, and fewer than ``target`` slots in use.
+            return slots.count(FREE) > capacity - target
 
-        def claim(s, me):
+        def may_claim(s, me, branch=None):
+            return s.closing or s.failed or s.next_index >= s.length or slot_free(s.slots, s.target)
+
+        claims = tuple(f"claim up to {r}" for r in range(1, run + 1)) if run > 1 else None
+
+        def claim_run(slots, i, length, want, target):
+            """Claim up to ``want`` indices from ``i`` into the lowest free slots: (slots, next index, run)."""
+            held = ()
+            while len(held) < want and i < length and slot_free(slots, target):
+                k = slots.index(FREE)
+                slots = _set(slots, k, (FILLING, i))
+                held += (k,)
+                i += 1
+            return slots, i, held
+
+        def run_length(branch):
+            """The r of a branch "... up to r"; 1 for any other branch (or none)."""
+            tail = branch.rsplit(" ", 1)[-1] if branch else ""
+            return int(tail) if tail.isdigit() else 1
+
+        def claim(s, me, branch=None):
             if s.closing or s.failed or s.next_index >= s.length:
                 s.alive -= 1
                 return DONE
-            k = s.slots.index(FREE)
-            me.idx, me.slot = s.next_index, k
-            s.next_index += 1
-            s.slots = _set(s.slots, k, (FILLING, me.idx))
+            me.idx = s.next_index
+            s.slots, s.next_index, me.run = claim_run(s.slots, s.next_index, s.length, run_length(branch), s.target)
             return "fetch into slot"
 
         def fetched(s, me, outcome):
-            k, i = me.slot, me.idx
-            if s.slots[k] != (FILLING, i):
-                violate("invariant", f"slot {k} changed while {me.name} was filling it")
-            if s.closing:
-                s.slots = _set(s.slots, k, FREE)  # discard: nobody will take it
-            elif outcome == "ok":
-                s.slots = _set(s.slots, k, (READY, i))
-            elif outcome == "end":
-                s.slots = _set(s.slots, k, FREE)  # the source ran out: index i does not exist
-                s.length = i
-            else:
-                s.slots = _set(s.slots, k, (FAILED, i))
+            # outcome: "ok" (the whole run), or "error" / "end" at the run's first
+            # index, or "error after j" / "end after j" (the first j were fetched).
+            kind, _, after = outcome.partition(" after ")
+            j = int(after) if after else (len(me.run) if kind == "ok" else 0)
+            slots = s.slots
+            for p, k in enumerate(me.run):
+                i = me.idx + p
+                if slots[k] != (FILLING, i):
+                    violate("invariant", f"slot {k} changed while {me.name} was filling it")
+                if s.closing or p > j or (p == j and kind != "error"):
+                    slots = _set(slots, k, FREE)  # discarded, never fetched, or past the end
+                elif p < j:
+                    slots = _set(slots, k, (READY, i))
+                else:
+                    slots = _set(slots, k, (FAILED, i))
+            s.slots = slots
+            if not s.closing and kind == "end":
+                s.length = me.idx + j  # the source ran out: index idx + j does not exist
+            elif not s.closing and kind == "error":
                 s.failed = True
-                if s.first_error < 0 or i < s.first_error:
-                    s.first_error = i
-            me.idx = me.slot = -1
+                if s.first_error < 0 or me.idx + j < s.first_error:
+                    s.first_error = me.idx + j
+            me.idx, me.run = -1, ()
             return "claim index and slot"
 
-        w = m.program("worker", idx=-1, slot=-1)
-        w.step("claim index and slot", claim, guard=may_claim)
-        if error:
-            outcomes = ("ok", "error")  # any fetch may fail
-        elif error_at >= 0:
-            outcomes = ("ok", "error")  # exactly the fetch of item error_at fails
+        w = m.program("worker", idx=-1, run=())
+        w.step("claim index and slot", claim, guard=may_claim, branches=claims)
+        positions = [""] + [f" after {j}" for j in range(1, run)]
+        if error or error_at >= 0:
+            outcomes = ("ok",) + tuple("error" + p for p in positions)  # any fetch may fail / item error_at fails
         else:
             outcomes = ("ok",)
         if not sized:
-            outcomes += ("end",)  # an iterator may run out at any index below items
+            outcomes += tuple("end" + p for p in positions)  # an iterator may run out at any index below items
 
         def fetch_outcome(s, me, outcome):
+            kind, _, after = outcome.partition(" after ")
+            j = int(after) if after else 0
+            if kind != "ok" and j >= len(me.run):
+                return False  # the run is shorter
             if error or error_at < 0:
                 return True
-            return (outcome == "error") == (me.idx == error_at)
+            if kind == "ok":
+                return not me.idx <= error_at < me.idx + len(me.run)
+            if kind == "end":  # fetched up to idx + j - 1, and idx + j does not exist
+                return not me.idx <= error_at <= me.idx + j
+            return me.idx + j == error_at
 
         w.external("fetch into slot", "fetch", fetched, branches=outcomes,
-                   guard=fetch_outcome if error_at >= 0 and not error else None)
+                   guard=fetch_outcome if run > 1 or (error_at >= 0 and not error) else None)
 
         # -- consumer -------------------------------------------------------
 
@@ -197,6 +245,13 @@ class Prefetcher(Model):
             return False
 
         # The helpers take fields, not ``s``, so each step specializes to constant indices.
+        # With run > 1 the consumer may take up to ``run`` deliverable batches in
+        # one step (branch "take up to r"): each as the next single take would
+        # pick it, stopping before a failed slot. It holds them all as leases,
+        # and "release lease" frees them all. The live consumer serves them one
+        # call at a time from its own bookkeeping.
+        takes = ("take",) if run == 1 else tuple(f"take up to {r}" for r in range(1, run + 1))
+
         def may_take(s, me, branch):
             if branch == "abandon":
                 return True
@@ -218,22 +273,33 @@ class Prefetcher(Model):
                 return DONE  # get() re-raises the source error
             if holds_lease(s.slots):
                 violate("invariant", "a second lease while the consumer still holds one")
-            s.slots = _set(s.slots, k, (LEASED, i))
+            slots, delivered, want, held, got = s.slots, s.delivered, run_length(branch), (), ()
+            while True:
+                slots = _set(slots, k, (LEASED, i))
+                held += (k,)
+                got += (i,)
+                delivered += 1
+                if len(held) == want:
+                    break
+                k = next_slot(slots, delivered)
+                if k is None or slots[k][0] == FAILED:
+                    break
+                i = slots[k][1]
+            s.slots, s.delivered, me.lease = slots, delivered, held
             if history:
-                s.received += (i,)
-            s.delivered += 1
-            me.lease = k
+                s.received += got
             return "release lease"
 
         def release(s, me):
-            k = me.lease
-            if s.slots[k][0] != LEASED:
-                violate("invariant", f"slot {k} was changed while leased")
-            s.slots = _set(s.slots, k, FREE)
-            me.lease = -1
+            slots = s.slots
+            for k in me.lease:
+                if slots[k][0] != LEASED:
+                    violate("invariant", f"slot {k} was changed while leased")
+                slots = _set(slots, k, FREE)
+            s.slots, me.lease = slots, ()
 
-        c = m.program("consumer", lease=-1)
-        c.step("take next batch", take, guard=may_take, branches=("take", "abandon") if abandon else ("take",))
+        c = m.program("consumer", lease=())
+        c.step("take next batch", take, guard=may_take, branches=takes + ("abandon",) if abandon else takes)
         c.step("release lease", release, next="take next batch")
         c.step("join workers", guard=lambda s, me: s.alive == 0, next=DONE)
 

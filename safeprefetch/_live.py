@@ -23,10 +23,10 @@ applies the step the model gives it.
   (the compiled steps' footprints), cannot have become enabled and is not
   tested; the others are tested with the step's guard alone
   (``Machine.enabled``), without building a successor.
-* ``step(t, chain=True)`` lets an external step's end and the thread's next
-  plain step share one critical section when that next step is enabled at
-  once: the same as the thread being scheduled twice in a row, which is one
-  of the interleavings the checker explored.
+* ``step(t, chain=True)`` lets a step and the thread's next plain step
+  share one critical section, parking there until the next one is enabled:
+  the same as the thread being scheduled twice in a row, which is one of the
+  interleavings the checker explored.
 * Steps the model marks *external* (fetch a batch, copy into ``out``, user
   compute) run their bound action **outside** the lock. The model's view is a
   begin step (the one before) and an end step (the external step itself,
@@ -456,17 +456,22 @@ class Runtime:
                 return
             self._park(t, branch, deadline)
 
-    def step(self, t: int, branch: str | None = None, timeout: float | None = None, *, chain: bool = False) -> str:
+    def step(self, t: int, branch: str | None = None, timeout: float | None = None, *, chain: bool = False,
+             then: str | None = None) -> str:
         """Apply thread ``t``'s next step, parking until it is enabled. Returns the step label.
 
         For an external step, the bound action runs outside the lock and its
         result picks the branch. ``branch`` selects among a plain step's
         branches (default: the first enabled one).
 
-        ``chain=True``: after an external step, also apply the thread's next
-        step in the same critical section if it is a plain step that is
-        enabled right away (one lock round-trip instead of two; the same as
-        the thread being scheduled twice in a row).
+        ``chain=True``: then also take the thread's next step in the same
+        critical section, parking until it is enabled, if it is a plain step
+        (``then`` names its branch; default: the first enabled one). That is
+        one lock round trip instead of two, the same schedule as the thread
+        stepping twice in a row, and a thread that must wait for its next
+        step parks right after the step that woke the others, instead of
+        leaving and re-entering the kernel first: the woken thread finds the
+        interpreter free instead of waking twice.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
@@ -478,12 +483,21 @@ class Runtime:
                 raise ValueError(f"{self.machine.thread_names[t]} is done")
             e = self._entries[t][pc]  # the step's kind, fire and footprint, prepared once
             if not e.external:
-                if branch is None and self._schedule is None and e.fire is not None:
-                    opts = e.fire(state)  # the common case: enabled at once, first branch
+                if self._schedule is None and e.fire is not None:
+                    # The common case: enabled at once (any branch, or the one named).
+                    if branch is None:
+                        opts = e.fire(state)
+                    else:
+                        bi = e.bindex.get(branch)
+                        opts = e.one(state, bi) if bi is not None else None
                     if opts:
                         self._apply(t, e, *opts[0])
+                        if chain:
+                            self._chain(t, then, deadline)
                         return e.label
                 self._take(t, branch, deadline)
+                if chain:
+                    self._chain(t, then, deadline)
                 return e.label
         # External: run the action outside the lock, on the snapshot taken above.
         action = self.actions.get(e.action)
@@ -494,13 +508,15 @@ class Runtime:
             if self._failure is not None:
                 raise self._failure
             self._take(t, outcome, deadline)
-            if chain and self._schedule is None:
-                nxt = self._entries[t].get(self._state[self._pci[t]])  # None once done
-                if nxt is not None and not nxt.external and nxt.fire is not None:
-                    opts = nxt.fire(self._state)
-                    if opts:
-                        self._apply(t, nxt, *opts[0])
+            if chain:
+                self._chain(t, then, deadline)
             return e.label
+
+    def _chain(self, t: int, branch: str | None, deadline: float | None) -> None:
+        """The chained half of ``step(chain=True)``: thread t's next step, if plain. Lock held."""
+        nxt = self._entries[t].get(self._state[self._pci[t]])  # None once done
+        if nxt is not None and not nxt.external:
+            self._take(t, branch, deadline)
 
     def run_until(self, t: int, stop: Callable[[str], bool], timeout: float | None = None) -> str:
         """Step thread ``t`` until its program counter satisfies ``stop`` (or it is done)."""

@@ -101,8 +101,9 @@ def register(sub) -> dict:
     dm.add_argument("--latency-ms", type=float, help="simulated storage latency per shard")
     dm.add_argument("--blas-threads", type=int, help="BLAS threads during the demo (0: library default; default 1)")
     dm.add_argument("--json", action="store_true")
-    dm.add_argument("--timeline", metavar="FILE.svg",
-                    help="draw the prefetching loop per thread (fetch / wait / compute) and its buffer occupancy")
+    dm.add_argument("--timeline", metavar="FILE.svg|FILE.png",
+                    help="draw the prefetching loop per thread (fetch / wait / compute) and its buffer occupancy; "
+                         "PNG needs the plot extra (matplotlib)")
     return {"run": _cmd_run, "soak": _cmd_soak, "demo": _cmd_demo}
 
 
@@ -151,8 +152,21 @@ def _cmd_demo(args) -> int:
     if cfg.latency_ms < 0 or cfg.blas_threads < 0:
         raise UsageError("--latency-ms and --blas-threads must not be negative")
     timeline = getattr(args, "timeline", None)
-    if timeline and not timeline.lower().endswith(".svg"):
-        raise UsageError(f"--timeline {timeline}: the timeline is drawn as SVG; give a .svg file name")
+    if timeline:
+        # Checked before the demo runs, not after it.
+        from pathlib import Path
+
+        suffix = Path(timeline).suffix.lower()
+        if suffix not in (".svg", ".png"):
+            raise UsageError(f"--timeline {timeline}: the timeline is drawn as SVG or PNG; "
+                             "give a .svg or .png file name")
+        if suffix == ".png":
+            from ._timeline import PlotUnavailable, require_matplotlib
+
+            try:
+                require_matplotlib()
+            except PlotUnavailable as e:
+                raise UsageError(f"--timeline {timeline}: {e}") from None
     result = run_demo(cfg, args.dir, progress=_progress_line, timeline=bool(timeline))
     if timeline:
         from ._timeline import write_timeline

@@ -73,8 +73,19 @@ Decisions, and why
 * The hot path (measured in docs/performance.md): the compiled machine is
   shared per shape and only its initial stream length differs; workers take
   "fetch into slot" and the next claim in one critical section
-  (``chain=True``); the consumer's copy callbacks take their array as an
-  argument (no partial per call).
+  (``chain=True``), parking there when no slot is free; the consumer's copy
+  callbacks take their array as an argument (no partial per call).
+* **Runs.** The model is compiled with ``run = min(capacity, 16)``: a worker
+  may claim, fetch and publish several batches in one step each, and the
+  consumer may take several in one step and hand them out one call at a
+  time from ``_Core.held``, releasing them together after the last. The
+  checker proves every run length safe; the policy here only picks one: as
+  many batches as fit in ``_RUN_BUDGET`` (100 µs) of fetching, for a worker
+  (measured per batch, running average), or of the caller's own pace
+  between calls, for the consumer. Batches that take longer than that go
+  one per step, exactly as without runs, so a slow source or a slow
+  consumer loses nothing to them; cheap batches pay a kernel step per run
+  instead of per batch. A ``Lease`` is always a run of one.
 
 Open question: a ``KeyboardInterrupt`` can land between two bytecodes of the
 runtime kernel's wake-up loop; a missed wake-up is repaired by the next step
@@ -129,6 +140,22 @@ _STARVED = 0.1
 # Slot states, as in models/prefetcher.py.
 _READY, _FAILED = 2, 3
 _FREE = (0, -1)
+
+#: The longest run of batches one model step may claim (a worker) or take (the
+#: consumer). Runs amortize the kernel's per-step cost over cheap batches; the
+#: model checks every run length up to this (tests/test_prefetcher_runs.py).
+_MAX_RUN = 16
+
+#: How much work one run may bundle: a worker claims about this many seconds of
+#: fetching at once, the consumer takes about this many seconds of its own calls.
+#: A run delays the first batch in it by up to this much, so it is kept near the
+#: cost of one thread handoff on a typical machine (tens of microseconds), where
+#: bundling pays; a batch that takes longer than this to fetch or to use goes
+#: one per step, exactly as without runs.
+_RUN_BUDGET = 100e-6
+
+#: Weight of the newest sample in the running averages that choose run lengths.
+_EWMA = 0.25
 
 #: Autotune's default ceiling on the pool, in batches, when ``max_capacity`` is not
 #: given. A buffer absorbs the source's jitter; sixteen batches cover a stall of
@@ -235,7 +262,7 @@ class PrefetchStats:
 # --------------------------------------------------------------------------
 
 
-def _compile(capacity: int, workers: int, items: int, ordered: bool, sized: bool, target: int = 0):
+def _compile(capacity: int, workers: int, items: int, ordered: bool, sized: bool, target: int = 0, run: int = 1):
     """The reference prefetcher model compiled for one live configuration.
 
     ``error=on`` (any fetch may fail), ``close=on`` (the closer is driven by
@@ -243,24 +270,25 @@ def _compile(capacity: int, workers: int, items: int, ordered: bool, sized: bool
     ``history=off`` (O(1) per step; see tests/test_prefetcher_model_modes.py).
     ``target > 0`` turns on ``autotune`` with that starting target: ``capacity``
     is then the physical pool, and the model's tuner thread (driven by the
-    consumer's calls) resizes the target within it.
+    consumer's calls) resizes the target within it. ``run`` is the longest run
+    of batches a worker may claim, or the consumer take, in one step.
     """
     from .models.prefetcher import Prefetcher as Model
 
     config = {"capacity": capacity, "workers": workers, "items": items, "ordered": ordered,
-              "error": True, "close": True, "abandon": False, "sized": sized, "history": False}
+              "error": True, "close": True, "abandon": False, "sized": sized, "history": False, "run": run}
     if target:
         config.update(autotune=True, target=target)
     return Model.compile(config)
 
 
 @functools.lru_cache(maxsize=256)
-def _template(capacity: int, workers: int, ordered: bool, sized: bool, target: int):
-    return _compile(capacity, workers, 1, ordered, sized, target)
+def _template(capacity: int, workers: int, ordered: bool, sized: bool, target: int, run: int):
+    return _compile(capacity, workers, 1, ordered, sized, target, run)
 
 
 @functools.lru_cache(maxsize=1024)
-def _machine(capacity: int, workers: int, items: int, ordered: bool, sized: bool, target: int = 0):
+def _machine(capacity: int, workers: int, items: int, ordered: bool, sized: bool, target: int = 0, run: int = 1):
     """``_compile(...)``, without compiling again for every stream length.
 
     Compiling specializes every step function (tens of milliseconds), and the
@@ -270,7 +298,7 @@ def _machine(capacity: int, workers: int, items: int, ordered: bool, sized: bool
     that initial value set to ``n``; tests/test_live_perf.py compares the
     two. A compiled machine is immutable, so prefetchers with one config share it.
     """
-    base = _template(capacity, workers, ordered, sized, target)
+    base = _template(capacity, workers, ordered, sized, target, run)
     i = base.shared_index["length"]
     m = copy.copy(base)  # shares the compiled tables and the specialized invariants
     m.init = base.init[:i] + (items,) + base.init[i + 1:]
@@ -363,10 +391,20 @@ class _Core:
         self.i_delivered, self.i_length, self.i_error_seen = si["delivered"], si["length"], si["error_seen"]
         self.i_consumer_pc = m.pc_index[self.consumer]
         self.i_lease = m.local_index[self.consumer]["lease"]
-        # Per worker's model thread: (worker number, index of its "idx" local, of its "slot" local).
+        # Per worker's model thread: (worker number, index of its "idx" local, of its "run" local).
         # The fetch action reads them straight from the step's state snapshot.
-        self.worker_fields = {t: (w, m.local_index[t]["idx"], m.local_index[t]["slot"])
+        self.worker_fields = {t: (w, m.local_index[t]["idx"], m.local_index[t]["run"])
                               for w, t in enumerate(self.worker_ids)}
+        # Runs: the model's "claim up to r" / "take up to r" branches (none when run=1).
+        claims = m.infos[self.worker_ids[0]]["claim index and slot"].branches if self.worker_ids else ()
+        self.claim_branches: tuple[str, ...] = tuple(b for b in claims if b.startswith("claim up to "))
+        takes = m.infos[self.consumer]["take next batch"].branches
+        self.take_branches: tuple[str, ...] = tuple(b for b in takes if b.startswith("take up to "))
+        self.fetch_ewma: float | None = None  # seconds per fetched batch (all workers)
+        self.call_ewma: float | None = None   # seconds from a batch in the caller's hands to its next call
+        self.last_call: float | None = None
+        self.held: tuple[tuple[int, int], ...] = ()  # the consumer's run: (slot, position) per leased batch
+        self.served = 0                               # how many of them were handed out
         # Autotune: the model's tuner thread, driven from the consumer's calls (see _autotune).
         self.tuner = names.index("tuner") if "tuner" in names else None
         self.i_target = si.get("target")
@@ -424,23 +462,46 @@ class _Core:
         return self.plan.item(pos)
 
     def _fetch(self, ctx) -> str:
-        """The model's external step "fetch into slot": fill the worker's ``slot`` with item ``idx``."""
-        w, i_idx, i_slot = self.worker_fields[ctx.thread]
-        state = ctx.state  # the snapshot taken when the step began: its idx and slot are this fetch's
-        pos, k = state[i_idx], state[i_slot]
-        if self._closing():
-            return "ok"  # the model discards a fetch that lands after close
+        """The model's external step "fetch into slot": fill the worker's run of slots with items ``idx``, ``idx+1``...
+
+        The outcome names the first batch that did not arrive: "ok" (all did),
+        "error" / "end" at the first, "error after j" / "end after j" past j.
+        """
+        w, i_idx, i_run = self.worker_fields[ctx.thread]
+        state = ctx.state  # the snapshot taken when the step began: its idx and run are this fetch's
+        first, run = state[i_idx], state[i_run]
         t0 = time.perf_counter()
+        j = 0
         try:
-            return self._fill(pos, k)
+            for j, k in enumerate(run):
+                if self._closing():
+                    return "ok"  # the model discards a fetch that lands after close
+                got = self._fill(first + j, k)
+                if got != "ok":  # "end", or "error" (a read the constructor made failed)
+                    return got if j == 0 else f"{got} after {j}"
+            return "ok"
         except BaseException as e:  # noqa: BLE001 - every error is delivered at its position
-            self.errors[pos] = e
-            return "error"
+            self.errors[first + j] = e
+            return "error" if j == 0 else f"error after {j}"
         finally:
             t1 = time.perf_counter()
             self.fetch_seconds[w] += t1 - t0
+            per = (t1 - t0) / (j + 1)
+            ewma = self.fetch_ewma
+            self.fetch_ewma = per if ewma is None else ewma + _EWMA * (per - ewma)
             if self.spans is not None:
                 self.spans.append((f"worker{w}", "fetch", t0, t1))
+
+    def claim_branch(self) -> str | None:
+        """The run a worker claims next: as many batches as fit in ``_RUN_BUDGET`` of fetching (None: no runs)."""
+        branches = self.claim_branches
+        if not branches:
+            return None
+        per = self.fetch_ewma
+        if per is None:
+            return branches[0]  # nothing measured yet: one batch
+        r = len(branches) if per <= 0 else int(_RUN_BUDGET / per)
+        return branches[min(max(r, 1), len(branches)) - 1]
 
     def _fill(self, pos: int, k: int) -> str:
         pre = self.preloaded.pop(pos, None) if self.preloaded else None
@@ -517,20 +578,46 @@ class _Core:
             raise LeaseHeld("a lease is still held: release it (lease.release() or leave its with-block) "
                             "before asking for another batch")
 
-    def _take(self, deadline: float | None) -> tuple[int, int] | None:
-        """The model consumer's "take next batch". Returns (slot, position), or None at end of stream.
+    def take_branch(self, single: bool) -> str | None:
+        """The run the consumer takes next: as many batches as its own calls use in ``_RUN_BUDGET`` (None: no runs)."""
+        branches = self.take_branches
+        if not branches:
+            return None
+        per = self.call_ewma
+        if single or per is None:
+            return branches[0]
+        r = len(branches) if per <= 0 else int(_RUN_BUDGET / per)
+        return branches[min(max(r, 1), len(branches)) - 1]
 
-        Call with the consumer lock held. Raises the source error at its position,
-        PrefetcherClosed after close, PrefetchTimeout.
+    def _take(self, deadline: float | None, single: bool = False) -> tuple[int, int] | None:
+        """The next batch: (slot, position), or None at end of stream.
+
+        From the run the consumer holds, if any is left; otherwise the model
+        consumer's "take next batch" (a run of up to ``take_branch`` batches, or
+        one batch with ``single``). Call with the consumer lock held. Raises
+        the source error at its position, PrefetcherClosed after close,
+        PrefetchTimeout.
         """
         self._usable()
+        held = self.held
+        if self.served < len(held):  # the run this consumer took: no kernel step
+            got = held[self.served]
+            self.served += 1
+            self.delivered += 1
+            self.last_pos = got[1]
+            self.occupancy_sum += len(held) - self.served + 1
+            self.occupancy_samples += 1
+            return got
         rt, c = self.rt, self.consumer
-        if self.ended is None and rt.state[self.i_consumer_pc] == "release lease":
-            rt.step(c)  # a take whose caller was interrupted (Ctrl-C) before it saw the batch
         if self.ended is not None:
             if self.ended == "closed":
                 raise PrefetcherClosed(f"prefetcher {self.name!r} is closed")
             return None
+        # A take whose caller was interrupted (Ctrl-C) before it saw the batch: release
+        # it (the batch is dropped), then take, in one critical section.
+        give_back = rt.state[self.i_consumer_pc] == "release lease"
+        self.held, self.served = (), 0
+        branch = self.take_branch(single)
         before = rt.state
         slots = before[self.i_slots]
         ready = 0
@@ -543,7 +630,9 @@ class _Core:
             self.occupancy_max = ready
         t0 = time.perf_counter()
         try:
-            rt.step(c, timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+            rt.step(c, None if give_back else branch,
+                    timeout=None if deadline is None else max(0.0, deadline - time.monotonic()),
+                    chain=give_back, then=branch)
         except StepTimeout:
             raise PrefetchTimeout("no batch within the timeout") from None
         finally:
@@ -558,13 +647,14 @@ class _Core:
         # and ``error_seen``, so reading them after the step is exact.
         state = rt.state
         if state[self.i_consumer_pc] != DONE:
-            k = state[self.i_lease]
-            pos = state[self.i_slots][k][1]
+            slots = state[self.i_slots]
+            self.held = held = tuple((k, slots[k][1]) for k in state[self.i_lease])
+            self.served = 1
             self.delivered += 1
-            self.last_pos = pos
+            self.last_pos = held[0][1]
             if self.tuner is not None:
                 self._autotune(before, ready)
-            return k, pos
+            return held[0]
         err = state[self.i_error_seen]
         if err >= 0:
             self.ended = "error"
@@ -580,8 +670,16 @@ class _Core:
         raise PrefetcherClosed(f"prefetcher {self.name!r} was closed")
 
     def _release(self) -> None:
-        """The model consumer's "release lease" (never blocks: it has no guard)."""
-        self.rt.step(self.consumer)
+        """After a batch is used: the model consumer's "release lease", once its whole run is used (never blocks).
+
+        At once, not at the next call: a waiting worker then refills the slots
+        while the caller is on its way back (measured: giving a run back at
+        the next call, in one critical section with the next take, is slower
+        at every depth).
+        """
+        if self.served >= len(self.held):
+            self.held, self.served = (), 0
+            self.rt.step(self.consumer)
         if self.spans is not None:
             self.consumer_back = time.perf_counter()
 
@@ -638,10 +736,18 @@ class _Core:
     def consume(self, use: Callable[[Any, np.ndarray], Any], arg: Any, deadline: float | None) -> Any:
         """Take a batch, call ``use(arg, slot_array)`` while leased, release. Returns _END at end of stream."""
         self._lock(deadline)
+        last = self.last_call
+        if last is not None:
+            # The caller's pace: from the previous batch in hand to this call, i.e. using the
+            # batch and the caller's own work, without our waits. It decides the run length.
+            per = time.perf_counter() - last
+            ewma = self.call_ewma
+            self.call_ewma = per if ewma is None else ewma + _EWMA * (per - ewma)
         try:
             got = self._take(deadline)
             if got is None:
                 return _END
+            self.last_call = time.perf_counter()
             try:
                 if self.spans is None:
                     return use(arg, self.slot_views[got[0]])
@@ -658,7 +764,7 @@ class _Core:
     def lease(self, deadline: float | None) -> "Lease | None":
         self._lock(deadline)
         try:
-            got = self._take(deadline)
+            got = self._take(deadline, single=True)  # one Lease at a time: no run to hold behind it
             if got is None:
                 return None
             k, pos = got
@@ -778,6 +884,9 @@ def _worker_main(core: _Core, w: int, t: int) -> None:
     blocked = core.blocked_seconds
     step, pc = rt.step, rt.pc
     clock = time.perf_counter
+    runs = core.claim_branch
+    fetched = core.fetch_seconds
+    timeline = core.spans is not None
     try:
         while True:
             at = pc(t)
@@ -785,17 +894,22 @@ def _worker_main(core: _Core, w: int, t: int) -> None:
                 break
             if at == "claim index and slot":  # blocks while no slot is free: timed
                 t0 = clock()
-                step(t)
+                step(t, runs())
                 t1 = clock()
                 blocked[w] += t1 - t0
-                if core.spans is not None:
+                if timeline:
                     core.spans.append((f"worker{w}", "wait", t0, t1))
+            elif timeline:
+                # Recording a timeline: the fetch and the next claim as two steps, so the
+                # buffer occupancy can be sampled between them and the wait drawn apart.
+                step(t)
+                core.occupancy_log.append((clock(), core.ready_now()))
             else:
                 # "fetch into slot": the source runs outside the kernel lock; then, in the same
-                # critical section, the next claim if a slot is free right away.
-                step(t, chain=True)
-                if core.occupancy_log is not None:
-                    core.occupancy_log.append((clock(), core.ready_now()))
+                # critical section, the next claim, parking there until a slot is free.
+                t0, f0 = clock(), fetched[w]
+                step(t, chain=True, then=runs())
+                blocked[w] += clock() - t0 - (fetched[w] - f0)
     except LiveError:
         pass  # the runtime has failed: the consumer and the closer raise it
     except BaseException as e:  # noqa: BLE001 - a bug here must not hang the consumer
@@ -1025,7 +1139,8 @@ class Prefetcher:
             workers = min(workers, max(1, items))
 
         self._core = core = _Core(
-            machine=_machine(slots, workers, items, ordered, sized, capacity if autotune else 0), pool=pool,
+            machine=_machine(slots, workers, items, ordered, sized, capacity if autotune else 0,
+                             min(slots, _MAX_RUN)), pool=pool,
             shape=shape, dtype=dtype,
             plan=plan, getitem=source.__getitem__ if map_style and has_getitem else None,
             fetch_into=fetch_into if map_style else None, iterator=iterator, executor=executor,

@@ -12,10 +12,10 @@ import weakref
 import numpy as np
 import pytest
 
-import safeprefetch._prefetcher as prefetcher_module
 from safeprefetch import (Lease, LeaseHeld, NpyFiles, PrefetchStats, PrefetchTimeout, Prefetcher, PrefetcherClosed,
                           PrefetcherWarning, load_model, write_npy_batches)
-from safeprefetch._live import Runtime, verify_record
+from conftest import recording_runtimes
+from safeprefetch._live import verify_record
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(60)]
 
@@ -629,17 +629,9 @@ def test_a_dask_distributed_client_executor_runs_the_fetches(tmp_path):
 # -- it is the checked machine ---------------------------------------------------------
 
 
-def test_the_prefetcher_runs_the_reference_model_and_every_step_conforms(baseline, monkeypatch):
-    runtimes = []
-
-    def recording(machine, actions, **kw):
-        rt = Runtime(machine, actions, record=True, **kw)
-        runtimes.append(rt)
-        return rt
-
-    monkeypatch.setattr(prefetcher_module, "Runtime", recording)
+def test_the_prefetcher_runs_the_reference_model_and_every_step_conforms(baseline):
     src = Failing(9, bad=6)
-    with Prefetcher(src, capacity=2, workers=3, ordered=False) as pf:
+    with recording_runtimes() as runtimes, Prefetcher(src, capacity=2, workers=3, ordered=False) as pf:
         with pytest.raises(Boom):
             for _ in pf:
                 time.sleep(0.001)

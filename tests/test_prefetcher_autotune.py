@@ -61,9 +61,15 @@ def test_resizing_at_any_point_never_deadlocks_or_loses_items(cfg):
 
 
 def test_autotune_off_leaves_the_state_space_alone():
-    """autotune=off compiles exactly the model the pinned prefetcher counts describe: no tuner, no target."""
+    """autotune=off compiles exactly the model the pinned prefetcher counts describe: no tuner, a fixed target."""
+    from safeprefetch._explore import Explorer
+
     machine = MODEL.compile({"capacity": 2, "workers": 2, "items": 3})
-    assert "tuner" not in machine.thread_names and "target" not in machine.shared_index
+    assert "tuner" not in machine.thread_names
+    explorer = Explorer(machine)
+    explorer.run()
+    target = machine.shared_index["target"]
+    assert {s[target] for s in explorer.parents} == {2}  # the whole pool, in every reachable state
     tuned = MODEL.compile({"capacity": 2, "workers": 2, "items": 3, "autotune": True})
     assert "tuner" in tuned.thread_names and tuned.shared_index["target"] >= 0
 
