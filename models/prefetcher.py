@@ -152,24 +152,27 @@ class Prefetcher(Model):
                 i += 1
             return slots, i, held
 
-        def run_length(branch):
-            """The r of a branch "... up to r"; 1 for any other branch (or none)."""
-            tail = branch.rsplit(" ", 1)[-1] if branch else ""
-            return int(tail) if tail.isdigit() else 1
+        # The r of each branch "claim up to r" / "take up to r" (any other branch: 1).
+        run_of = {f"{verb} up to {r}": r for verb in ("claim", "take") for r in range(1, run + 1)}
 
         def claim(s, me, branch=None):
             if s.closing or s.failed or s.next_index >= s.length:
                 s.alive -= 1
                 return DONE
             me.idx = s.next_index
-            s.slots, s.next_index, me.run = claim_run(s.slots, s.next_index, s.length, run_length(branch), s.target)
+            s.slots, s.next_index, me.run = claim_run(s.slots, s.next_index, s.length, run_of.get(branch, 1),
+                                                      s.target)
             return "fetch into slot"
 
+        # A fetch's outcome: "ok" (the whole run), or "error" / "end" at the run's first
+        # index, or "error after j" / "end after j" (the first j were fetched): (kind, j).
+        parse = {"ok": ("ok", run)}
+        for j in range(run):
+            for kind in ("error", "end"):
+                parse[kind if j == 0 else f"{kind} after {j}"] = (kind, j)
+
         def fetched(s, me, outcome):
-            # outcome: "ok" (the whole run), or "error" / "end" at the run's first
-            # index, or "error after j" / "end after j" (the first j were fetched).
-            kind, _, after = outcome.partition(" after ")
-            j = int(after) if after else (len(me.run) if kind == "ok" else 0)
+            kind, j = parse[outcome]
             slots = s.slots
             for p, k in enumerate(me.run):
                 i = me.idx + p
@@ -202,8 +205,7 @@ class Prefetcher(Model):
             outcomes += tuple("end" + p for p in positions)  # an iterator may run out at any index below items
 
         def fetch_outcome(s, me, outcome):
-            kind, _, after = outcome.partition(" after ")
-            j = int(after) if after else 0
+            kind, j = parse[outcome]
             if kind != "ok" and j >= len(me.run):
                 return False  # the run is shorter
             if error or error_at < 0:
@@ -273,7 +275,7 @@ class Prefetcher(Model):
                 return DONE  # get() re-raises the source error
             if holds_lease(s.slots):
                 violate("invariant", "a second lease while the consumer still holds one")
-            slots, delivered, want, held, got = s.slots, s.delivered, run_length(branch), (), ()
+            slots, delivered, want, held, got = s.slots, s.delivered, run_of.get(branch, 1), (), ()
             while True:
                 slots = _set(slots, k, (LEASED, i))
                 held += (k,)

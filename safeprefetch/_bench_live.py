@@ -272,7 +272,7 @@ def _time_loop(run: Callable[[], None]) -> tuple[float, float]:
             gc.enable()
 
 
-def _handoff_ours(n: int, depth: int) -> tuple[float, float]:
+def _handoff_ours(n: int, depth: int, steps: list[int] | None = None) -> tuple[float, float]:
     src = _Trivial(n)
     out = np.empty_like(src.item)
 
@@ -281,6 +281,8 @@ def _handoff_ours(n: int, depth: int) -> tuple[float, float]:
             copy = pf.copy_prefetched
             while copy(out):
                 pass
+            if steps is not None:
+                steps.append(pf._core.rt.steps)  # kernel steps the checked model took
 
     return _time_loop(run)
 
@@ -304,8 +306,9 @@ def bench_handoff(n: int, repeats: int, depths: tuple[int, ...]) -> list[Figure]
         if _torchdata_available():
             runs["torchdata"] = []
         inflight: list[tuple[float, float]] = []
+        steps: list[int] = []
         for _ in range(repeats):  # interleaved, so drift on the machine hits every side alike
-            runs["ours"].append(_handoff_ours(n, depth))
+            runs["ours"].append(_handoff_ours(n, depth, steps))
             for kind in runs:
                 if kind != "ours":
                     runs[kind].append(_handoff_baseline(kind, n, depth))
@@ -322,6 +325,7 @@ def bench_handoff(n: int, repeats: int, depths: tuple[int, ...]) -> list[Figure]
             "handoff", {"depth": depth, "items": n, "item": "float32[4]"}, "us/item", round(per["ours"], 2),
             "queue.Queue", baselines, round(ratio, 3), "ratio <= 1.5", ratio <= 1.5,
             {"cpu_us_per_item": {k: round(v, 2) for k, v in cpu.items()},
+             "model_steps_per_item": round(_median([float(s) for s in steps]) / n, 3),
              "cpu_ratio": round(cpu["ours"] / cpu["queue.Queue"], 3),
              "ours_capacity_depth_plus_1_us_per_item": round(_median([w for w, _c in inflight]) / n * 1e6, 2),
              "ratio_capacity_depth_plus_1": round(_median([w for w, _c in inflight]) / n * 1e6 / per["queue.Queue"],
@@ -334,25 +338,30 @@ def bench_protocol_cpu(items: int, repeats: int, depth: int = 8) -> Figure:
     """The model's CPU cost per item with no thread handoff at all, against queue.Queue's put + get.
 
     One thread drives the Prefetcher's own compiled machine through the live
-    runtime: a worker's "claim index and slot" and "fetch into slot" (its
-    fetch a no-op, chained with the next claim as the workers run it), the
-    consumer's "take next batch" and "release lease". That is the protocol's
-    floor: what the handoff figures cost beyond it is waking threads.
+    runtime, as its threads do: a worker's "claim index and slot" and "fetch
+    into slot" (its fetch a no-op), the consumer's "take next batch" and
+    "release lease". Once a batch per step
+    (four steps per item) and once in runs of ``depth`` (the "claim up to" and
+    "take up to" branches the live Prefetcher takes for cheap batches: four
+    steps per run). That is the protocol's floor: what the handoff figures
+    cost beyond it is waking threads.
     """
     from ._live import Runtime
     from ._prefetcher import _machine
 
-    m = _machine(depth, 1, items + 1, True, True)
+    m = _machine(depth, 1, items + 1, True, True, 0, depth)
     w, c = m.thread_names.index("worker0"), m.thread_names.index("consumer")
 
-    def ours() -> float:
+    def ours(run: int) -> float:
+        claim, take = f"claim up to {run}", f"take up to {run}"
         rt = Runtime(m, {"fetch": lambda ctx: "ok"})
-        rt.step(w)
+        rt.step(w, claim)
         t0 = time.perf_counter()
-        for _ in range(items):
-            rt.step(w, chain=True)
-            rt.step(c)
-            rt.step(c)
+        for _ in range(items // run):
+            rt.step(w)  # fetch the run (a no-op) and publish it
+            rt.step(c, take)
+            rt.step(c)  # release
+            rt.step(w, claim)  # the next run
         return time.perf_counter() - t0
 
     def base() -> float:
@@ -364,12 +373,15 @@ def bench_protocol_cpu(items: int, repeats: int, depth: int = 8) -> Figure:
             get()
         return time.perf_counter() - t0
 
-    a = [ours() for _ in range(repeats)]
+    a = [ours(1) for _ in range(repeats)]
+    r = [ours(depth) for _ in range(repeats)]
     b = [base() for _ in range(repeats)]
-    us, ub = _median(a) / items * 1e6, _median(b) / items * 1e6
+    us, ur, ub = (_median(x) / items * 1e6 for x in (a, r, b))
     return Figure("protocol_cpu", {"items": items, "depth": depth, "threads": 1}, "us/item", round(us, 3),
                   "queue.Queue put + get", {"queue.Queue put + get": round(ub, 3)}, round(us / ub, 3), "", None,
-                  {"model_steps_per_item": 4, "critical_sections_per_item": 3})
+                  {"model_steps_per_item": 4, "critical_sections_per_item": 4,
+                   "runs": {"run": depth, "us_per_item": round(ur, 3), "ratio": round(ur / ub, 3),
+                            "model_steps_per_item": round(4 / depth, 3)}})
 
 
 # --------------------------------------------------------------------------
@@ -416,10 +428,14 @@ def bench_overlap(n: int, repeats: int, pairs: list[tuple[float, float]], capaci
     for p_ms, c_ms in pairs:
         for jitter in (False, True):
             effs: dict[str, list[float]] = {k: [] for k in kinds}
+            wider: list[float] = []
             for r in range(repeats):
                 ptimes = _work_times(n, p_ms / 1000, jitter, seed=1000 * r + int(p_ms * 10))
                 for k in kinds:
                     effs[k].append(_overlap_once(k, ptimes, c_ms / 1000, capacity))
+                # queue.Queue(capacity) holds capacity batches plus the one its producer is putting;
+                # a Prefetcher slot counts every batch, so capacity + 1 slots hold as many in flight.
+                wider.append(_overlap_once("ours", ptimes, c_ms / 1000, capacity + 1))
             med = {k: _median(v) for k, v in effs.items()}
             baselines: dict[str, Any] = {k: round(100 * med[k], 2) for k in kinds if k != "ours"}
             if "torchdata" not in kinds:
@@ -428,7 +444,8 @@ def bench_overlap(n: int, repeats: int, pairs: list[tuple[float, float]], capaci
                 "overlap", {"producer_ms": p_ms, "consumer_ms": c_ms, "jitter": jitter, "capacity": capacity,
                             "items": n}, "% of ideal", round(100 * med["ours"], 2), "queue.Queue", baselines,
                 round(med["ours"] / med["queue.Queue"], 3), "ours >= 97%", med["ours"] >= 0.97,
-                {"repeats_percent": {k: [round(100 * x, 2) for x in v] for k, v in effs.items()}}))
+                {"repeats_percent": {k: [round(100 * x, 2) for x in v] for k, v in effs.items()},
+                 "ours_capacity_plus_1_percent": round(100 * _median(wider), 2)}))
     return figs
 
 
@@ -461,9 +478,13 @@ def bench_copy(sizes_mib: list[float], batches: int, repeats: int, capacity: int
     and then leaves it, so the copy is all there is to measure; the first
     ``capacity`` batches (the slots' first touch, i.e. page faults) are not
     timed. np.copyto copies from a pool of as many slots of the same shape,
-    touched. Also in ``extra``: the same with every batch already buffered
-    (capacity = batches, filled before the clock starts), and the fixed cost
-    per call that the difference implies.
+    touched. A second baseline is what the usual way to prefetch gets on the
+    same copies: a queue.Queue(capacity) prefetch thread handing those arrays
+    over, the loop copying each out with np.copyto. Also in ``extra``: the
+    fixed cost per call the difference implies, and the same with 16 batches
+    already buffered (capacity 16, filled before the clock starts) against
+    np.copyto over as many touched arrays (the same memory, so the same
+    cache misses).
     """
     figs = []
     for mib in sizes_mib:
@@ -471,9 +492,12 @@ def bench_copy(sizes_mib: list[float], batches: int, repeats: int, capacity: int
         shape = (count,)
         n = max(8, min(batches, int(512 // mib)))  # at most ~512 MiB of slots when all are buffered
         gb = n * count * 4 / 1e9
+        # All buffered: as many batches as a large buffer holds (a step's cost grows with the
+        # number of slots, which the state lists one by one).
+        nb = min(n, 16)
         out = np.empty(shape, np.float32)
         pool = np.ones((capacity, *shape), np.float32)
-        ours, base, buffered = [], [], []
+        ours, base, queued, buffered, spread = [], [], [], [], []
         for _ in range(repeats):
             with Prefetcher(_TouchFirst(n + capacity, shape, capacity), capacity=capacity, shape=shape,
                             dtype=np.float32) as pf:
@@ -487,23 +511,37 @@ def bench_copy(sizes_mib: list[float], batches: int, repeats: int, capacity: int
             for i in range(n):
                 np.copyto(out, pool[i % capacity])
             base.append(time.perf_counter() - t0)
-            with Prefetcher(_TouchFirst(n, shape, n), capacity=n, shape=shape, dtype=np.float32) as pf:
+            t0 = time.perf_counter()
+            _queue_run(lambda i: pool[i % capacity], n, capacity, lambda a: np.copyto(out, a))
+            queued.append(time.perf_counter() - t0)
+            with Prefetcher(_TouchFirst(nb, shape, nb), capacity=nb, shape=shape, dtype=np.float32) as pf:
                 deadline = time.monotonic() + 60
-                while pf.ready < n and time.monotonic() < deadline:
+                while pf.ready < nb and time.monotonic() < deadline:
                     time.sleep(0.001)
                 t0 = time.perf_counter()
                 while pf.copy_prefetched(out):
                     pass
                 buffered.append(time.perf_counter() - t0)
+            big = np.ones((nb, *shape), np.float32)
+            t0 = time.perf_counter()
+            for i in range(nb):
+                np.copyto(out, big[i])
+            spread.append(time.perf_counter() - t0)
+            del big
         del pool
-        t_ours, t_base, t_buf = _median(ours), _median(base), _median(buffered)
+        t_ours, t_base, t_queue = _median(ours), _median(base), _median(queued)
+        t_buf, t_spread = _median(buffered), _median(spread)
         ratio = t_base / t_ours
         figs.append(Figure("copy_bandwidth", {"batch_mib": mib, "batches": n, "capacity": capacity},
-                           "GB/s", round(gb / t_ours, 3), "np.copyto", {"np.copyto": round(gb / t_base, 3)},
+                           "GB/s", round(gb / t_ours, 3), "np.copyto",
+                           {"np.copyto": round(gb / t_base, 3), "queue.Queue + np.copyto": round(gb / t_queue, 3)},
                            round(ratio, 3), "ratio >= 0.9", ratio >= 0.9,
                            {"overhead_us_per_batch": round((t_ours - t_base) / n * 1e6, 1),
-                            "all_buffered_gb_s": round(gb / t_buf, 3),
-                            "all_buffered_ratio": round(t_base / t_buf, 3)}))
+                            "queue_ratio": round(t_base / t_queue, 3),
+                            "queue_overhead_us_per_batch": round((t_queue - t_base) / n * 1e6, 1),
+                            "all_buffered_batches": nb,
+                            "all_buffered_gb_s": round(gb * nb / n / t_buf, 3),
+                            "all_buffered_ratio": round(t_spread / t_buf, 3)}))
     return figs
 
 

@@ -445,11 +445,15 @@ class Runtime:
     def _take(self, t: int, branch: str | None, deadline: float | None) -> None:
         """Apply thread t's current step (parking until enabled). Lock held."""
         pci = self._pci[t]
-        free = self._schedule is None and branch is None
+        free = self._schedule is None
         while True:
             e = self._entries[t][self._state[pci]]
-            # The common case (no forced order, any branch) calls the step's fire directly.
-            opts = (e.fire(self._state) if e.fire is not None else []) if free else self._options(t, e, branch)
+            # The common case (no forced order; any branch, or one of the step's own) calls the
+            # step's fire directly.
+            if free and e.fire is not None and (branch is None or branch in e.bindex):
+                opts = e.fire(self._state) if branch is None else e.one(self._state, e.bindex[branch])
+            else:
+                opts = self._options(t, e, branch)
             if opts:
                 b, nxt = opts[0]
                 self._apply(t, e, b, nxt)

@@ -647,8 +647,9 @@ class _Core:
         # and ``error_seen``, so reading them after the step is exact.
         state = rt.state
         if state[self.i_consumer_pc] != DONE:
-            slots = state[self.i_slots]
-            self.held = held = tuple((k, slots[k][1]) for k in state[self.i_lease])
+            slots, lease = state[self.i_slots], state[self.i_lease]
+            k = lease[0]
+            self.held = held = ((k, slots[k][1]),) if len(lease) == 1 else tuple((k, slots[k][1]) for k in lease)
             self.served = 1
             self.delivered += 1
             self.last_pos = held[0][1]

@@ -78,3 +78,15 @@ def test_text_report_prints_a_row_per_figure():
                          "target": "ratio >= 0.9", "met": False, "extra": {}}]}
     text = format_report(fake)
     assert "copy_prefetched 1 MiB" in text and "NO" in text
+
+
+def test_runs_and_the_usual_prefetch_loop_are_reported(report):
+    (cpu,) = [f for f in report["figures"] if f["figure"] == "protocol_cpu"]
+    assert cpu["extra"]["runs"]["model_steps_per_item"] == 0.5 and cpu["extra"]["runs"]["us_per_item"] > 0
+    for f in report["figures"]:
+        if f["figure"] == "handoff":
+            assert 0 < f["extra"]["model_steps_per_item"] <= 4.1
+        if f["figure"] == "copy_bandwidth":
+            assert f["baselines"]["queue.Queue + np.copyto"] > 0 and f["extra"]["queue_ratio"] > 0
+        if f["figure"] == "overlap":
+            assert 0 < f["extra"]["ours_capacity_plus_1_percent"] <= 100.5
