@@ -62,8 +62,8 @@ Decisions, and why
   prefetcher is collected and its threads are joined.
 * Waits in the caller's thread are ``threading`` lock waits, which a signal
   interrupts: Ctrl-C raises ``KeyboardInterrupt`` out of a blocked ``get``
-  and leaves the prefetcher usable (a batch already taken when the signal
-  lands is dropped).
+  and leaves the prefetcher usable (a batch, or a run of batches, already
+  taken when the signal lands is dropped).
 
 * **Autotune** (``autotune=True``) is the model's own tuner thread: the
   pool is allocated at ``max_capacity`` slots and the model's ``target``
