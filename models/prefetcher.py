@@ -59,18 +59,17 @@ smallest and the largest target (480 configs, each exhaustively).
 The live ``Prefetcher(autotune=True)`` drives the tuner from the consumer's
 calls; only its policy (when to grow or shrink) lives outside the model.
 
-Runs (``run=r``, 1 <= r <= capacity) let one step move several batches: a
-worker's claim has branches "claim up to 1" .. "claim up to r" (consecutive
-indices into the lowest free slots, as many as are free, allowed and left),
-its fetch fills the whole run and publishes it in one step (a failure at the
-j-th batch publishes the ones before it, fails that one and frees the rest:
-the stream ends there anyway), and the consumer's take has branches "take
-up to 1" .. "take up to r" (each batch the one a single take would pick
-next, stopping before a failed one), holding them all as leases until one
-"release lease" frees them all. The checker explores every run length at
-every step, so the live Prefetcher may pick any of them: it picks long runs
-only for cheap batches, where a step costs more than the batch. ``run=1``
-is the model without runs (same states, same branches). Proved in
+Runs (``run=r``, 1 <= r <= capacity) let the consumer take several batches
+in one step: its take has branches "take up to 1" .. "take up to r" (each
+batch the one a single take would pick next, stopping before a failed one),
+and it holds them all as leases until one "release lease" frees them all.
+The checker explores every run length at every take, so the live Prefetcher
+may pick any of them; it picks long runs only for a fast caller, where a
+step costs more than a batch. Workers have no runs, on purpose: a batch is
+published as soon as it is fetched, before the source is called again, so a
+source whose next item waits for the consumer to receive the previous one
+(a request/response stream) never waits on a batch a worker is sitting on.
+``run=1`` is the model without runs (same states, same branches). Proved in
 tests/test_prefetcher_runs.py, with mutations of the run logic caught.
 """
 
@@ -127,97 +126,59 @@ class Prefetcher(Model):
         m.shared(target=target if autotune else capacity)
 
         # -- worker ---------------------------------------------------------
-        # With run > 1 a worker may claim a run of up to ``run`` consecutive
-        # indices into as many free slots in one step (branch "claim up to r"),
-        # fetch them in one external step and publish them in one step. The
-        # checker explores every run length at every claim; the live Prefetcher
-        # only picks which one (long runs when fetches are cheap).
 
-        def slot_free(slots, target):
+        def may_claim(s, me):
             # A free slot, and fewer than ``target`` slots in use.
-            return slots.count(FREE) > capacity - target
+            return (s.closing or s.failed or s.next_index >= s.length
+                    or s.slots.count(FREE) > capacity - s.target)
 
-        def may_claim(s, me, branch=None):
-            return s.closing or s.failed or s.next_index >= s.length or slot_free(s.slots, s.target)
-
-        claims = tuple(f"claim up to {r}" for r in range(1, run + 1)) if run > 1 else None
-
-        def claim_run(slots, i, length, want, target):
-            """Claim up to ``want`` indices from ``i`` into the lowest free slots: (slots, next index, run)."""
-            held = ()
-            while len(held) < want and i < length and slot_free(slots, target):
-                k = slots.index(FREE)
-                slots = _set(slots, k, (FILLING, i))
-                held += (k,)
-                i += 1
-            return slots, i, held
-
-        # The r of each branch "claim up to r" / "take up to r" (any other branch: 1).
-        run_of = {f"{verb} up to {r}": r for verb in ("claim", "take") for r in range(1, run + 1)}
-
-        def claim(s, me, branch=None):
+        def claim(s, me):
             if s.closing or s.failed or s.next_index >= s.length:
                 s.alive -= 1
                 return DONE
-            me.idx = s.next_index
-            s.slots, s.next_index, me.run = claim_run(s.slots, s.next_index, s.length, run_of.get(branch, 1),
-                                                      s.target)
+            k = s.slots.index(FREE)
+            me.idx, me.slot = s.next_index, k
+            s.next_index += 1
+            s.slots = _set(s.slots, k, (FILLING, me.idx))
             return "fetch into slot"
 
-        # A fetch's outcome: "ok" (the whole run), or "error" / "end" at the run's first
-        # index, or "error after j" / "end after j" (the first j were fetched): (kind, j).
-        parse = {"ok": ("ok", run)}
-        for j in range(run):
-            for kind in ("error", "end"):
-                parse[kind if j == 0 else f"{kind} after {j}"] = (kind, j)
-
         def fetched(s, me, outcome):
-            kind, j = parse[outcome]
-            slots = s.slots
-            for p, k in enumerate(me.run):
-                i = me.idx + p
-                if slots[k] != (FILLING, i):
-                    violate("invariant", f"slot {k} changed while {me.name} was filling it")
-                if s.closing or p > j or (p == j and kind != "error"):
-                    slots = _set(slots, k, FREE)  # discarded, never fetched, or past the end
-                elif p < j:
-                    slots = _set(slots, k, (READY, i))
-                else:
-                    slots = _set(slots, k, (FAILED, i))
-            s.slots = slots
-            if not s.closing and kind == "end":
-                s.length = me.idx + j  # the source ran out: index idx + j does not exist
-            elif not s.closing and kind == "error":
+            k, i = me.slot, me.idx
+            if s.slots[k] != (FILLING, i):
+                violate("invariant", f"slot {k} changed while {me.name} was filling it")
+            if s.closing:
+                s.slots = _set(s.slots, k, FREE)  # discard: nobody will take it
+            elif outcome == "ok":
+                s.slots = _set(s.slots, k, (READY, i))
+            elif outcome == "end":
+                s.slots = _set(s.slots, k, FREE)  # the source ran out: index i does not exist
+                s.length = i
+            else:
+                s.slots = _set(s.slots, k, (FAILED, i))
                 s.failed = True
-                if s.first_error < 0 or me.idx + j < s.first_error:
-                    s.first_error = me.idx + j
-            me.idx, me.run = -1, ()
+                if s.first_error < 0 or i < s.first_error:
+                    s.first_error = i
+            me.idx = me.slot = -1
             return "claim index and slot"
 
-        w = m.program("worker", idx=-1, run=())
-        w.step("claim index and slot", claim, guard=may_claim, branches=claims)
-        positions = [""] + [f" after {j}" for j in range(1, run)]
-        if error or error_at >= 0:
-            outcomes = ("ok",) + tuple("error" + p for p in positions)  # any fetch may fail / item error_at fails
+        w = m.program("worker", idx=-1, slot=-1)
+        w.step("claim index and slot", claim, guard=may_claim)
+        if error:
+            outcomes = ("ok", "error")  # any fetch may fail
+        elif error_at >= 0:
+            outcomes = ("ok", "error")  # exactly the fetch of item error_at fails
         else:
             outcomes = ("ok",)
         if not sized:
-            outcomes += tuple("end" + p for p in positions)  # an iterator may run out at any index below items
+            outcomes += ("end",)  # an iterator may run out at any index below items
 
         def fetch_outcome(s, me, outcome):
-            kind, j = parse[outcome]
-            if kind != "ok" and j >= len(me.run):
-                return False  # the run is shorter
             if error or error_at < 0:
                 return True
-            if kind == "ok":
-                return not me.idx <= error_at < me.idx + len(me.run)
-            if kind == "end":  # fetched up to idx + j - 1, and idx + j does not exist
-                return not me.idx <= error_at <= me.idx + j
-            return me.idx + j == error_at
+            return (outcome == "error") == (me.idx == error_at)
 
         w.external("fetch into slot", "fetch", fetched, branches=outcomes,
-                   guard=fetch_outcome if run > 1 or (error_at >= 0 and not error) else None)
+                   guard=fetch_outcome if error_at >= 0 and not error else None)
 
         # -- consumer -------------------------------------------------------
 
@@ -253,6 +214,7 @@ class Prefetcher(Model):
         # and "release lease" frees them all. The live consumer serves them one
         # call at a time from its own bookkeeping.
         takes = ("take",) if run == 1 else tuple(f"take up to {r}" for r in range(1, run + 1))
+        run_of = {name: r for r, name in enumerate(takes, 1)} if run > 1 else {}
 
         def may_take(s, me, branch):
             if branch == "abandon":

@@ -338,13 +338,13 @@ def bench_protocol_cpu(items: int, repeats: int, depth: int = 8) -> Figure:
     """The model's CPU cost per item with no thread handoff at all, against queue.Queue's put + get.
 
     One thread drives the Prefetcher's own compiled machine through the live
-    runtime, as its threads do: a worker's "claim index and slot" and "fetch
-    into slot" (its fetch a no-op), the consumer's "take next batch" and
-    "release lease". Once a batch per step
-    (four steps per item) and once in runs of ``depth`` (the "claim up to" and
-    "take up to" branches the live Prefetcher takes for cheap batches: four
-    steps per run). That is the protocol's floor: what the handoff figures
-    cost beyond it is waking threads.
+    runtime, as its threads do: a worker's "fetch into slot" (its fetch a
+    no-op) chained with its next "claim index and slot", the consumer's
+    "take next batch" and "release lease". Once a batch per take (four steps
+    per item) and once in runs of ``depth`` (the "take up to" branch the live
+    Prefetcher takes for a fast caller: two steps per item for the worker,
+    two per run for the consumer). That is the protocol's floor: what the
+    handoff figures cost beyond it is waking threads.
     """
     from ._live import Runtime
     from ._prefetcher import _machine
@@ -353,15 +353,15 @@ def bench_protocol_cpu(items: int, repeats: int, depth: int = 8) -> Figure:
     w, c = m.thread_names.index("worker0"), m.thread_names.index("consumer")
 
     def ours(run: int) -> float:
-        claim, take = f"claim up to {run}", f"take up to {run}"
+        take = f"take up to {run}"
         rt = Runtime(m, {"fetch": lambda ctx: "ok"})
-        rt.step(w, claim)
+        rt.step(w)  # the first claim
         t0 = time.perf_counter()
         for _ in range(items // run):
-            rt.step(w)  # fetch the run (a no-op) and publish it
+            for _ in range(run):
+                rt.step(w, chain=True)  # fetch (a no-op) and publish, then claim the next slot
             rt.step(c, take)
             rt.step(c)  # release
-            rt.step(w, claim)  # the next run
         return time.perf_counter() - t0
 
     def base() -> float:
@@ -374,14 +374,14 @@ def bench_protocol_cpu(items: int, repeats: int, depth: int = 8) -> Figure:
         return time.perf_counter() - t0
 
     a = [ours(1) for _ in range(repeats)]
-    r = [ours(depth) for _ in range(repeats)]
+    r = [ours(depth - 1) for _ in range(repeats)]
     b = [base() for _ in range(repeats)]
     us, ur, ub = (_median(x) / items * 1e6 for x in (a, r, b))
     return Figure("protocol_cpu", {"items": items, "depth": depth, "threads": 1}, "us/item", round(us, 3),
                   "queue.Queue put + get", {"queue.Queue put + get": round(ub, 3)}, round(us / ub, 3), "", None,
-                  {"model_steps_per_item": 4, "critical_sections_per_item": 4,
-                   "runs": {"run": depth, "us_per_item": round(ur, 3), "ratio": round(ur / ub, 3),
-                            "model_steps_per_item": round(4 / depth, 3)}})
+                  {"model_steps_per_item": 4, "critical_sections_per_item": 3,
+                   "runs": {"run": depth - 1, "us_per_item": round(ur, 3), "ratio": round(ur / ub, 3),
+                            "model_steps_per_item": round(2 + 2 / (depth - 1), 3)}})
 
 
 # --------------------------------------------------------------------------

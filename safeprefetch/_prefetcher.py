@@ -75,17 +75,18 @@ Decisions, and why
   "fetch into slot" and the next claim in one critical section
   (``chain=True``), parking there when no slot is free; the consumer's copy
   callbacks take their array as an argument (no partial per call).
-* **Runs.** The model is compiled with ``run = min(capacity, 16)``: a worker
-  may claim, fetch and publish several batches in one step each, and the
-  consumer may take several in one step and hand them out one call at a
-  time from ``_Core.held``, releasing them together after the last. The
-  checker proves every run length safe; the policy here only picks one: as
-  many batches as fit in ``_RUN_BUDGET`` (100 µs) of fetching, for a worker
-  (measured per batch, running average), or of the caller's own pace
-  between calls, for the consumer. Batches that take longer than that go
-  one per step, exactly as without runs, so a slow source or a slow
-  consumer loses nothing to them; cheap batches pay a kernel step per run
-  instead of per batch. A ``Lease`` is always a run of one.
+* **Runs.** The model is compiled with ``run = min(capacity, 16)``: the
+  consumer may take several ready batches in one step and hand them out one
+  call at a time from ``_Core.held``, releasing them together after the
+  last. The checker proves every run length safe; the policy here only
+  picks one: as many batches as the caller uses in ``_RUN_BUDGET`` (100 µs)
+  at its own pace between calls (a running average). A caller slower than
+  that takes one batch per step, exactly as without runs; a fast one pays
+  two kernel steps per run instead of per batch. A new ``Lease`` starts a
+  run of one. Workers publish every batch as soon as it is fetched, before
+  calling the source again: a source whose next item waits for the caller
+  to receive the previous one (a request/response stream) would hang behind
+  a worker holding fetched batches back.
 
 Open question: a ``KeyboardInterrupt`` can land between two bytecodes of the
 runtime kernel's wake-up loop; a missed wake-up is repaired by the next step
@@ -141,17 +142,17 @@ _STARVED = 0.1
 _READY, _FAILED = 2, 3
 _FREE = (0, -1)
 
-#: The longest run of batches one model step may claim (a worker) or take (the
-#: consumer). Runs amortize the kernel's per-step cost over cheap batches; the
-#: model checks every run length up to this (tests/test_prefetcher_runs.py).
+#: The longest run of ready batches the consumer may take in one model step. Runs
+#: amortize the kernel's per-step cost over cheap batches; the model checks every
+#: run length up to this (tests/test_prefetcher_runs.py).
 _MAX_RUN = 16
 
-#: How much work one run may bundle: a worker claims about this many seconds of
-#: fetching at once, the consumer takes about this many seconds of its own calls.
-#: A run delays the first batch in it by up to this much, so it is kept near the
-#: cost of one thread handoff on a typical machine (tens of microseconds), where
-#: bundling pays; a batch that takes longer than this to fetch or to use goes
-#: one per step, exactly as without runs.
+#: How much of the caller's time one run may cover: the consumer takes as many
+#: ready batches as its caller uses in this long. While it holds them, the
+#: workers cannot refill their slots, so it is kept near the cost of one thread
+#: handoff on a typical machine (tens of microseconds), where bundling pays; a
+#: caller that takes longer than this per batch takes one per step, exactly as
+#: without runs.
 _RUN_BUDGET = 100e-6
 
 #: Weight of the newest sample in the running averages that choose run lengths.
@@ -391,16 +392,13 @@ class _Core:
         self.i_delivered, self.i_length, self.i_error_seen = si["delivered"], si["length"], si["error_seen"]
         self.i_consumer_pc = m.pc_index[self.consumer]
         self.i_lease = m.local_index[self.consumer]["lease"]
-        # Per worker's model thread: (worker number, index of its "idx" local, of its "run" local).
+        # Per worker's model thread: (worker number, index of its "idx" local, of its "slot" local).
         # The fetch action reads them straight from the step's state snapshot.
-        self.worker_fields = {t: (w, m.local_index[t]["idx"], m.local_index[t]["run"])
+        self.worker_fields = {t: (w, m.local_index[t]["idx"], m.local_index[t]["slot"])
                               for w, t in enumerate(self.worker_ids)}
-        # Runs: the model's "claim up to r" / "take up to r" branches (none when run=1).
-        claims = m.infos[self.worker_ids[0]]["claim index and slot"].branches if self.worker_ids else ()
-        self.claim_branches: tuple[str, ...] = tuple(b for b in claims if b.startswith("claim up to "))
+        # Runs: the model's "take up to r" branches (none when run=1).
         takes = m.infos[self.consumer]["take next batch"].branches
         self.take_branches: tuple[str, ...] = tuple(b for b in takes if b.startswith("take up to "))
-        self.fetch_ewma: float | None = None  # seconds per fetched batch (all workers)
         self.call_ewma: float | None = None   # seconds from a batch in the caller's hands to its next call
         self.last_call: float | None = None
         self.held: tuple[tuple[int, int], ...] = ()  # the consumer's run: (slot, position) per leased batch
@@ -462,46 +460,23 @@ class _Core:
         return self.plan.item(pos)
 
     def _fetch(self, ctx) -> str:
-        """The model's external step "fetch into slot": fill the worker's run of slots with items ``idx``, ``idx+1``...
-
-        The outcome names the first batch that did not arrive: "ok" (all did),
-        "error" / "end" at the first, "error after j" / "end after j" past j.
-        """
-        w, i_idx, i_run = self.worker_fields[ctx.thread]
-        state = ctx.state  # the snapshot taken when the step began: its idx and run are this fetch's
-        first, run = state[i_idx], state[i_run]
+        """The model's external step "fetch into slot": fill the worker's ``slot`` with item ``idx``."""
+        w, i_idx, i_slot = self.worker_fields[ctx.thread]
+        state = ctx.state  # the snapshot taken when the step began: its idx and slot are this fetch's
+        pos, k = state[i_idx], state[i_slot]
+        if self._closing():
+            return "ok"  # the model discards a fetch that lands after close
         t0 = time.perf_counter()
-        j = 0
         try:
-            for j, k in enumerate(run):
-                if self._closing():
-                    return "ok"  # the model discards a fetch that lands after close
-                got = self._fill(first + j, k)
-                if got != "ok":  # "end", or "error" (a read the constructor made failed)
-                    return got if j == 0 else f"{got} after {j}"
-            return "ok"
+            return self._fill(pos, k)
         except BaseException as e:  # noqa: BLE001 - every error is delivered at its position
-            self.errors[first + j] = e
-            return "error" if j == 0 else f"error after {j}"
+            self.errors[pos] = e
+            return "error"
         finally:
             t1 = time.perf_counter()
             self.fetch_seconds[w] += t1 - t0
-            per = (t1 - t0) / (j + 1)
-            ewma = self.fetch_ewma
-            self.fetch_ewma = per if ewma is None else ewma + _EWMA * (per - ewma)
             if self.spans is not None:
                 self.spans.append((f"worker{w}", "fetch", t0, t1))
-
-    def claim_branch(self) -> str | None:
-        """The run a worker claims next: as many batches as fit in ``_RUN_BUDGET`` of fetching (None: no runs)."""
-        branches = self.claim_branches
-        if not branches:
-            return None
-        per = self.fetch_ewma
-        if per is None:
-            return branches[0]  # nothing measured yet: one batch
-        r = len(branches) if per <= 0 else int(_RUN_BUDGET / per)
-        return branches[min(max(r, 1), len(branches)) - 1]
 
     def _fill(self, pos: int, k: int) -> str:
         pre = self.preloaded.pop(pos, None) if self.preloaded else None
@@ -885,7 +860,6 @@ def _worker_main(core: _Core, w: int, t: int) -> None:
     blocked = core.blocked_seconds
     step, pc = rt.step, rt.pc
     clock = time.perf_counter
-    runs = core.claim_branch
     fetched = core.fetch_seconds
     timeline = core.spans is not None
     try:
@@ -895,7 +869,7 @@ def _worker_main(core: _Core, w: int, t: int) -> None:
                 break
             if at == "claim index and slot":  # blocks while no slot is free: timed
                 t0 = clock()
-                step(t, runs())
+                step(t)
                 t1 = clock()
                 blocked[w] += t1 - t0
                 if timeline:
@@ -909,7 +883,7 @@ def _worker_main(core: _Core, w: int, t: int) -> None:
                 # "fetch into slot": the source runs outside the kernel lock; then, in the same
                 # critical section, the next claim, parking there until a slot is free.
                 t0, f0 = clock(), fetched[w]
-                step(t, chain=True, then=runs())
+                step(t, chain=True)
                 blocked[w] += clock() - t0 - (fetched[w] - f0)
     except LiveError:
         pass  # the runtime has failed: the consumer and the closer raise it

@@ -82,7 +82,8 @@ def test_text_report_prints_a_row_per_figure():
 
 def test_runs_and_the_usual_prefetch_loop_are_reported(report):
     (cpu,) = [f for f in report["figures"] if f["figure"] == "protocol_cpu"]
-    assert cpu["extra"]["runs"]["model_steps_per_item"] == 0.5 and cpu["extra"]["runs"]["us_per_item"] > 0
+    runs = cpu["extra"]["runs"]
+    assert runs["model_steps_per_item"] == round(2 + 2 / runs["run"], 3) < 4 and runs["us_per_item"] > 0
     for f in report["figures"]:
         if f["figure"] == "handoff":
             assert 0 < f["extra"]["model_steps_per_item"] <= 4.1
