@@ -454,6 +454,27 @@ def test_ctrl_c_interrupts_a_get_blocked_in_the_main_thread(baseline):
     pf.close()
 
 
+@pytest.mark.parametrize("ending", ["error", "end"])
+def test_a_take_interrupted_after_it_ended_the_stream_still_reports_how(baseline, ending):
+    """Ctrl-C landing after the kernel step that ended the stream, before the caller saw how: the next
+    call gives the answer that take had (the source error at its position, or the end), not a crash."""
+    src = Failing(3, bad=1) if ending == "error" else Failing(1, bad=-1)
+    with Prefetcher(src, capacity=2) as pf:
+        assert pf.get()[0, 0] == 0
+        core = pf._core
+        deadline = time.monotonic() + 5
+        while ending == "error" and core.ready_now() == 0 and time.monotonic() < deadline:
+            time.sleep(0.001)  # the failed batch is published
+        core.rt.step(core.consumer)  # the model's take, as an interrupted call left it: consumer done
+        assert core.rt.is_done(core.consumer) and core.ended is None
+        if ending == "error":
+            with pytest.raises(Boom) as info:
+                pf.get()
+            assert info.value is src.raised
+        with pytest.raises(StopIteration):
+            pf.get()
+
+
 # -- use after close ----------------------------------------------------------------
 
 
