@@ -487,18 +487,6 @@ class Runtime:
                 raise ValueError(f"{self.machine.thread_names[t]} is done")
             e = self._entries[t][pc]  # the step's kind, fire and footprint, prepared once
             if not e.external:
-                if self._schedule is None and e.fire is not None:
-                    # The common case: enabled at once (any branch, or the one named).
-                    if branch is None:
-                        opts = e.fire(state)
-                    else:
-                        bi = e.bindex.get(branch)
-                        opts = e.one(state, bi) if bi is not None else None
-                    if opts:
-                        self._apply(t, e, *opts[0])
-                        if chain:
-                            self._chain(t, then, deadline)
-                        return e.label
                 self._take(t, branch, deadline)
                 if chain:
                     self._chain(t, then, deadline)

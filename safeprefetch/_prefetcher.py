@@ -280,7 +280,7 @@ def _compile(capacity: int, workers: int, items: int, ordered: bool, sized: bool
     ``target > 0`` turns on ``autotune`` with that starting target: ``capacity``
     is then the physical pool, and the model's tuner thread (driven by the
     consumer's calls) resizes the target within it. ``run`` is the longest run
-    of batches a worker may claim, or the consumer take, in one step.
+    of ready batches the consumer may take in one step.
     """
     from .models.prefetcher import Prefetcher as Model
 
@@ -413,7 +413,7 @@ class _Core:
         self.served = 0                               # how many of them were handed out
         # Autotune: the model's tuner thread, driven from the consumer's calls (see _autotune).
         self.tuner = names.index("tuner") if "tuner" in names else None
-        self.i_target = si.get("target")
+        self.i_target = si["target"]  # the whole pool unless autotune moves it
         self.slots_total = len(m.init[self.i_slots])
         self.tune_full = 0                   # consecutive takes that found >= 2 batches ready
         self.tune_window = _SHRINK_WINDOW    # that many in a row shrink the target by one
@@ -680,8 +680,6 @@ class _Core:
     @property
     def target(self) -> int:
         """Slots the workers may use at once: the tuned target, or the whole pool."""
-        if self.i_target is None:
-            return self.slots_total
         return self.rt.state[self.i_target]
 
     def _autotune(self, before: tuple, ready: int) -> None:
