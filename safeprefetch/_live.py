@@ -54,13 +54,21 @@ This is the only module (with the Prefetcher built on it) that imports
 from __future__ import annotations
 
 import random
+import sys
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from ._explore import Trace, choice_step, classify_hang
+from ._interrupts import deliver, guard, interruptible, outermost, protected
 from ._model import DONE, Machine, StepViolation
+
+#: What an interrupted step owes when its footprint is unknown: a test of every parked thread.
+_EVERYTHING: Any = object()
+_INF = float("inf")
+#: The longest single wait ``Lock.acquire`` accepts; longer ones are taken in pieces.
+_TIMEOUT_MAX = threading.TIMEOUT_MAX
 
 __all__ = [
     "ConformanceReport",
@@ -194,7 +202,11 @@ class Runtime:
         self.machine = machine
         self.actions = dict(actions or {})
         n = len(machine.thread_names)
-        self._lock = threading.Lock()
+        # An RLock used without re-entry: it can say whether the calling thread holds it
+        # (``_is_owned``), which is how code running on a thread already inside a step (a
+        # signal handler, a finalizer) knows not to wait for it.
+        self._lock = threading.RLock()
+        self._owed: Any = None  # wakeups a step still owes (its write footprint), None when paid
         self._state = machine.init
         self._pci = machine.pc_index
         self._entries = [{pc: _Entry(info, machine.tables[t].get(pc)) for pc, info in machine.infos[t].items()}
@@ -263,6 +275,22 @@ class Runtime:
         return Trace(tuple(steps))
 
     # -- the kernel (all under self._lock) -----------------------------------
+    #
+    # Interrupt safety (see _interrupts.py). Every method here is protected: a
+    # SIGINT landing in it is deferred while the wrapper is installed. Without
+    # the wrapper, one exception at any eval-breaker point must still leave the
+    # kernel consistent, which is what the following arrangements are for:
+    #
+    # * The lock is taken only by ``with`` (its exit runs from the exception
+    #   table), except in ``_park``, whose release-wait-reacquire is one line
+    #   with an ``except`` that takes the lock back if it is not owned.
+    # * A step's successor, the wakeups it owes (``_owed``), the record and the
+    #   step count change on one line with no call before the last one, so no
+    #   interrupt separates them. ``_owed`` is cleared once the wakeups are
+    #   given; an interrupted wake-up loop leaves it set and the next entry to
+    #   the kernel (or the ``except`` of the interrupted one) pays it.
+    # * A woken thread's parked marks are cleared on the line that wakes it,
+    #   and a parking thread's on the line that takes the lock back.
 
     def _options(self, t: int, e: _Entry, branch: str | None) -> list:
         """Enabled (branch index, successor) pairs of thread t at entry e, filtered by branch and schedule."""
@@ -301,28 +329,26 @@ class Runtime:
             return e.enabled_one(self._state, bi)
         return bool(self._options(u, e, branch))
 
+    @protected
     def _apply(self, t: int, e: _Entry, b: int, nxt: Any) -> None:
-        if self.record is not None:
-            self.record.append((t, b, nxt))  # a violating step is recorded too: it is the last one
+        pos = self._pos + 1 if self._schedule is not None else 0
         if type(nxt) is not tuple:
+            if self.record is not None:
+                self.record.append((t, b, nxt))  # a violating step is recorded too: it is the last one
             self._fail(LiveViolation(nxt.kind, f"{self.machine.thread_names[t]}: {nxt.message}", self._state,
                                      self._describe(self._state)))
-        self._state = nxt
-        self.steps += 1
-        woke = False
-        try:
-            if self._schedule is not None:
-                self._pos += 1
-            for holds in self._inv_preds:
-                if not holds(nxt):
-                    bad = self._invariant_violation(nxt)  # names the invariant
-                    if bad:
-                        self._fail(LiveViolation(bad[0], bad[1], nxt, self._describe(nxt)))
-                    break
-        finally:
-            # Even if a signal (Ctrl-C) lands here, the wakeups this step owes must happen.
-            if self._nparked:
-                woke = self._wake_enabled(e.writes)
+        owed = e.writes if e.writes is not None else _EVERYTHING
+        # One line, no interruption point before its last call: the step happens together
+        # with the wakeups it owes, its count and its record.
+        self._owed = owed; self._state = nxt; self.steps += 1; self._pos = pos; self.record is not None and self.record.append((t, b, nxt))  # noqa: E702,E501
+        for holds in self._inv_preds:
+            if not holds(nxt):
+                bad = self._invariant_violation(nxt)  # names the invariant
+                if bad:
+                    self._fail(LiveViolation(bad[0], bad[1], nxt, self._describe(nxt)))
+                break
+        woke = self._wake_enabled(e.writes) if self._nparked else False
+        self._owed = None
         if not woke and self._nparked and nxt[self._pci[t]] == DONE:
             # The last runnable thread just finished and woke nobody: the parked ones may be
             # stuck for good. Fail them, but let this thread return normally.
@@ -331,6 +357,15 @@ class Runtime:
             except LiveError:
                 pass
 
+    @protected
+    def _settle(self) -> None:
+        """Pay the wakeups an interrupted step still owes (``_owed``)."""
+        owed = self._owed
+        if self._nparked:
+            self._wake_enabled(None if owed is _EVERYTHING else owed)
+        self._owed = None
+
+    @protected
     def _wake_enabled(self, writes: frozenset | None) -> bool:
         """Wake exactly the parked threads whose step is now enabled; True if any.
 
@@ -338,29 +373,30 @@ class Runtime:
         A parked thread still at the step it parked on, whose step reads none of
         them, is skipped without testing: nothing it depends on changed since it
         last found itself disabled. (Its own locals only it writes; a notify that
-        moves it changes its program counter, which forces the test.)
+        moves it changes its program counter, which forces the test.) After a
+        failure every parked thread is woken, to raise it.
         """
         woke = False
         state = self._state
         pci = self._pci
         parked = self._parked
+        failed = self._failure is not None
         for u in range(len(parked)):
             if not parked[u]:
                 continue
-            pc = state[pci[u]]
-            e = self._entries[u].get(pc)
-            if e is None:
-                continue  # done: cannot happen for a parked thread, but never wake into nothing
-            if (writes is not None and pc == self._parked_pc[u] and e.reads is not None
-                    and self._schedule is None and e.reads.isdisjoint(writes)):
-                continue
-            if self._enabled(u, e, self._want[u]):
-                # Count it as running from now: it has a wakeup pending, so the deadlock
-                # detector must not mistake it for parked before it gets the lock back.
-                parked[u] = False
-                self._nparked -= 1
-                self._tokens[u].release()
-                woke = True
+            if not failed:
+                pc = state[pci[u]]
+                e = self._entries[u].get(pc)
+                if e is None:
+                    continue  # done: cannot happen for a parked thread, but never wake into nothing
+                if (writes is not None and pc == self._parked_pc[u] and e.reads is not None
+                        and self._schedule is None and e.reads.isdisjoint(writes)):
+                    continue
+                if not self._enabled(u, e, self._want[u]):
+                    continue
+            # One line: unmarked and counted as running in the same breath as its token
+            # is given (the deadlock detector must not see it parked once woken).
+            parked[u] = False; self._nparked -= 1; self._tokens[u].release(); woke = True  # noqa: E702
         return woke
 
     def _describe(self, state: tuple) -> str:
@@ -372,20 +408,20 @@ class Runtime:
             lines.append(f"  {name} = {format_value(m, i, state[i])}")
         return "\n".join(lines)
 
+    @protected
     def _fail(self, error: LiveError) -> None:
         if self._failure is None:
             self._failure = error
-        for u, parked in enumerate(self._parked):
-            if parked:
-                self._parked[u] = False
-                self._nparked -= 1
-                self._tokens[u].release()
+        self._owed = _EVERYTHING  # waking every parked thread is owed until done
+        self._wake_enabled(None)
+        self._owed = None
         raise self._failure
 
     def _check(self) -> None:
         if self._failure is not None:
             raise self._failure
 
+    @protected
     def _detect_deadlock(self) -> None:
         m = self.machine
         state = self._state
@@ -408,40 +444,40 @@ class Runtime:
             kind, msg = classify_hang(m, [state], [])
         self._fail(LiveDeadlock(kind, msg, state, self._describe(state)))
 
+    @protected
     def _park(self, t: int, branch: str | None, deadline: float | None) -> None:
-        """Sleep until a step wakes thread t (or the deadline passes). Called and returns with the lock held."""
+        """Sleep until a step wakes thread t, or the deadline passes. Called and returns with the lock held.
+
+        Raises StepTimeout once the deadline has passed with the step still
+        disabled. The wait itself (``_wait``) is interruptible; everything
+        around it is protected, and structured so that an exception at any
+        point leaves the lock held (as the caller's ``with`` expects) and the
+        thread unmarked.
+        """
         tok = self._tokens[t]
-        tok.acquire(False)  # drop a stale token (a wakeup that raced a timeout): sleep for real
-        self._parked[t] = True
-        self._nparked += 1
-        self._want[t] = branch
-        self._parked_pc[t] = self._state[self._pci[t]]
+        lock = self._lock
+        got = True
         try:
+            # Drop a stale token (a wakeup that raced a timeout or an interrupt), then mark parked.
+            tok.acquire(False); self._parked[t] = True; self._nparked += 1; self._want[t] = branch; self._parked_pc[t] = self._state[self._pci[t]]  # noqa: E702,E501
             self._detect_deadlock()
-            got = True
-            lock = self._lock
-            lock.release()
-            try:
-                if deadline is None:
-                    tok.acquire()
-                else:
-                    remaining = deadline - time.monotonic()
-                    got = remaining > 0 and tok.acquire(True, remaining)
-            finally:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            lock.release(); got = _wait(tok, remaining); lock.acquire(); self._nparked -= self._parked[t]; self._parked[t] = False  # noqa: E702,E501
+        except BaseException:
+            if not lock._is_owned():
                 lock.acquire()
-            if not got and self._failure is None:
-                e = self._entries[t].get(self._state[self._pci[t]])
-                if e is None or not self._options(t, e, branch):
-                    raise StepTimeout(f"{self.machine.thread_names[t]}: step not enabled in time")
-        finally:
-            if self._parked[t]:
-                self._parked[t] = False
-                self._nparked -= 1
-            self._want[t] = None
-        self._check()
+            self._nparked -= self._parked[t]; self._parked[t] = False  # noqa: E702
+            raise
+        if self._failure is not None:
+            raise self._failure
+        if not got and deadline is not None and time.monotonic() >= deadline:
+            e = self._entries[t].get(self._state[self._pci[t]])
+            if e is None or not self._options(t, e, branch):
+                raise StepTimeout(f"{self.machine.thread_names[t]}: step not enabled in time")
 
     # -- driving a thread ----------------------------------------------------
 
+    @protected
     def _take(self, t: int, branch: str | None, deadline: float | None) -> None:
         """Apply thread t's current step (parking until enabled). Lock held."""
         pci = self._pci[t]
@@ -460,13 +496,22 @@ class Runtime:
                 return
             self._park(t, branch, deadline)
 
+    def _reentered(self) -> None:
+        raise RuntimeError(
+            f"{self.machine.name}: re-entrant call into the live runtime from a thread already inside a step "
+            "(a signal handler or a finalizer interrupted it); such code must not take steps -- record a "
+            "request instead")
+
+    @protected
     def step(self, t: int, branch: str | None = None, timeout: float | None = None, *, chain: bool = False,
              then: str | None = None) -> str:
         """Apply thread ``t``'s next step, parking until it is enabled. Returns the step label.
 
         For an external step, the bound action runs outside the lock and its
         result picks the branch. ``branch`` selects among a plain step's
-        branches (default: the first enabled one).
+        branches (default: the first enabled one). ``timeout`` (seconds;
+        ``None`` or ``inf``: none) raises :class:`StepTimeout` when the step
+        stays disabled that long.
 
         ``chain=True``: then also take the thread's next step in the same
         critical section, parking until it is enabled, if it is a plain step
@@ -477,33 +522,58 @@ class Runtime:
         leaving and re-entering the kernel first: the woken thread finds the
         interpreter free instead of waking twice.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._lock:
-            if self._failure is not None:
-                raise self._failure
-            state = self._state
-            pc = state[self._pci[t]]
-            if pc == DONE:
-                raise ValueError(f"{self.machine.thread_names[t]} is done")
-            e = self._entries[t][pc]  # the step's kind, fire and footprint, prepared once
-            if not e.external:
-                self._take(t, branch, deadline)
-                if chain:
-                    self._chain(t, then, deadline)
-                return e.label
-        # External: run the action outside the lock, on the snapshot taken above.
-        action = self.actions.get(e.action)
-        outcome = action(ActionContext(self, t, state, e.label)) if action is not None else branch
-        if outcome is not None and outcome not in e.bindex:
-            raise ValueError(f"action {e.action!r} returned unknown outcome {outcome!r}")
-        with self._lock:
-            if self._failure is not None:
-                raise self._failure
-            self._take(t, outcome, deadline)
+        deadline = None if timeout is None or timeout == _INF else time.monotonic() + timeout
+        lock = self._lock
+        if lock._is_owned():
+            self._reentered()
+        try:
+            with lock:
+                e = self._begin(t)  # the step's kind, fire and footprint, prepared once
+                state = self._state
+                if not e.external:
+                    self._take_locked(t, branch, deadline, chain, then)
+            if e.external:
+                # External: run the action outside the lock, on the snapshot taken above.
+                action = self.actions.get(e.action)
+                outcome = action(ActionContext(self, t, state, e.label)) if action is not None else branch
+                if outcome is not None and outcome not in e.bindex:
+                    raise ValueError(f"action {e.action!r} returned unknown outcome {outcome!r}")
+                with lock:
+                    self._begin(t)
+                    self._take_locked(t, outcome, deadline, chain, then)
+        except BaseException:
+            if guard.deferred and outermost(sys._getframe()):
+                deliver()
+            raise
+        if guard.deferred and outermost(sys._getframe()):
+            deliver()
+        return e.label
+
+    @protected
+    def _begin(self, t: int) -> _Entry:
+        """On entering the kernel: pay what an interrupted step owes, raise a failure, find t's step."""
+        if self._owed is not None:
+            self._settle()
+        if self._failure is not None:
+            raise self._failure
+        pc = self._state[self._pci[t]]
+        if pc == DONE:
+            raise ValueError(f"{self.machine.thread_names[t]} is done")
+        return self._entries[t][pc]
+
+    @protected
+    def _take_locked(self, t: int, branch: str | None, deadline: float | None, chain: bool, then: str | None) -> None:
+        """``_take`` (and ``_chain``), paying the wakeups owed if an exception cuts the step short. Lock held."""
+        try:
+            self._take(t, branch, deadline)
             if chain:
                 self._chain(t, then, deadline)
-            return e.label
+        except BaseException:
+            if self._owed is not None:
+                self._settle()
+            raise
 
+    @protected
     def _chain(self, t: int, branch: str | None, deadline: float | None) -> None:
         """The chained half of ``step(chain=True)``: thread t's next step, if plain. Lock held."""
         nxt = self._entries[t].get(self._state[self._pci[t]])  # None once done
@@ -513,8 +583,7 @@ class Runtime:
     def run_until(self, t: int, stop: Callable[[str], bool], timeout: float | None = None) -> str:
         """Step thread ``t`` until its program counter satisfies ``stop`` (or it is done)."""
         while True:
-            with self._lock:
-                pc = self._state[self._pci[t]]
+            pc = self._state[self._pci[t]]  # the state is an immutable tuple: a racy read is a snapshot
             if pc == DONE or stop(pc):
                 return pc
             self.step(t, timeout=timeout)
@@ -538,13 +607,44 @@ class Runtime:
                 time.sleep(rng.random() * jitter)
             self.step(t, branch)
 
+    @protected
     def fail(self, error: LiveError) -> None:
-        """Fail the machine from outside (a watchdog or a timeout); parked threads raise ``error``."""
-        with self._lock:
+        """Fail the machine from outside (a watchdog or a timeout); parked threads raise ``error``.
+
+        From a thread already inside a step (a handler or a finalizer) it only
+        records the failure: the step in progress raises it when it returns.
+        """
+        lock = self._lock
+        if lock._is_owned():
+            if self._failure is None:
+                self._failure = error
+            return
+        with lock:
             try:
                 self._fail(error)
             except LiveError:
                 pass
+
+    def owned_by_current_thread(self) -> bool:
+        """Whether the calling thread is inside a kernel critical section (holds the kernel lock)."""
+        return self._lock._is_owned()
+
+
+@interruptible
+def _wait(tok: Any, timeout: float | None) -> bool:
+    """A parked thread's sleep: the one place in the kernel where Ctrl-C is raised at once.
+
+    A deferred SIGINT is delivered here, before blocking (on the main thread
+    only). Waits longer than ``threading.TIMEOUT_MAX`` are cut to it; the
+    caller parks again until its own deadline.
+    """
+    if guard.deferred:
+        deliver()
+    if timeout is None:
+        return tok.acquire()
+    if timeout <= 0:
+        return tok.acquire(False)
+    return tok.acquire(True, timeout if timeout < _TIMEOUT_MAX else _TIMEOUT_MAX)
 
 
 # --------------------------------------------------------------------------

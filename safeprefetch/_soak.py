@@ -17,7 +17,7 @@ promises:
 * the injected error reaches the consumer, as the same object, at its
   position (ordered), and the stream ends after it;
 * use after close raises ``PrefetcherClosed``;
-* every thread is joined: ``threading.active_count()`` is back to where it
+* every thread is joined: ``thread_count()`` is back to where it
   was, after close, and after an abandoned prefetcher is garbage-collected.
 
 The same :func:`generate` drives the Hypothesis tests (``pick`` draws from
@@ -42,6 +42,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ._model import delivery_violation
+from ._lifecycle import thread_count
 from ._prefetcher import LeaseHeld, PrefetcherClosed, Prefetcher, PrefetchTimeout
 
 __all__ = ["HANG_SECONDS", "Scenario", "ScenarioResult", "SoakReport", "generate", "random_scenario",
@@ -367,7 +368,7 @@ def _pace(sc: Scenario, n: int) -> None:
 def run_scenario(sc: Scenario, workdir: str | Path | None = None) -> ScenarioResult:
     """Run one scenario on real threads and check the contract. Never raises for a contract breach."""
     files = _files(workdir)
-    baseline = threading.active_count()
+    baseline = thread_count()
     t0 = time.perf_counter()
     plan = expected_plan(sc)
     problems: list[str] = []
@@ -572,13 +573,13 @@ def _leaked(baseline: int) -> int:
     it is dropped; a full ``gc.collect()`` (slow with a big heap) is only needed,
     and only run, when something kept it alive in a reference cycle.
     """
-    if threading.active_count() <= baseline:
+    if thread_count() <= baseline:
         return 0
     gc.collect()
     deadline = time.monotonic() + 2.0
-    while threading.active_count() > baseline and time.monotonic() < deadline:
+    while thread_count() > baseline and time.monotonic() < deadline:
         time.sleep(0.005)
-    return max(0, threading.active_count() - baseline)
+    return max(0, thread_count() - baseline)
 
 
 # --------------------------------------------------------------------------

@@ -13,6 +13,8 @@ import time
 import numpy as np
 import pytest
 
+from safeprefetch.testing import thread_count
+
 from safeprefetch import LeaseHeld, Prefetcher, PrefetcherClosed
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(60)]
@@ -151,8 +153,8 @@ CASES = [
     ("shape=(4, 3.0)", make(shape=(4, 3.0)), TypeError, r"shape must be a tuple of ints"),
     ("dtype='float33'", make(dtype="float33"), TypeError, r"dtype 'float33' is not a numpy dtype"),
     ("executor=object()", make(executor=object()), TypeError, r"executor must be a concurrent\.futures\.Executor"),
-    ("close_timeout=0", make(close_timeout=0), ValueError, r"close_timeout must be a positive, finite number"),
-    ("close_timeout=inf", make(close_timeout=float("inf")), ValueError, r"close_timeout must be a positive, finite"),
+    ("close_timeout=0", make(close_timeout=0), ValueError, r"close_timeout must be > 0 seconds"),
+    ("close_timeout=nan", make(close_timeout=float("nan")), ValueError, r"close_timeout must be a number of seconds"),
     ("close_timeout='5'", make(close_timeout="5"), TypeError, r"close_timeout must be a number of seconds"),
     ("name=3", make(name=3), TypeError, r"name must be a str"),
     # -- bad batches, delivered at their position
@@ -187,9 +189,15 @@ CASES = [
      ValueError, r"out has shape \(4, 3\) dtype float64"),
     ("copy_prefetched into a list", on_open(lambda pf: pf.copy_prefetched([0] * 12)), TypeError,
      r"out must be a numpy array, not list"),
-    ("get(timeout=-1)", on_open(lambda pf: pf.get(timeout=-1)), ValueError, r"timeout must be None or a non-neg"),
-    ("get(timeout='1')", on_open(lambda pf: pf.get(timeout="1")), ValueError, r"timeout must be None or a non-neg"),
-    ("close(timeout=-1)", on_open(lambda pf: pf.close(timeout=-1)), ValueError, r"timeout must be a non-negative"),
+    ("get(timeout=-1)", on_open(lambda pf: pf.get(timeout=-1)), ValueError, r"timeout must be >= 0 seconds"),
+    ("get(timeout='1')", on_open(lambda pf: pf.get(timeout="1")), TypeError, r"timeout must be a number of seconds"),
+    ("get(timeout=nan)", on_open(lambda pf: pf.get(timeout=float("nan"))), ValueError, r"timeout must be a number"),
+    ("get(timeout=True)", on_open(lambda pf: pf.get(timeout=True)), TypeError, r"timeout must be a number"),
+    ("close(timeout=-1)", on_open(lambda pf: pf.close(timeout=-1)), ValueError, r"timeout must be >= 0 seconds"),
+    ("timeout=-1", make(timeout=-1), ValueError, r"timeout must be >= 0 seconds"),
+    ("even='yes'", make(even="yes"), ValueError, r"even must be None, 'pad' or 'drop'"),
+    ("even= with an iterator", make(source=iter(good()), even="pad"), ValueError, r"index plans .* need a map-style source"),
+    ("thread_safe=1", make(thread_safe=1), TypeError, r"thread_safe must be a bool"),
     # -- one lease at a time
     ("get while a lease is held", on_open(hold_lease_then(lambda pf: pf.get())), LeaseHeld,
      r"a lease is still held"),
@@ -214,13 +222,13 @@ def test_there_are_at_least_thirty_cases():
 @pytest.mark.parametrize("case, expected, message", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_bad_input_raises_a_clear_named_error(case, expected, message):
     gc.collect()
-    before = threading.active_count()
+    before = thread_count()
     with pytest.raises(expected, match=message) as info:
         case()
     assert type(info.value) is expected or expected in (OSError,)
     del info
     gc.collect()
     deadline = time.monotonic() + 5
-    while threading.active_count() > before and time.monotonic() < deadline:
+    while thread_count() > before and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert threading.active_count() == before
+    assert thread_count() == before

@@ -31,8 +31,11 @@ BROKEN = {
     "caffe2_sticky_failure": ("error_lost", 27),
     # A lasso: 6 steps into the cycle, then the 1-step cycle (monitor0 spins) repeated forever.
     "priority_inversion": ("starvation", 7),
+    # Where threads meet the interpreter: code that runs on a thread already inside a step.
+    "handler_close_holding_lock": ("deadlock", 2),
+    "interrupt_after_acquire": ("deadlock", 3),
 }
-REFERENCE = {"prefetcher", "monitor", "semaphores", "channel"}
+REFERENCE = {"prefetcher", "monitor", "semaphores", "channel", "handler_close_deferred", "interrupt_deferred"}
 
 MODELS = catalog()
 

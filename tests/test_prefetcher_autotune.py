@@ -199,8 +199,11 @@ def test_a_grow_while_every_worker_is_blocked_wakes_them():
         done = threading.Event()
 
         def grow():
-            with core.consumer_lock:  # the tuner is driven under the consumer's lock
+            core.gate.acquire()  # the tuner is driven under the consumer's gate
+            try:
                 core.rt.step(core.tuner, "grow")
+            finally:
+                core.gate.release()
             done.set()
 
         threading.Thread(target=grow).start()

@@ -1,0 +1,239 @@
+"""Interrupt safety: what Ctrl-C may do to a thread that is inside a step.
+
+The model checker proves the protocol; it cannot see the interpreter. In
+CPython a ``KeyboardInterrupt`` is raised by the SIGINT handler, and the
+handler runs on the main thread at the interpreter's *eval-breaker* points:
+on entry to a Python function, right after a call into C returns, and on a
+loop's back-edge (CPython 3.11 ``ceval.c``: ``RESUME``, ``CALL``,
+``JUMP_BACKWARD``), and inside the blocking C calls that check for signals
+(``lock.acquire``, ``time.sleep``). Any of those points inside the runtime's
+kernel or the Prefetcher's glue is a place where the model's atomic step is
+cut in half: a lock just acquired and not yet inside its ``try``, a state
+stored and its wakeups not yet given, a batch taken and not yet returned.
+
+Design, and why
+---------------
+Two layers, each sufficient against one interrupt, together against storms.
+
+1. **Deferral** (after trio's KeyboardInterrupt protection). Code objects are
+   marked :func:`protected` (critical sections: the kernel, the consumer's
+   bookkeeping, close) or :func:`interruptible` (blocking waits, where the
+   caller must be able to press Ctrl-C). While a Prefetcher is open and the
+   SIGINT handler is a Python callable, it is wrapped by :func:`_on_sigint`,
+   which walks the interrupted frame's stack: the innermost *marked* frame
+   decides. In a protected frame the signal is recorded and the handler
+   returns; the interrupt is delivered at the next interruptible wait or when
+   the outermost protected frame is about to return (:func:`deliver`). A
+   frame marked :func:`interruptible_until_owned` is interruptible until it
+   owns the lock it waits for, then protected: that closes the window between
+   a timed ``acquire`` returning and the ``with`` that releases it, which no
+   arrangement of Python statements can close. Outside our frames the wrapped
+   handler runs as it would have. Nothing is checked on the hot path: the
+   walk happens only when a signal arrives.
+
+   The wrapper is installed only when the handler is a Python callable (the
+   default ``default_int_handler``, or a user's), only from the main thread,
+   and only while a Prefetcher is open; it is removed when the last one
+   closes if it is still the installed handler. (``asyncio.run`` installs its
+   own handler only when it finds the default one: a prefetcher opened before
+   ``asyncio.run`` keeps asyncio from doing so.)
+
+2. **Structure.** Deferral cannot help when someone installs another SIGINT
+   handler while a prefetcher is open, or a source raises ``BaseException``
+   into a call. So every critical section is also written to survive one
+   exception at any eval-breaker point: locks are released by ``with`` (whose
+   exit the interpreter runs from its exception table, not at a point where a
+   signal can land), a state change and the wakeups it owes are recorded on
+   one line and the debt is paid by whoever enters next, a parked thread's
+   marks are cleared on the line that wakes it, and a batch taken from the
+   pool stays in the consumer's stash until the line that returns it. The
+   details live next to the code, in ``_live.py`` and ``_prefetcher.py``.
+
+CPython's own precedent for the second layer is ``queue.SimpleQueue``: its
+``put`` is reentrant (a finalizer or a signal handler may call it while the
+same thread is inside ``put`` or ``get``), so code that may run on a thread
+already inside us *records* a request there instead of taking a lock. The
+reaper in ``_lifecycle.py`` is built on that.
+
+Both layers are checked by ``safeprefetch.testing.interrupts``: an injection
+harness that, with ``sys.settrace`` opcode events, stops at every
+eval-breaker point the consumer, lease, copy, close and finalizer paths
+execute, and there raises ``KeyboardInterrupt`` directly (layer 2 alone), or
+calls the installed SIGINT handler as the interpreter would (both layers),
+or runs a signal handler's ``close()``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from types import CodeType, FrameType
+from typing import Any, Callable, TypeVar
+
+__all__ = [
+    "deliver",
+    "deliver_if_outermost",
+    "install",
+    "installed",
+    "interruptible",
+    "interruptible_until_owned",
+    "is_protected",
+    "outermost",
+    "pending",
+    "protected",
+    "uninstall",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: Code objects of critical sections: an interrupt landing in one is deferred.
+_PROTECTED: set[CodeType] = set()
+#: Code objects of blocking waits: an interrupt landing in one is raised there.
+_INTERRUPTIBLE: set[CodeType] = set()
+#: Code objects of lock waits: interruptible until the frame's local ``name`` is an owned lock.
+_UNTIL_OWNED: dict[CodeType, str] = {}
+
+
+def protected(f: F) -> F:
+    """Mark ``f`` a critical section: a SIGINT landing while it runs is deferred to its end."""
+    _PROTECTED.add(f.__code__)
+    return f
+
+
+def interruptible(f: F) -> F:
+    """Mark ``f`` a blocking wait: a SIGINT landing while it runs is raised there."""
+    _INTERRUPTIBLE.add(f.__code__)
+    return f
+
+
+def interruptible_until_owned(local: str) -> Callable[[F], F]:
+    """Mark ``f`` a lock wait: interruptible until its local ``local`` (an RLock) is owned, then protected."""
+    def mark(f: F) -> F:
+        _UNTIL_OWNED[f.__code__] = local
+        return f
+    return mark
+
+
+def is_protected(frame: FrameType | None) -> bool:
+    """Whether a signal landing in ``frame`` is deferred: the innermost marked frame decides."""
+    while frame is not None:
+        code = frame.f_code
+        if code in _PROTECTED:
+            return True
+        if code in _INTERRUPTIBLE:
+            return False
+        name = _UNTIL_OWNED.get(code)
+        if name is not None:
+            lock = frame.f_locals.get(name)
+            return lock is not None and lock._is_owned()
+        frame = frame.f_back
+    return False
+
+
+class _Guard:
+    """The process's SIGINT wrapper state (one per process; touched only on the main thread)."""
+
+    __slots__ = ("previous", "deferred", "users")
+
+    def __init__(self) -> None:
+        #: The handler we wrapped, called for every SIGINT we do not defer.
+        self.previous: Callable[[int, FrameType | None], Any] | None = None
+        #: A SIGINT arrived inside a protected frame and has not been delivered yet.
+        self.deferred = False
+        #: Open prefetchers that asked for the wrapper.
+        self.users = 0
+
+
+_guard = _Guard()
+
+
+def _on_sigint(signum: int, frame: FrameType | None) -> Any:
+    if is_protected(frame):
+        _guard.deferred = True
+        return None
+    _guard.deferred = False
+    previous = _guard.previous
+    if previous is None:  # uninstalled under us: behave as the default handler
+        raise KeyboardInterrupt
+    return previous(signum, frame)
+
+
+def installed() -> bool:
+    """Whether the deferring wrapper is the current SIGINT handler."""
+    try:
+        return signal.getsignal(signal.SIGINT) is _on_sigint
+    except (ValueError, AttributeError):  # pragma: no cover - no SIGINT on this platform
+        return False
+
+
+def install() -> bool:
+    """Install the deferring SIGINT wrapper (main thread only; counted). True when it is in place."""
+    if threading.current_thread() is not threading.main_thread():
+        return installed()
+    current = signal.getsignal(signal.SIGINT)
+    if current is _on_sigint:
+        _guard.users += 1
+        return True
+    if not callable(current):  # SIG_IGN, SIG_DFL, or set from C: not ours to wrap
+        return False
+    _guard.previous = current
+    signal.signal(signal.SIGINT, _on_sigint)
+    _guard.users += 1
+    return True
+
+
+def uninstall() -> None:
+    """One user fewer; restore the wrapped handler when none is left (main thread only)."""
+    if _guard.users > 0:
+        _guard.users -= 1
+    if _guard.users or threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGINT) is _on_sigint and _guard.previous is not None:
+        signal.signal(signal.SIGINT, _guard.previous)
+
+
+def deliver() -> None:
+    """Run a deferred SIGINT now (it usually raises KeyboardInterrupt). Called at interruptible points."""
+    if not _guard.deferred or threading.current_thread() is not threading.main_thread():
+        return
+    _guard.deferred = False
+    previous = _guard.previous
+    if previous is None:
+        raise KeyboardInterrupt
+    previous(signal.SIGINT, sys._getframe(1))
+
+
+def outermost(frame: FrameType) -> bool:
+    """Whether no protected frame encloses ``frame``: its function is the entry that must deliver."""
+    frame = frame.f_back
+    while frame is not None:
+        if frame.f_code in _PROTECTED:
+            return False  # an enclosing critical section delivers it when it returns
+        frame = frame.f_back
+    return True
+
+
+def deliver_if_outermost() -> None:
+    """Deliver a deferred SIGINT if the caller is the outermost protected frame."""
+    if _guard.deferred and outermost(sys._getframe(1)):
+        deliver()
+
+
+def pending() -> bool:
+    """Whether a deferred SIGINT waits for delivery."""
+    return _guard.deferred
+
+
+#: The guard itself, for hot paths that test ``guard.deferred`` inline.
+guard = _guard
+
+
+def _reset_after_fork() -> None:
+    _guard.deferred = False
+    _guard.users = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)

@@ -1,0 +1,179 @@
+"""Lifecycle: closing prefetchers from places that must not wait -- finalizers, signal handlers, fork, exit.
+
+What it guarantees
+------------------
+* **A finalizer never blocks.** The garbage collector can run an abandoned
+  prefetcher's finalizer on any thread, at any allocation -- including on one
+  of that prefetcher's own workers while it holds the kernel lock. A close
+  that waited for that lock there would wait for itself, inside a
+  collection, and the process's cyclic GC would never run again. So the
+  finalizer only *records* the request: a ``queue.SimpleQueue.put``, which
+  CPython documents as reentrant (safe from ``__del__``, weakref callbacks
+  and signal handlers), and the **reaper** thread carries the close out.
+* **A close that cannot wait is deferred, not dropped.** ``close()`` called
+  on a thread that is inside the prefetcher (a signal handler that
+  interrupted ``next()``, a source that closes its own prefetcher from a
+  worker) marks the prefetcher closed at once and hands the rest to the
+  reaper, which waits for the lock the interrupted code will release as soon
+  as the handler returns.
+* **Fork.** ``os.register_at_fork`` marks every open prefetcher as belonging
+  to the parent: in the child its threads do not exist and its locks may be
+  held forever by threads that were not copied, so every call raises
+  :class:`PrefetcherForked` at once, without touching a lock, and close is a
+  no-op. The parent is unaffected.
+* **Interpreter exit.** One ``atexit`` hook, registered when safeprefetch is
+  imported, closes every prefetcher still open: all of them are told to
+  close first, then all are joined against one shared deadline, so exit
+  waits at most the largest ``close_timeout`` however many are stuck. atexit
+  runs handlers last-registered-first, so handlers registered after
+  ``import safeprefetch`` run before this hook and can still use an open
+  prefetcher; handlers registered before the import run after it and find it
+  closed.
+
+The registry of open prefetchers is a dict keyed by weak references whose
+callback removes them: every operation on it is one C call, safe under the
+GIL from any thread and in a forked child.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import queue
+import threading
+import time
+import weakref
+from typing import Any
+
+__all__ = ["REAPER_THREAD", "PrefetcherForked", "open_cores", "reaper", "register", "thread_count", "unregister"]
+
+#: The name of the process-wide reaper thread (started by the first Prefetcher, never joined).
+REAPER_THREAD = "safeprefetch-reaper"
+
+
+class PrefetcherForked(RuntimeError):
+    """The prefetcher was created in the parent of this forked process: its threads do not exist here.
+
+    Create a new prefetcher in the child (for example in a
+    ``multiprocessing`` worker's initializer), or use the ``spawn`` or
+    ``forkserver`` start method.
+    """
+
+
+#: Open prefetchers' cores, keyed by a weak reference that removes itself when the core dies.
+_open: dict[weakref.ref, None] = {}
+
+
+def register(core: Any) -> None:
+    _open[weakref.ref(core, _forget)] = None
+
+
+def _forget(ref: weakref.ref) -> None:
+    _open.pop(ref, None)
+
+
+def unregister(core: Any) -> None:
+    for ref in list(_open):
+        if ref() is core:
+            _open.pop(ref, None)
+
+
+def open_cores() -> list[Any]:
+    """The cores of every prefetcher not yet closed (strong references, for the caller's use)."""
+    out = []
+    for ref in list(_open):
+        core = ref()
+        if core is not None:
+            out.append(core)
+    return out
+
+
+class _Reaper:
+    """One daemon thread per process that carries out close requests recorded where waiting was not allowed."""
+
+    def __init__(self) -> None:
+        self.requests: queue.SimpleQueue = queue.SimpleQueue()
+        self.thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+
+    def ensure_started(self) -> None:
+        """Start the thread if it is not running. Only from an ordinary context (a constructor)."""
+        th = self.thread
+        if th is not None and th.is_alive():
+            return
+        with self._start_lock:
+            th = self.thread
+            if th is None or not th.is_alive():
+                th = threading.Thread(target=self._run, name=REAPER_THREAD, daemon=True)
+                th.start()
+                self.thread = th
+
+    def request(self, core: Any) -> None:
+        """Ask for ``core`` to be closed. Never blocks; safe from finalizers and signal handlers."""
+        self.requests.put(core)
+
+    def _run(self) -> None:
+        requests = self.requests
+        while True:
+            batch = [requests.get()]
+            while True:  # take every request already waiting, so their joins overlap
+                try:
+                    batch.append(requests.get_nowait())
+                except queue.Empty:
+                    break
+            deadlines = []
+            for core in batch:
+                try:
+                    core.begin_close()
+                except BaseException:  # noqa: BLE001 - the reaper must outlive any one close
+                    pass
+                deadlines.append(time.monotonic() + core.close_timeout)
+            for core, deadline in zip(batch, deadlines):
+                try:
+                    core.finish_close(deadline)
+                except BaseException:  # noqa: BLE001
+                    pass
+            del batch, core  # hold no prefetcher while waiting for the next request
+
+    def reset_after_fork(self) -> None:
+        self.requests = queue.SimpleQueue()
+        self.thread = None
+        self._start_lock = threading.Lock()
+
+
+reaper = _Reaper()
+
+
+def thread_count() -> int:
+    """Running threads, not counting the process-wide reaper: what a leak check should compare."""
+    return sum(1 for th in threading.enumerate() if th.name != REAPER_THREAD)
+
+
+def _after_fork_in_child() -> None:
+    for core in open_cores():
+        core.forked = True
+    _open.clear()
+    reaper.reset_after_fork()
+
+
+def _close_all_at_exit() -> None:
+    """Close every open prefetcher: tell all to stop, then join all against one deadline."""
+    cores = [c for c in open_cores() if not c.forked and not c.closed]
+    if not cores:
+        return
+    started = time.monotonic()
+    for core in cores:
+        try:
+            core.begin_close()
+        except BaseException:  # noqa: BLE001 - exit goes on
+            pass
+    for core in cores:
+        try:
+            core.finish_close(started + core.close_timeout)
+        except BaseException:  # noqa: BLE001
+            pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_close_all_at_exit)
