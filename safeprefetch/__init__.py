@@ -5,7 +5,9 @@ The public surface:
 * :class:`Prefetcher` -- the hardened numpy prefetcher, running the checked
   ``prefetcher`` model on threads (with :class:`Lease`, :class:`PrefetchStats`,
   :class:`PrefetchTimeout`, :class:`PrefetcherClosed`, :class:`LeaseHeld`,
-  :class:`PrefetcherWarning`); :class:`NpyFiles` is a ready ``.npy`` source.
+  :class:`PrefetcherWarning`, :class:`PrefetcherExhausted`, :class:`PrefetcherForked`,
+  :class:`LeaseReleased`); :class:`NpyFiles` is a ready ``.npy`` source;
+  :func:`write_timeline` draws ``pf.timeline()``.
 * :mod:`safeprefetch.model` -- write models (``Model``, ``DONE``, ``violate``).
 * :func:`check`, :func:`explore`, :func:`replay` -- explore a model; results
   are frozen :class:`CheckResult` / :class:`Violation` values.
@@ -28,13 +30,17 @@ from ._model import Model as Model
 from ._model import ModelError as ModelError
 from ._prefetcher import Lease as Lease
 from ._prefetcher import LeaseHeld as LeaseHeld
+from ._prefetcher import LeaseReleased as LeaseReleased
 from ._prefetcher import PrefetchStats as PrefetchStats
 from ._prefetcher import PrefetchTimeout as PrefetchTimeout
 from ._prefetcher import Prefetcher as Prefetcher
 from ._prefetcher import PrefetcherClosed as PrefetcherClosed
+from ._prefetcher import PrefetcherExhausted as PrefetcherExhausted
+from ._prefetcher import PrefetcherForked as PrefetcherForked
 from ._prefetcher import PrefetcherWarning as PrefetcherWarning
 from ._sources import NpyFiles as NpyFiles
 from ._sources import write_npy_batches as write_npy_batches
+from ._timeline import write_timeline as write_timeline
 
 __version__ = "0.1.0"
 
@@ -42,6 +48,7 @@ __all__ = [
     "CheckResult",
     "Lease",
     "LeaseHeld",
+    "LeaseReleased",
     "Model",
     "ModelError",
     "NpyFiles",
@@ -49,6 +56,8 @@ __all__ = [
     "PrefetchTimeout",
     "Prefetcher",
     "PrefetcherClosed",
+    "PrefetcherExhausted",
+    "PrefetcherForked",
     "PrefetcherWarning",
     "ReplayDivergence",
     "Trace",
@@ -61,4 +70,5 @@ __all__ = [
     "load_model",
     "replay",
     "write_npy_batches",
+    "write_timeline",
 ]

@@ -65,6 +65,7 @@ or runs a signal handler's ``close()``.
 
 from __future__ import annotations
 
+import _thread
 import os
 import signal
 import sys
@@ -73,6 +74,7 @@ from types import CodeType, FrameType
 from typing import Any, Callable, TypeVar
 
 __all__ = [
+    "delivered_in_caller",
     "deliver",
     "deliver_if_outermost",
     "install",
@@ -94,6 +96,9 @@ _PROTECTED: set[CodeType] = set()
 _INTERRUPTIBLE: set[CodeType] = set()
 #: Code objects of lock waits: interruptible until the frame's local ``name`` is an owned lock.
 _UNTIL_OWNED: dict[CodeType, str] = {}
+#: Code objects that hand a value to their caller after the hand-out (``Lease.__enter__``): a signal
+#: landing in one is re-raised in the caller, once it holds the value.
+_IN_CALLER: set[CodeType] = set()
 
 
 def protected(f: F) -> F:
@@ -116,42 +121,64 @@ def interruptible_until_owned(local: str) -> Callable[[F], F]:
     return mark
 
 
-def is_protected(frame: FrameType | None) -> bool:
-    """Whether a signal landing in ``frame`` is deferred: the innermost marked frame decides."""
+def delivered_in_caller(f: F) -> F:
+    """Mark ``f`` as handing out a value: a SIGINT landing in it is raised in its caller, after the value is bound.
+
+    For code that runs between a hand-out and the caller's binding, where
+    the interpreter makes no check of its own (``with pf.lease() as view``:
+    ``__enter__`` runs, then ``view`` is bound with no check between). The
+    signal is re-sent to the main thread (``_thread.interrupt_main``), so it
+    lands at the first check after ``f`` and its callees return.
+    """
+    _IN_CALLER.add(f.__code__)
+    return f
+
+
+def _decide(frame: FrameType | None) -> str:
+    """"defer", "raise" or "resend": what a SIGINT landing in ``frame`` does; the innermost marked frame decides."""
     while frame is not None:
         code = frame.f_code
         if code in _PROTECTED:
-            return True
+            return "defer"
         if code in _INTERRUPTIBLE:
-            return False
+            return "raise"
+        if code in _IN_CALLER:
+            return "resend"
         name = _UNTIL_OWNED.get(code)
         if name is not None:
             lock = frame.f_locals.get(name)
-            return lock is not None and lock._is_owned()
+            return "defer" if lock is not None and lock._is_owned() else "raise"
         frame = frame.f_back
-    return False
+    return "raise"
+
+
+def is_protected(frame: FrameType | None) -> bool:
+    """Whether a signal landing in ``frame`` is deferred: the innermost marked frame decides."""
+    return _decide(frame) == "defer"
 
 
 class _Guard:
     """The process's SIGINT wrapper state (one per process; touched only on the main thread)."""
 
-    __slots__ = ("previous", "deferred", "users")
+    __slots__ = ("previous", "deferred")
 
     def __init__(self) -> None:
         #: The handler we wrapped, called for every SIGINT we do not defer.
         self.previous: Callable[[int, FrameType | None], Any] | None = None
         #: A SIGINT arrived inside a protected frame and has not been delivered yet.
         self.deferred = False
-        #: Open prefetchers that asked for the wrapper.
-        self.users = 0
 
 
 _guard = _Guard()
 
 
 def _on_sigint(signum: int, frame: FrameType | None) -> Any:
-    if is_protected(frame):
+    decision = _decide(frame)
+    if decision == "defer":
         _guard.deferred = True
+        return None
+    if decision == "resend":
+        _thread.interrupt_main(signum)  # runs this handler again at the next check: in the caller, in the end
         return None
     _guard.deferred = False
     previous = _guard.previous
@@ -169,26 +196,28 @@ def installed() -> bool:
 
 
 def install() -> bool:
-    """Install the deferring SIGINT wrapper (main thread only; counted). True when it is in place."""
+    """Install the deferring SIGINT wrapper (main thread only). True when it is in place."""
     if threading.current_thread() is not threading.main_thread():
         return installed()
     current = signal.getsignal(signal.SIGINT)
     if current is _on_sigint:
-        _guard.users += 1
         return True
     if not callable(current):  # SIG_IGN, SIG_DFL, or set from C: not ours to wrap
         return False
     _guard.previous = current
     signal.signal(signal.SIGINT, _on_sigint)
-    _guard.users += 1
     return True
 
 
 def uninstall() -> None:
-    """One user fewer; restore the wrapped handler when none is left (main thread only)."""
-    if _guard.users > 0:
-        _guard.users -= 1
-    if _guard.users or threading.current_thread() is not threading.main_thread():
+    """Restore the wrapped handler, if the wrapper is still the installed one (main thread only).
+
+    The caller decides when nothing needs the wrapper any more (no open
+    prefetcher asked for it): that is a question about the registry of open
+    prefetchers, which is recomputed, not a count that an interrupt could
+    leave wrong.
+    """
+    if threading.current_thread() is not threading.main_thread():
         return
     if signal.getsignal(signal.SIGINT) is _on_sigint and _guard.previous is not None:
         signal.signal(signal.SIGINT, _guard.previous)
@@ -232,7 +261,6 @@ guard = _guard
 
 def _reset_after_fork() -> None:
     _guard.deferred = False
-    _guard.users = 0
 
 
 if hasattr(os, "register_at_fork"):

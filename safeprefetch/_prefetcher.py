@@ -151,8 +151,9 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from . import _interrupts
-from ._interrupts import deliver, guard, interruptible, interruptible_until_owned, outermost, protected
-from ._lifecycle import PrefetcherForked, reaper, register, unregister
+from ._interrupts import (deliver, delivered_in_caller, guard, interruptible, interruptible_until_owned, outermost,
+                          protected)
+from ._lifecycle import PrefetcherForked, open_cores, reaper, register, unregister
 from ._live import LiveError, Runtime, StepTimeout
 from ._model import DONE
 
@@ -575,11 +576,14 @@ def _wait_gate(gate: Any, deadline: float | None) -> bool:
     deferred (SIGINT wrapper) or, raised anyway, releases it here before
     propagating: the caller's ``with`` has not taken charge of it yet.
     """
+    # (No ``return gate.acquire()``: an interrupt at the end of that call is caught by the
+    # ``except`` below, but the instruction after it, the return, lies outside the ``try``.)
     try:
         if deadline is None:
             if guard.deferred:
                 deliver()
-            return gate.acquire()
+            got = gate.acquire()
+            return got
         while True:
             remaining = deadline - time.monotonic()
             if gate.acquire(True, min(remaining, _TIMEOUT_MAX)) if remaining > 0 else gate.acquire(False):
@@ -623,11 +627,12 @@ _NO_GATE = _NoGate()
 # The core: everything the threads touch. It never references the Prefetcher.
 # --------------------------------------------------------------------------
 
-# What a consumer call hands out. A stash entry is (kind, value, position, data):
+# What a consumer call hands out. A stash entry is (kind, value, position, data, lease ref):
 # ``kind`` is the API that produced it (_GET: value is a new array; _COPY: value is
 # True, data is ``out``; _LEASE: value is a Lease) or a terminal outcome (_END, or
 # _ERROR / _CLOSED, whose value is the exception to raise); ``data`` is the array
-# holding the batch, for handing the entry to another API.
+# holding the batch, for handing the entry to another API; ``lease ref`` a weak reference
+# to the Lease (made beforehand, so that handing it out calls nothing).
 _GET, _COPY, _LEASE = "get", "copy", "lease"
 _END, _ERROR, _CLOSED = "end", "error", "closed"
 _TERMINAL = (_END, _ERROR, _CLOSED)
@@ -693,7 +698,9 @@ class _Core:
         self.run_next = 0                       # how many of them went into the stash
         self.stash: tuple | None = None         # an outcome produced, not yet returned
         self.backlog: tuple = ()                # outcomes returned to the stash by interrupted calls (rare)
-        self.lease_out: Lease | None = None     # the Lease handed out last
+        # The Lease handed out last, weakly: a Lease the caller dropped unreleased (a Ctrl-C right
+        # after lease() returned, before ``with`` took it) is released by the next call.
+        self.lease_out: weakref.ref | None = None
         self.error_raised = False               # the source error was raised (later calls: end of stream)
         self.ended_with: str | None = None      # the terminal outcome handed out, once the stream is over
 
@@ -874,25 +881,35 @@ class _Core:
         gate = self.gate
         if gate._is_owned():
             self._reentered()
-        with (gate if _wait_gate(gate, deadline) else _NO_GATE):
-            entry = self.stash
-            if entry is None:
-                if self.backlog:
-                    entry = self.backlog[0]
-                    self.stash, self.backlog = entry, self.backlog[1:]
-                else:
-                    self._serve(api, out, deadline)
-                    entry = self.stash
-            if entry[0] is not api and entry[0] not in _TERMINAL:
-                self._adapt(api, out)  # an interrupted call of another API produced it
+        committed = None
+        try:
+            with (gate if _wait_gate(gate, deadline) else _NO_GATE):
                 entry = self.stash
-            # Handed out: no interruption point from here to the caller's return (see get()).
-            self.stash = None
-            if entry[0] is _LEASE:
-                self.lease_out = entry[1]
-            elif entry[0] is _ERROR:
-                self.error_raised = True
-            return entry
+                if entry is not None and self.close_started and entry[0] not in _TERMINAL:
+                    entry = self.stash = None  # an interrupted call's batch: after close, nothing more is handed out
+                    self.backlog = ()
+                if entry is None:
+                    if self.backlog:
+                        entry = self.backlog[0]
+                        self.stash, self.backlog = entry, self.backlog[1:]
+                    else:
+                        self._serve(api, out, deadline)
+                        entry = self.stash
+                if entry[0] not in _TERMINAL and (entry[0] is not api or (api is _COPY and entry[3] is not out)):
+                    self._adapt(api, out)  # an interrupted call (of another API, or into another out) produced it
+                    entry = self.stash
+                # Handed out: no interruption point from here to the caller's return (see get()),
+                # except the check after the gate's exit, which the ``except`` below covers.
+                committed = entry; self.stash = None  # noqa: E702
+                if entry[0] is _LEASE:
+                    self.lease_out = entry[4]
+                elif entry[0] is _ERROR:
+                    self.error_raised = True
+                return entry
+        except BaseException:
+            if committed is not None:  # interrupted at the gate's exit, after the hand-out
+                self.unreturn(committed)
+            raise
 
     @protected
     def handout(self, api: str, out: Any, timeout: Any) -> tuple[str, Any]:
@@ -919,8 +936,9 @@ class _Core:
     @protected
     def unreturn(self, entry: tuple) -> None:
         """Put back an outcome whose call is raising a deferred Ctrl-C instead: the next call returns it."""
-        with self.gate:
-            if entry[0] is _LEASE and self.lease_out is entry[1]:
+        gate = self.gate
+        with (gate if _wait_gate(gate, None) else _NO_GATE):
+            if entry[0] is _LEASE and self.lease_out is entry[4]:
                 self.lease_out = None
             if self.stash is None:
                 self.stash = entry
@@ -930,10 +948,15 @@ class _Core:
     def _usable(self) -> None:
         if self.close_started:
             raise PrefetcherClosed(f"prefetcher {self.name!r} is closed")
-        lo = self.lease_out
-        if lo is not None and not lo._released:
-            raise LeaseHeld("a lease is still held: release it (lease.release() or leave its with-block) "
-                            "before asking for another batch")
+        ref = self.lease_out
+        if ref is not None:
+            lo = ref()
+            if lo is None:  # dropped unreleased: its run is released now (no one can read it any more)
+                self.lease_out = None
+                self._release_run()
+            elif not lo._released:
+                raise LeaseHeld("a lease is still held: release it (lease.release() or leave its with-block) "
+                                "before asking for another batch")
 
     def _serve(self, api: str, out: Any, deadline: float | None) -> None:
         """Produce this call's outcome into the stash: the next batch of the run, taking a new run if needed."""
@@ -941,9 +964,9 @@ class _Core:
             # The stream is over and its last word was said: a closed stream stays closed;
             # after the end or the source error, StopIteration.
             if self.ended_with is _CLOSED or self.close_started:
-                self.stash = (_CLOSED, PrefetcherClosed(f"prefetcher {self.name!r} is closed"), -1, None)
+                self.stash = (_CLOSED, PrefetcherClosed(f"prefetcher {self.name!r} is closed"), -1, None, None)
             else:
-                self.stash = (_END, None, -1, None)
+                self.stash = (_END, None, -1, None, None)
             return
         self._usable()
         last = self.last_call
@@ -968,10 +991,11 @@ class _Core:
         else:
             data = self.ro_views[k].view()
             value = Lease(self, data, pos, int(self.plan[pos]) if self.plan is not None else pos)
+        ref = weakref.ref(value) if api is _LEASE else None
         if self.spans is not None:
             self.spans.append(("consumer", "copy", t0, time.perf_counter()))
         # The outcome is stashed, and the run advanced past it, with no interruption point between.
-        self.stash = (api, value, pos, data); self.run_next += 1; self.delivered += 1; self.last_pos = pos  # noqa: E702,E501
+        self.stash = (api, value, pos, data, ref); self.run_next += 1; self.delivered += 1; self.last_pos = pos  # noqa: E702,E501
         self.last_call = time.perf_counter()
         if api is not _LEASE and self.run_next >= len(self.run):
             self._release_run()
@@ -1046,13 +1070,13 @@ class _Core:
         err = state[self.i_error_seen]
         box = self.source_ref()
         if err >= 0 and not self.error_raised and box is not None and err in box.errors:
-            self.stash = (_ERROR, box.errors[err], err, None)
+            self.stash = (_ERROR, box.errors[err], err, None, None)
             self.ended_with = _ERROR
         elif err >= 0 or state[self.i_delivered] >= state[self.i_length]:
-            self.stash = (_END, None, -1, None)
+            self.stash = (_END, None, -1, None, None)
             self.ended_with = _END
         else:
-            self.stash = (_CLOSED, PrefetcherClosed(f"prefetcher {self.name!r} was closed"), -1, None)
+            self.stash = (_CLOSED, PrefetcherClosed(f"prefetcher {self.name!r} was closed"), -1, None, None)
             self.ended_with = _CLOSED
 
     @protected
@@ -1070,18 +1094,18 @@ class _Core:
 
     def _adapt(self, api: str, out: Any) -> None:
         """Turn the stashed outcome of an interrupted call of another API into this call's outcome."""
-        kind, value, pos, data = self.stash
+        kind, value, pos, data, _ref = self.stash
         if api is _GET:
-            new = (api, np.array(data), pos, None)
+            new = (api, np.array(data), pos, None, None)
         elif api is _COPY:
             if out is not data:
                 np.copyto(out, data, casting="no")
-            new = (api, True, pos, out)
+            new = (api, True, pos, out, None)
         else:  # a Lease over a private read-only copy: no slot is held for it
             private = np.array(data)
             private.flags.writeable = False
-            new = (api, Lease(self, private, pos, int(self.plan[pos]) if self.plan is not None else pos,
-                              private=True), pos, private)
+            lease = Lease(self, private, pos, int(self.plan[pos]) if self.plan is not None else pos, private=True)
+            new = (api, lease, pos, private, weakref.ref(lease))
         self.stash = new
         if kind is _LEASE:
             value._released = True
@@ -1212,6 +1236,7 @@ class _Core:
         rt = self.rt
         with self.close_lock:
             if self.closed:
+                self._after_close()  # idempotent: an interrupt may have cut the first one short
                 return not self.stuck
             me = threading.current_thread()
             try:
@@ -1227,21 +1252,24 @@ class _Core:
             state = rt.state
             self.stuck = [th.name for th, i in zip(self.threads, self.worker_pcs)
                           if th is not me and th.is_alive() and state[i] == _FETCH]
-            self.closed = True
             self.t_end = time.perf_counter()
             box = self.source_ref()
             if box is not None:
                 box.preloaded.clear()
-        unregister(self)
-        if self.sigint:
-            self.sigint = False
-            _interrupts.uninstall()
+            self.closed = True
+            self._after_close()
         if self.stuck and warn:
             waited = "no time" if deadline is None else "the close timeout"
             warnings.warn(f"prefetcher {self.name!r}: {', '.join(self.stuck)} still inside a fetch after {waited}; "
                           "left running as daemon threads (the result will be discarded)",
                           PrefetcherWarning, stacklevel=4)
         return not self.stuck
+
+    def _after_close(self) -> None:
+        """Leave the registry of open prefetchers; remove the SIGINT wrapper if no open one asked for it."""
+        unregister(self)
+        if self.sigint and not any(c.sigint for c in open_cores()):
+            _interrupts.uninstall()
 
     # -- stats --------------------------------------------------------------
 
@@ -1371,6 +1399,7 @@ class Lease(_NotCopyable):
         self._private = private  # a copy made for an interrupted call: no slot behind it
 
     @property
+    @delivered_in_caller
     def array(self) -> np.ndarray:
         """The batch: a read-only view into the slot pool. Raises :class:`LeaseReleased` after release."""
         if self._released:
@@ -1390,6 +1419,7 @@ class Lease(_NotCopyable):
         if guard.deferred and outermost(sys._getframe()):
             deliver()
 
+    @delivered_in_caller
     def __enter__(self) -> np.ndarray:
         return self.array
 
@@ -1697,6 +1727,7 @@ class Prefetcher(_NotCopyable):
         finally:
             del value
 
+    @delivered_in_caller
     def leases(self, timeout: float | None = _DEFAULT) -> Iterator[Lease]:
         """Iterate the stream as Leases, each released when the loop moves on (or stops).
 

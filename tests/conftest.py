@@ -1,5 +1,10 @@
 import contextlib
+import gc
 import os
+import threading
+import time
+
+import pytest
 
 from hypothesis import HealthCheck, settings
 
@@ -27,3 +32,19 @@ def recording_runtimes():
         yield runtimes
     finally:
         prefetcher_module.Runtime = real
+
+
+@pytest.fixture
+def baseline():
+    """The running threads before the test (the reaper not counted); after it, every thread the test's
+    prefetchers started must be gone (garbage collected, closed and joined)."""
+    from safeprefetch.testing import thread_count
+
+    gc.collect()
+    before = thread_count()
+    yield before
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while thread_count() > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert thread_count() <= before, [t.name for t in threading.enumerate()]

@@ -67,16 +67,6 @@ class Into:
         out[...] = i
 
 
-@pytest.fixture
-def baseline():
-    gc.collect()
-    before = thread_count()
-    yield before
-    gc.collect()
-    deadline = time.monotonic() + 5
-    while thread_count() > before and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert thread_count() == before, [t.name for t in threading.enumerate()]
 
 
 # -- sources ------------------------------------------------------------------

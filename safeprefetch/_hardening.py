@@ -1,0 +1,761 @@
+"""The Prefetcher under interrupts: injection at every eval-breaker point, and a kernel-timer Ctrl-C soak.
+
+What is checked
+---------------
+Each *scenario* builds a real Prefetcher over real arrays, brings it to one
+situation (a batch ready, a run of batches already held, the consumer about
+to park, the end of the stream, a source error next, a lease held, close),
+and makes one call there. The harness first records every point where
+CPython could raise an asynchronous exception during that call
+(``_inject.py``: function entries, returns from C calls, loop back-edges, in
+safeprefetch's own files), then, for each point, builds the same situation
+again and injects one *effect* at that point:
+
+* ``raise``: a ``KeyboardInterrupt`` raised there directly -- what a SIGINT
+  handler other than ours does (the structural layer alone);
+* ``signal``: the installed SIGINT handler called there with that frame --
+  what the interpreter does when Ctrl-C arrives (both layers);
+* ``close``: a signal handler's graceful shutdown, ``pf.close(timeout=1)``,
+  run there on the interrupted thread;
+* ``finalize``: the abandoned prefetcher's finalizer run there, on a worker
+  thread (the garbage collector can run it at any allocation).
+
+After each run it asserts the contract: the call raised the interrupt (or,
+for ``close``, finished with a batch or ``PrefetcherClosed``); no lock is
+held (the kernel lock, the consumer gate and the close lock can each be
+taken by another thread); no batch was lost, duplicated or reordered (the
+rest of the stream is drained and compared with the source); no wakeup was
+lost (the drain does not time out); the prefetcher stays usable, closes
+within its timeout without a stuck worker, and every thread it started is
+gone.
+
+The soak (:func:`ctrl_c_soak`) is the same contract under real signals: a
+kernel interval timer (``setitimer``) fires SIGALRM at a random moment, and
+its handler hands the interpreter a SIGINT on the spot, so the Ctrl-C lands
+wherever the main thread happens to be -- inside a call, between calls, in
+the consumer's own code.
+"""
+
+from __future__ import annotations
+
+import gc
+import random
+import signal
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from . import _inject
+from ._lifecycle import thread_count
+from ._prefetcher import LeaseHeld, Prefetcher, PrefetcherClosed, PrefetcherWarning, PrefetchTimeout
+
+__all__ = ["EFFECTS", "Problem", "Scenario", "InjectionRun", "SoakResult", "ctrl_c_soak", "default_scenarios",
+           "points", "run_point", "sweep"]
+
+SHAPE = (3,)
+N = 6
+
+#: The calls a scenario can make, and the situations it can make them in.
+APIS = ("get", "next", "copy", "lease", "release", "close")
+PHASES = ("ready", "held", "park", "end", "error")
+EFFECTS = ("raise", "signal", "close", "finalize")
+
+#: How many times each point is injected at when a call passes it more than once (the take's wake-up
+#: loop and the release's are the same code): every pass up to this many. A consumer call takes at
+#: most three kernel steps (give back, take, release), each passing the kernel's points once.
+OCCURRENCES = 3
+
+
+class _Boom(Exception):
+    """The source error a scenario injects at one position."""
+
+
+class _Source:
+    """Map-style: item i is ``np.full(SHAPE, i)``; item ``fail_at`` raises; item ``gate_at`` waits for ``gate``."""
+
+    def __init__(self, n: int, fail_at: int = -1, gate_at: int = -1):
+        self.n, self.fail_at, self.gate_at = n, fail_at, gate_at
+        self.gate = threading.Event()
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        if i == self.gate_at:
+            self.gate.wait(10)
+        if i == self.fail_at:
+            raise _Boom(i)
+        return np.full(SHAPE, i, np.float32)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One call in one situation. ``then`` is the API that drains the rest (exercising hand-over between APIs)."""
+
+    api: str
+    phase: str
+    then: str = "get"
+    workers: int = 2
+    capacity: int = 3
+
+    def __str__(self) -> str:
+        return f"{self.api}@{self.phase}" + (f"->{self.then}" if self.then != "get" else "") + \
+            (f" w={self.workers}" if self.workers != 2 else "") + (f" k={self.capacity}" if self.capacity != 3 else "")
+
+
+@dataclass(frozen=True)
+class Problem:
+    scenario: str
+    effect: str
+    point: str
+    what: str
+
+
+@dataclass(frozen=True)
+class InjectionRun:
+    """What one injected run did."""
+
+    #: The point was reached and the effect performed.
+    fired: bool
+    #: How the call under test ended ("batch 3", "KeyboardInterrupt", "PrefetcherClosed", ...).
+    outcome: str
+    #: Contract violations seen (empty: the run was clean).
+    problems: tuple[str, ...] = ()
+
+
+# --------------------------------------------------------------------------
+# Building a situation
+# --------------------------------------------------------------------------
+
+
+class _Setup:
+    """A prefetcher brought to a scenario's situation, and what it has delivered so far."""
+
+    def __init__(self, sc: Scenario):
+        self.sc = sc
+        self.baseline = thread_count()
+        phase = sc.phase
+        prefix = {"ready": 2, "held": 1, "park": 2, "end": N, "error": 2}[phase]
+        self.expect_error_at = 2 if phase == "error" else -1
+        self.source = _Source(N, fail_at=self.expect_error_at, gate_at=2 if phase == "park" else -1)
+        self.pf = Prefetcher(self.source, capacity=sc.capacity, workers=sc.workers, close_timeout=5.0)
+        self.core = self.pf._core
+        self.got: list[int] = []
+        self.error_seen = -1
+        self.lease = None
+        for _ in range(prefix):
+            self.got.append(int(self.pf.get(timeout=5)[0]))
+        if phase == "held":
+            # A fast caller: the next take is a run of every ready batch (at least two).
+            self._wait(lambda: self.core.ready_now() >= 2)
+            self.core.call_ewma, self.core.last_call = 1e-7, None
+            self.got.append(int(self.pf.get(timeout=5)[0]))
+            if self.core.run_next >= len(self.core.run):
+                raise AssertionError("setup: the take was not a run of two or more")
+        elif phase in ("ready", "error"):
+            self._wait(lambda: self.core.ready_now() >= 1)
+        if sc.api == "release":
+            lease = self.pf.lease(timeout=5)
+            self.got.append(int(lease.array[0]))
+            self.lease = lease
+        if phase == "park":
+            threading.Thread(target=self._release_when_parked, daemon=True).start()
+
+    def _wait(self, cond: Callable[[], bool], seconds: float = 5.0) -> None:
+        deadline = time.monotonic() + seconds
+        while not cond():
+            if time.monotonic() > deadline:
+                raise AssertionError("setup: the prefetcher did not reach the scenario's situation")
+            time.sleep(0.0005)
+
+    def _release_when_parked(self) -> None:
+        rt, c = self.core.rt, self.core.consumer
+        deadline = time.monotonic() + 5
+        while not rt._parked[c] and not self.call_over and not self.pf.closed and time.monotonic() < deadline:
+            time.sleep(0.0005)
+        self.source.gate.set()
+
+    call_over = False
+
+    # -- the call under test ---------------------------------------------------
+
+    def call(self) -> Any:
+        api, pf = self.sc.api, self.pf
+        if api == "get":
+            return pf.get(timeout=5)
+        if api == "next":
+            return next(pf)
+        if api == "copy":
+            out = np.empty(SHAPE, np.float32)
+            return out if pf.copy_prefetched(out, timeout=5) else False
+        if api == "lease":
+            return pf.lease(timeout=5)
+        if api == "release":
+            return self.lease.release()
+        if api == "close":
+            return pf.close(timeout=5)
+        raise ValueError(api)
+
+    def call_quietly(self) -> Any:
+        """The call, with the outcomes a scenario expects (the end, the source error) recorded, not raised."""
+        try:
+            return self.record(self.call())
+        except StopIteration:
+            return "end"
+        except _Boom:
+            self.error_seen = len(self.got)
+            return "source error"
+
+    def take_one(self, api: str) -> int | None:
+        """One batch through ``api``: its id, None at the end; records a source error."""
+        pf = self.pf
+        try:
+            if api == "copy":
+                out = np.empty(SHAPE, np.float32)
+                return int(out[0]) if pf.copy_prefetched(out, timeout=5) else None
+            if api == "lease":
+                lease = pf.lease(timeout=5)
+                try:
+                    return int(lease.array[0])
+                finally:
+                    lease.release()
+            return int(pf.get(timeout=5)[0])
+        except StopIteration:
+            return None
+        except _Boom as e:
+            if self.error_seen >= 0:
+                raise AssertionError("the source error was raised twice") from e
+            self.error_seen = len(self.got)
+            return -1
+
+    def record(self, value: Any) -> str:
+        """Account for what the call under test returned; describe it."""
+        if isinstance(value, np.ndarray):
+            self.got.append(int(value[0]))
+            return f"batch {int(value[0])}"
+        if value is False:
+            return "end"
+        if value is not None and type(value).__name__ == "Lease":
+            self.got.append(int(value.array[0]))
+            value.release()
+            return f"lease {self.got[-1]}"
+        return "returned"
+
+
+# --------------------------------------------------------------------------
+# Checking the contract after a run
+# --------------------------------------------------------------------------
+
+
+def _lock_free(lock: Any) -> bool:
+    """Whether another thread can take ``lock`` within two seconds (a held-forever lock fails)."""
+    ok: list[bool] = []
+
+    def probe() -> None:
+        if lock.acquire(timeout=2.0):
+            lock.release()
+            ok.append(True)
+
+    th = threading.Thread(target=probe, daemon=True)
+    th.start()
+    th.join(3.0)
+    return bool(ok)
+
+
+def _check(setup: _Setup, closed_by_effect: bool) -> list[str]:
+    problems: list[str] = []
+    core, pf = setup.core, setup.pf
+    for name in ("gate", "consumer_lock", "close_lock"):
+        lock = getattr(core, name, None)
+        if lock is not None and not _lock_free(lock):
+            problems.append(f"{name} is held after the call")
+    if not _lock_free(core.rt._lock):
+        problems.append("the kernel lock is held after the call")
+    if problems:
+        return problems  # draining would hang
+    if setup.lease is not None and not setup.lease.released:
+        setup.lease.release()  # an interrupted release is finished by calling it again
+    closed = closed_by_effect or pf.closed
+    if not closed:
+        try:
+            while True:
+                got = setup.take_one(setup.sc.then)
+                if got is None:
+                    break
+                if got >= 0:
+                    setup.got.append(got)
+        except PrefetchTimeout:
+            problems.append("the rest of the stream did not arrive (a lost wakeup, or a hang)")
+        except BaseException as e:  # noqa: BLE001 - every other exception is a finding (LiveDeadlock, ...)
+            problems.append(f"draining raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+        expected = list(range(N))
+        if setup.expect_error_at >= 0:
+            expected = list(range(setup.expect_error_at))
+            if setup.error_seen != setup.expect_error_at:
+                problems.append(f"the source error was seen at {setup.error_seen}, not {setup.expect_error_at}")
+        if setup.got != expected and not problems:
+            problems.append(f"delivered {setup.got}, expected {expected}")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t0 = time.monotonic()
+        try:
+            pf.close(timeout=5)
+        except BaseException as e:  # noqa: BLE001 - reported
+            problems.append(f"close raised {type(e).__name__}: {e}")
+        if time.monotonic() - t0 > 5.5:
+            problems.append("close took longer than its timeout")
+    if any(issubclass(w.category, PrefetcherWarning) for w in caught):
+        problems.append("close reported a worker stuck in a fetch")
+    deadline = time.monotonic() + 5
+    while thread_count() > setup.baseline and time.monotonic() < deadline:
+        time.sleep(0.001)
+    if thread_count() > setup.baseline:
+        problems.append(f"{thread_count() - setup.baseline} thread(s) left running after close")
+    return problems
+
+
+# --------------------------------------------------------------------------
+# Runs
+# --------------------------------------------------------------------------
+
+
+def _files() -> frozenset[str]:
+    """safeprefetch's own files, less this harness and the injector."""
+    import os
+
+    import safeprefetch
+
+    skip = {os.path.realpath(__file__), os.path.realpath(_inject.__file__)}
+    return frozenset(f for f in _inject.package_files(safeprefetch) if f not in skip)
+
+
+def _is_worker(th: threading.Thread) -> bool:
+    return th.name.startswith("safeprefetch-") and "-worker" in th.name
+
+
+def _with_worker_cycle(setup: _Setup, action: Callable[[], Any]) -> Callable[[], Any]:
+    """Run ``action`` (which frees a slot), then wait until a worker has refilled it."""
+    def run() -> Any:
+        before = setup.core.rt.steps
+        try:
+            return action()
+        finally:
+            deadline = time.monotonic() + 5
+            while setup.core.rt.steps < before + 4 and not setup.pf.closed and time.monotonic() < deadline:
+                time.sleep(0.0005)
+    return run
+
+
+def points(sc: Scenario, effect: str = "raise") -> list[_inject.InjectionPoint]:
+    """The eval-breaker points the scenario's call executes (its workers' fetch cycle, for ``finalize``)."""
+    held: list[_Setup] = []
+    threads = effect == "finalize"
+
+    def prepare() -> Callable[[], Any]:
+        setup = _Setup(sc)
+        held.append(setup)
+        return _with_worker_cycle(setup, setup.call) if threads else setup.call
+
+    try:
+        return _inject.record_points(None, _files(), threads=threads, prepare=prepare,
+                                     thread_filter=_is_worker if threads else None, occurrences=OCCURRENCES)
+    finally:
+        for setup in held:
+            setup.call_over = True
+            setup.source.gate.set()
+            _check(setup, closed_by_effect=False)
+
+
+def run_point(sc: Scenario, point: _inject.InjectionPoint, effect: str) -> InjectionRun:
+    """Build the scenario again, run its call with ``effect`` injected at ``point``, and check the contract."""
+    held: list[_Setup] = []
+    close_seconds: list[float] = []
+    threads = effect == "finalize"
+
+    def handler_close(frame: FrameType) -> None:
+        t0 = time.monotonic()
+        held[0].pf.close(timeout=1.0)
+        close_seconds.append(time.monotonic() - t0)
+
+    def finalize(frame: FrameType) -> None:
+        held[0].pf._finalizer()  # what the garbage collector would run: weakref.finalize's callback
+
+    effects: dict[str, Callable[[FrameType], None]] = {
+        "raise": _inject.raise_keyboard_interrupt, "signal": _inject.deliver_sigint,
+        "close": handler_close, "finalize": finalize}
+
+    def prepare() -> Callable[[], Any]:
+        setup = _Setup(sc)
+        held.append(setup)
+        return _with_worker_cycle(setup, setup.call) if threads else setup.call
+
+    problems: list[str] = []
+    res = _inject.run_with_injection(None, point, effects[effect], _files(), threads=threads, prepare=prepare,
+                                     thread_filter=_is_worker if threads else None)
+    setup = held[0]
+    try:
+        setup.call_over = True
+        fired = res.fired
+        if not res.raised:
+            outcome = setup.record(res.result)
+        else:
+            e = res.result
+            outcome = type(e).__name__
+            if isinstance(e, _Boom):
+                outcome = "source error"
+                setup.error_seen = len(setup.got)
+            elif isinstance(e, StopIteration):
+                outcome = "end"
+            elif not isinstance(e, (KeyboardInterrupt, PrefetcherClosed)):
+                problems.append(f"the call raised {type(e).__name__}: {e}")
+        if effect in ("raise", "signal") and fired and outcome != "KeyboardInterrupt":
+            problems.append(f"the interrupt was not raised by the call (it ended with: {outcome})")
+        if effect == "close":
+            if close_seconds and close_seconds[0] > 2.0:
+                problems.append(f"close() from the handler took {close_seconds[0]:.1f} s")
+            if fired and not setup.pf.closed:
+                problems.append("close() from the handler did not close the prefetcher")
+        if effect == "finalize" and fired:
+            deadline = time.monotonic() + 6
+            while not setup.core.closed and time.monotonic() < deadline:
+                time.sleep(0.001)
+            if not setup.core.closed:
+                problems.append("the finalizer's close did not finish (a worker is stuck)")
+        problems += _check(setup, closed_by_effect=fired and effect in ("close", "finalize"))
+    finally:
+        setup.source.gate.set()
+    return InjectionRun(fired, outcome, tuple(problems))
+
+
+def default_scenarios(full: bool = False) -> list[tuple[Scenario, str]]:
+    """(scenario, effect) pairs: a CI-sized set by default, every combination with ``full``."""
+    if full:
+        out = []
+        for api in APIS:
+            for phase in PHASES:
+                if api == "release" and phase in ("end", "error", "park"):
+                    continue
+                for effect in ("raise", "signal", "close"):
+                    out.append((Scenario(api, phase), effect))
+        for then in ("copy", "lease"):
+            for api in ("get", "copy", "lease"):
+                out.append((Scenario(api, "ready", then=then), "raise"))
+        for api in ("get", "copy", "lease"):
+            for effect in ("raise", "signal"):
+                out.append((Scenario(api, "ready", workers=1, capacity=1), effect))
+        out.append((Scenario("get", "ready"), "finalize"))
+        out.append((Scenario("get", "park"), "finalize"))
+        out.append((Scenario("get", "ready", workers=1, capacity=1), "finalize"))
+        return out
+    # The CI-sized set: every API and every situation at least once with a raw interrupt; the
+    # SIGINT handler, a handler's close() and the finalizer where each matters most.
+    return [
+        (Scenario("get", "ready"), "raise"), (Scenario("get", "held"), "raise"), (Scenario("get", "park"), "raise"),
+        (Scenario("get", "end"), "raise"), (Scenario("next", "error"), "raise"),
+        (Scenario("copy", "ready", then="copy"), "raise"), (Scenario("copy", "held", then="lease"), "raise"),
+        (Scenario("lease", "ready", then="copy"), "raise"), (Scenario("release", "held"), "raise"),
+        (Scenario("close", "park"), "raise"),
+        (Scenario("get", "ready", workers=1, capacity=1), "raise"),
+        (Scenario("get", "park"), "signal"), (Scenario("lease", "held"), "signal"),
+        (Scenario("copy", "ready", workers=1, capacity=1), "signal"),
+        (Scenario("get", "park"), "close"), (Scenario("lease", "ready"), "close"), (Scenario("close", "ready"), "close"),
+        (Scenario("get", "ready", workers=1, capacity=1), "finalize"),
+    ]
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    """Every point of every scenario, injected once."""
+
+    runs: int
+    fired: int
+    problems: tuple[Problem, ...]
+    seconds: float
+    per_scenario: tuple[tuple[str, str, int], ...] = field(default=())
+
+
+def sweep(pairs: Iterable[tuple[Scenario, str]], progress: Callable[[str], None] | None = None,
+          stop_at_first: bool = False) -> SweepReport:
+    t0 = time.perf_counter()
+    runs = fired = 0
+    problems: list[Problem] = []
+    per: list[tuple[str, str, int]] = []
+    for sc, effect in pairs:
+        pts = points(sc, effect)
+        per.append((str(sc), effect, len(pts)))
+        for p in pts:
+            r = run_point(sc, p, effect)
+            runs += 1
+            fired += r.fired
+            problems += [Problem(str(sc), effect, str(p), what) for what in r.problems]
+            if stop_at_first and problems:
+                break
+        if progress is not None:
+            progress(f"{sc} / {effect}: {len(pts)} points")
+    return SweepReport(runs, fired, tuple(problems), time.perf_counter() - t0, tuple(per))
+
+
+# --------------------------------------------------------------------------
+# The kernel-timer Ctrl-C soak
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SoakResult:
+    """The Ctrl-C soak's figures."""
+
+    #: Runs (one prefetcher, one stream, one Ctrl-C each; several with ``storm``).
+    runs: int
+    #: SIGINTs delivered by the kernel timer.
+    interrupts: int
+    #: Of those, how many surfaced as a KeyboardInterrupt raised inside a safeprefetch call.
+    inside_calls: int
+    #: ... how many landed in the consumer's own code, between calls.
+    between_calls: int
+    #: ... and how many landed right after a call returned, before the caller stored its result
+    #: (the caller's loss, as with any Python function; excluded from ``lost``).
+    after_return: int
+    #: Runs that did not finish (a hang, caught by the per-run timeout).
+    hangs: int
+    #: Runs after which a lock was still held.
+    leaked_locks: int
+    #: Batches lost or duplicated, over all runs.
+    lost: int
+    duplicated: int
+    #: Runs with any other contract violation (threads left, a bad close).
+    other: int
+    seconds: float
+    problems: tuple[str, ...] = ()
+
+    @property
+    def clean(self) -> bool:
+        return not (self.hangs or self.leaked_locks or self.lost or self.duplicated or self.other)
+
+
+def _raise_sigint_here(signum: int, frame: FrameType | None) -> None:
+    # The kernel timer fired: hand the interpreter a SIGINT at this very point (signal.raise_signal
+    # runs the SIGINT handler at the next eval-breaker check, right here).
+    signal.raise_signal(signal.SIGINT)
+
+
+def ctrl_c_soak(runs: int = 500, seed: int = 0, storm: int = 1, n: int = 40,
+                progress: Callable[[str], None] | None = None) -> SoakResult:
+    """Ctrl-C from a kernel interval timer at a random moment of each run; the stream must survive intact.
+
+    Each run drains ``n`` batches through a random mix of ``get``,
+    ``copy_prefetched``, ``lease`` and iteration, doing a little work between
+    calls; ``storm`` SIGINTs per run arrive at random moments of it. Every
+    KeyboardInterrupt is caught by the consumer loop, which carries on.
+    Main thread only (signals are delivered there).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("the Ctrl-C soak runs on the main thread (signals are delivered there)")
+    rng = random.Random(seed)
+    t0 = time.perf_counter()
+    interrupts = inside = between = after = hangs = leaked = lost = dup = other = 0
+    problems: list[str] = []
+    old_alrm = signal.signal(signal.SIGALRM, _raise_sigint_here)
+    durations: dict = {}
+    try:
+        for r in range(runs):
+            res = _soak_run(rng, storm, n, durations)
+            interrupts += res["interrupts"]
+            inside += res["inside"]
+            between += res["between"]
+            after += res["after_return"]
+            hangs += res["hang"]
+            leaked += res["leaked"]
+            lost += res["lost"]
+            dup += res["dup"]
+            other += bool(res["other"])
+            problems += [f"run {r}: {p}" for p in res["problems"]]
+            if progress is not None and (r + 1) % 50 == 0:
+                progress(f"ctrl-c soak: {r + 1}/{runs} runs, {interrupts} interrupts")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old_alrm)
+    return SoakResult(runs, interrupts, inside, between, after, hangs, leaked, lost, dup, other,
+                      time.perf_counter() - t0, tuple(problems[:50]))
+
+
+def _soak_run(rng: random.Random, storm: int, n: int, durations: dict) -> dict[str, Any]:
+    baseline = thread_count()
+    workers = rng.choice((1, 2, 3))
+    capacity = rng.choice((1, 2, 4))
+    work = rng.choice((0.0, 0.00005, 0.0002))
+    fetch = rng.choice((0.0, 0.0001))
+    config = (workers, capacity, work, fetch)
+
+    class Src:
+        def __len__(self) -> int:
+            return n
+
+        def __getitem__(self, i: int) -> np.ndarray:
+            if fetch:
+                time.sleep(fetch)
+            return np.full(SHAPE, i, np.float32)
+
+    res: dict[str, Any] = {"interrupts": 0, "inside": 0, "between": 0, "after_return": 0, "hang": 0, "leaked": 0,
+                           "lost": 0, "dup": 0, "other": [], "problems": []}
+    pf = Prefetcher(Src(), capacity=capacity, workers=workers, close_timeout=5.0)
+    seen: list[Any] = []  # what reached the consumer: arrays, or ints read from ``out``
+    out = np.empty(SHAPE, np.float32)
+    # When to fire: uniformly within this configuration's measured stream duration (so most
+    # interrupts land mid-stream); the first run of a configuration uses an estimate.
+    expected_seconds = durations.get(config, n * (work + fetch / workers + 2e-5))
+    fire_at = sorted(rng.uniform(0, expected_seconds) for _ in range(storm))
+    fired = 0
+    start = time.monotonic()
+    arm: float | None = fire_at[0]  # armed inside the try: a timer firing at once lands there
+    deadline = start + 20
+    step = None
+    done = False
+    # Two loops, so that every point where a SIGINT can land is inside the ``try``: the inner
+    # loop's back-edge too. The handler itself arms nothing, so no signal can land outside.
+    while True:
+        try:
+            while not done:
+                if arm is not None:
+                    delay, arm = arm, None
+                    signal.setitimer(signal.ITIMER_REAL, max(delay - (time.monotonic() - start), 1e-6))
+                if time.monotonic() > deadline:
+                    res["hang"] = 1
+                    res["problems"].append("the stream did not finish in 20 s")
+                    break
+                # Each call's result is recorded by the call that consumes it (``seen.append(pf.get())``):
+                # the only interruption point between our return and the record is the check right
+                # after our call returns, and ``step`` tells that case apart (see below).
+                api = rng.random()
+                if api < 0.25:
+                    step = "get"
+                    seen.append(pf.get(timeout=10))
+                elif api < 0.5:
+                    step = "copy"
+                    if not pf.copy_prefetched(out, timeout=10):
+                        done = True
+                    else:
+                        seen.append(int(out[0]))
+                elif api < 0.7:
+                    step = "lease"
+                    with pf.lease(timeout=10) as view:
+                        seen.append(int(view[0]))
+                else:
+                    step = None
+                    for b in pf:  # FOR_ITER stores the batch with no interruption point
+                        seen.append(b)
+                        if rng.random() < 0.2:
+                            break
+                    else:
+                        done = True
+                step = None
+                if work:
+                    t = time.perf_counter() + work
+                    while time.perf_counter() < t:  # the consumer's own work (a Ctrl-C may land here too)
+                        pass
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            break
+        except StopIteration:
+            done = True
+        except KeyboardInterrupt as e:
+            fired += 1
+            res["interrupts"] += 1
+            if _landed_inside(e):
+                res["inside"] += 1  # a call was interrupted: its batch comes with the next call
+            elif step is not None and _raised_here(e):
+                # Our call had returned, and the check right after it raised before the caller
+                # stored the result: that batch reached the caller and was dropped by it (any
+                # Python function returning a value has this window). For copy_prefetched the
+                # batch is in ``out``; a lease the caller dropped is released by the next call.
+                res["after_return"] += 1
+                if step == "copy":
+                    seen.append(int(out[0]))
+                else:
+                    seen.append(None)  # position unknown: accounted below
+            else:
+                res["between"] += 1
+            step = None
+            if fired < storm:
+                arm = fire_at[fired]
+        except PrefetchTimeout:
+            res["hang"] = 1
+            res["problems"].append("a call timed out: a lost wakeup or a hang")
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            break
+    took = time.monotonic() - start
+    durations[config] = took if config not in durations else 0.5 * (durations[config] + took)
+    # A SIGINT the timer raised after the loop's last check may still be pending: let it land here.
+    try:
+        time.sleep(0)
+    except KeyboardInterrupt:
+        res["interrupts"] += 1
+        res["between"] += 1
+    for name in ("gate", "close_lock"):
+        if not _lock_free(getattr(pf._core, name)):
+            res["leaked"] = 1
+            res["problems"].append(f"{name} held after the run")
+    if not _lock_free(pf._core.rt._lock):
+        res["leaked"] = 1
+        res["problems"].append("kernel lock held after the run")
+    if not res["hang"]:
+        ids = [int(x[0]) if isinstance(x, np.ndarray) else x for x in seen]
+        known = [i for i in ids if i is not None]
+        dropped_by_caller = len(ids) - len(known)
+        missing = sorted(set(range(n)) - set(known))
+        res["dup"] = len(known) - len(set(known))
+        res["lost"] = max(0, len(missing) - dropped_by_caller)
+        if known != sorted(known):
+            res["other"].append(f"out of order: {known[:12]}")
+        if res["lost"] or res["dup"]:
+            res["problems"].append(f"delivered {known[:12]}... ({len(known)}), missing {missing[:8]}, "
+                                   f"{dropped_by_caller} dropped by the caller after return")
+    try:
+        pf.close(timeout=5)
+    except BaseException as e:  # noqa: BLE001 - reported
+        res["other"].append(f"close raised {type(e).__name__}")
+    deadline = time.monotonic() + 5
+    while thread_count() > baseline and time.monotonic() < deadline:
+        time.sleep(0.001)
+    if thread_count() > baseline:
+        res["other"].append("threads left")
+    res["problems"] += res["other"]
+    return res
+
+
+def _raised_here(e: BaseException) -> bool:
+    """Whether the exception was raised in the frame that caught it (not inside a call it made).
+
+    The timer's own handler frame (``_raise_sigint_here``), where the SIGINT handler runs, does not count.
+    """
+    from . import _interrupts
+
+    handlers = {_raise_sigint_here.__code__, _interrupts._on_sigint.__code__}
+    tb = e.__traceback__
+    if tb is None:
+        return False
+    tb = tb.tb_next
+    while tb is not None:
+        if tb.tb_frame.f_code not in handlers:
+            return False
+        tb = tb.tb_next
+    return True
+
+
+def _landed_inside(e: BaseException) -> bool:
+    """Whether the KeyboardInterrupt was raised inside a safeprefetch call (not this harness's own frames)."""
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    harness = {os.path.abspath(__file__), os.path.join(here, "_interrupts.py")}  # the timer's and the wrapper's
+    tb = e.__traceback__
+    while tb is not None:
+        f = os.path.abspath(tb.tb_frame.f_code.co_filename)
+        if os.path.dirname(f) == here and f not in harness:
+            return True
+        tb = tb.tb_next
+    return False
+

@@ -1,0 +1,363 @@
+"""Asynchronous-exception injection: stop at every point where CPython can raise one, and raise it there.
+
+Why these points, and not every line
+------------------------------------
+A ``KeyboardInterrupt`` is raised by the SIGINT handler, and CPython runs
+signal handlers (and raises exceptions set with
+``PyThreadState_SetAsyncExc``) only at its *eval-breaker* checks. In CPython
+3.11 those are: entering a Python function (``RESUME``), right after a call
+into C returns (the end of ``CALL``), and a loop's back-edge
+(``JUMP_BACKWARD``); and inside the blocking C calls that check for signals,
+where an interrupted call fails without effect (a lock not taken, a sleep cut
+short) -- the same as the exception arriving right before the call. A call
+from Python to a Python function is not followed by a check: the callee's
+``RESUME`` is the check.
+
+So this harness injects at exactly those points, which is every place an
+interrupt can really land. Raising at every *line* instead is both too weak
+(a line can hold several calls, each followed by a check) and too strong: a
+``with`` statement's exit is attributed to the ``with`` line, and raising
+there skips the exit, which the interpreter never does (the exit runs from
+the exception table). Code made "safe" against line injection can still
+leak under a real Ctrl-C, and correct code fails line injection.
+
+How
+---
+``sys.settrace`` with opcode events (``frame.f_trace_opcodes``) on the
+frames of the target files: :func:`record_points` runs an action once and
+lists the points it executed, in order; :func:`run_with_injection` runs it
+again and performs an *effect* at the first time one chosen point is
+reached (raise an exception, call the installed SIGINT handler as the
+interpreter would, or run any callable, e.g. a signal handler's
+``close()``). On which threads: the main thread by default (signals land
+there); ``threads=True`` traces the threads started inside the action too,
+for finalizers and other code that runs on any thread.
+
+A call's callee is known to be Python when the 'call' event of a new frame
+arrives from the calling frame before its next instruction; such a call is
+taken to be inlined (no check after it) unless the callee is ``__init__``,
+``__new__`` or ``__call__`` (reached through C, ``type.__call__``), whose
+return is followed by a check.
+"""
+
+from __future__ import annotations
+
+import dis
+import os
+import signal
+import sys
+import threading
+from dataclasses import dataclass, field
+from types import CodeType, FrameType
+from typing import Any, Callable, Iterable
+
+__all__ = ["InjectionOutcome", "InjectionPoint", "deliver_sigint", "package_files", "raise_keyboard_interrupt",
+           "record_points", "run_with_injection"]
+
+_CALL_OPS = frozenset({"CALL", "CALL_FUNCTION_EX", "CALL_KW", "CALL_FUNCTION", "CALL_METHOD", "CALL_FUNCTION_KW"})
+_LOOP_OPS = frozenset({"JUMP_BACKWARD"})
+#: Python callees reached through C: their return is followed by an eval-breaker check.
+_THROUGH_C = frozenset({"__init__", "__new__", "__call__"})
+
+
+@dataclass(frozen=True, order=True)
+class InjectionPoint:
+    """One place an asynchronous exception can land: before the instruction at ``offset`` of ``code``."""
+
+    #: The function's file, qualified name and the line of the instruction.
+    file: str
+    function: str
+    line: int
+    #: Bytecode offset of the instruction the exception is raised before (-1: function entry).
+    offset: int
+    #: ``"entry"`` (function entry or generator resume), ``"after call"``, or ``"loop"`` (back-edge).
+    kind: str
+    code: CodeType = field(compare=False, repr=False, hash=False)
+    #: Which time the point is reached in the run (1: the first), for points a run passes more than once.
+    occurrence: int = 1
+    #: For "after call": the CALL's offset, and whether the CALL and the next instruction are covered by
+    #: different exception handlers (the end of a ``try`` or ``with`` body). There an exception raised by
+    #: the trace hook before the next instruction would escape the handler the real one (raised at the
+    #: end of the CALL) would reach; :func:`run_with_injection` raises it at the end of the CALL instead.
+    call_offset: int = field(default=-1, compare=False)
+    boundary: bool = field(default=False, compare=False)
+
+    def __str__(self) -> str:
+        nth = f", #{self.occurrence}" if self.occurrence > 1 else ""
+        return f"{os.path.basename(self.file)}:{self.line} {self.function} ({self.kind}, @{self.offset}{nth})"
+
+    def nth(self, k: int) -> "InjectionPoint":
+        """The same place, reached for the k-th time."""
+        return InjectionPoint(self.file, self.function, self.line, self.offset, self.kind, self.code,
+                              occurrence=k, call_offset=self.call_offset, boundary=self.boundary)
+
+
+def package_files(*modules: Any) -> frozenset[str]:
+    """The source files of ``modules`` (module objects, or packages: every .py file beneath)."""
+    out: set[str] = set()
+    for mod in modules:
+        path = getattr(mod, "__file__", None)
+        if path is None:
+            continue
+        if os.path.basename(path) == "__init__.py":
+            root = os.path.dirname(path)
+            for dirpath, _dirs, files in os.walk(root):
+                out.update(os.path.join(dirpath, f) for f in files if f.endswith(".py"))
+        else:
+            out.add(path)
+    return frozenset(os.path.realpath(p) for p in out)
+
+
+_ops_cache: dict[CodeType, dict[int, str]] = {}
+
+
+def _ops(code: CodeType) -> dict[int, str]:
+    ops = _ops_cache.get(code)
+    if ops is None:
+        ops = {ins.offset: ins.opname for ins in dis.get_instructions(code)}
+        _ops_cache[code] = ops
+    return ops
+
+
+_lines_cache: dict[CodeType, dict[int, int]] = {}
+
+
+def _lines(code: CodeType) -> dict[int, int]:
+    """Bytecode offset -> source line of the instruction there."""
+    lines = _lines_cache.get(code)
+    if lines is None:
+        lines = {}
+        for start, end, line in code.co_lines():
+            if line is not None:
+                for off in range(start, end, 2):
+                    lines[off] = line
+        _lines_cache[code] = lines
+    return lines
+
+
+_handlers_cache: dict[CodeType, list[tuple[int, int, int]]] = {}
+
+
+def _handler(code: CodeType, offset: int) -> int:
+    """The exception handler (target offset) covering the instruction at ``offset``; -1 for none."""
+    table = _handlers_cache.get(code)
+    if table is None:
+        table = [(e.start, e.end, e.target) for e in dis._parse_exception_table(code)]  # type: ignore[attr-defined]
+        _handlers_cache[code] = table
+    best = -1
+    for start, end, target in table:  # entries do not overlap in 3.11's table
+        if start <= offset < end:
+            best = target
+    return best
+
+
+class _FrameState:
+    __slots__ = ("prev", "python_callee")
+
+    def __init__(self) -> None:
+        self.prev = -1               # offset of the previous instruction traced in this frame
+        self.python_callee = False   # the previous instruction (a CALL) entered a Python function inline
+
+
+class _Tracer:
+    """Walks the target frames' eval-breaker points; ``visit(frame, point)`` is called at each."""
+
+    def __init__(self, files: frozenset[str], visit: Callable[[FrameType, InjectionPoint], None]):
+        self.files = files
+        self._visit = visit
+        self.active = True
+        self.states: dict[FrameType, _FrameState] = {}
+        self._file_ok: dict[str, bool] = {}
+
+    def visit(self, frame: FrameType, point: InjectionPoint) -> None:
+        if self.active:
+            self._visit(frame, point)
+
+    def _target(self, code: CodeType) -> bool:
+        ok = self._file_ok.get(code.co_filename)
+        if ok is None:
+            ok = os.path.realpath(code.co_filename) in self.files
+            self._file_ok[code.co_filename] = ok
+        return ok
+
+    def _point(self, frame: FrameType, offset: int, kind: str, call: int = -1) -> InjectionPoint:
+        code = frame.f_code
+        line = _lines(code).get(offset, code.co_firstlineno) if offset >= 0 else code.co_firstlineno
+        boundary = call >= 0 and _handler(code, call) != _handler(code, offset)
+        return InjectionPoint(code.co_filename, code.co_qualname, line, offset, kind, code, call_offset=call,
+                              boundary=boundary)
+
+    def global_trace(self, frame: FrameType, event: str, arg: Any) -> Any:
+        if event != "call":
+            return None
+        caller = frame.f_back
+        if caller is not None:
+            st = self.states.get(caller)
+            if st is not None and st.prev >= 0 and _ops(caller.f_code).get(st.prev) in _CALL_OPS:
+                st.python_callee = frame.f_code.co_name not in _THROUGH_C
+        if not self._target(frame.f_code):
+            return None
+        frame.f_trace_opcodes = True
+        self.states[frame] = _FrameState()
+        self.visit(frame, self._point(frame, -1, "entry"))
+        return self.local_trace
+
+    def local_trace(self, frame: FrameType, event: str, arg: Any) -> Any:
+        st = self.states.get(frame)
+        if st is None:
+            st = self.states[frame] = _FrameState()
+        if event == "opcode":
+            off = frame.f_lasti
+            ops = _ops(frame.f_code)
+            prev = st.prev
+            if prev >= 0 and ops.get(prev) in _CALL_OPS and not st.python_callee:
+                self.visit(frame, self._point(frame, off, "after call", prev))
+            if ops.get(off) in _LOOP_OPS:
+                self.visit(frame, self._point(frame, off, "loop"))
+            st.prev, st.python_callee = off, False
+        elif event in ("return", "exception"):
+            if event == "return":
+                self.states.pop(frame, None)
+            else:
+                st.prev, st.python_callee = -1, False
+        return self.local_trace
+
+
+def _run_traced(action: Callable[[], Any], tracer: _Tracer, threads: bool,
+                prepare: Callable[[], Callable[[], Any]] | None = None) -> Any:
+    """Run ``action`` traced. ``prepare`` (if given) runs first, traced but not visited, and returns the action.
+
+    With ``threads``, threads started from here on are traced too; they keep
+    their tracer for life (it stops visiting once this returns).
+    """
+    old = sys.gettrace()
+    if threads:
+        threading.settrace(tracer.global_trace)
+    sys.settrace(tracer.global_trace)
+    try:
+        if prepare is not None:
+            tracer.active = False
+            action = prepare()
+            tracer.active = True
+        return action()
+    finally:
+        tracer.active = False
+        sys.settrace(old)
+        if threads:
+            threading.settrace(None)  # type: ignore[arg-type]
+
+
+def record_points(action: Callable[[], Any] | None, files: Iterable[str], *, threads: bool = False,
+                  only: Callable[[InjectionPoint], bool] | None = None,
+                  thread_filter: Callable[[threading.Thread], bool] | None = None,
+                  prepare: Callable[[], Callable[[], Any]] | None = None,
+                  occurrences: int = 1) -> list[InjectionPoint]:
+    """Run ``action`` once and list the distinct eval-breaker points it executed in ``files``, in first-hit order.
+
+    With ``threads=True``, threads started during ``prepare`` or the action
+    are traced too (``threading.settrace``); by default only the calling
+    thread is. ``prepare`` builds the situation and returns the action:
+    threads it starts are traced, but nothing is recorded before the action.
+    Exceptions from the action are swallowed (the points it reached count).
+    """
+    files = frozenset(os.path.realpath(f) for f in files)
+    seen: dict[InjectionPoint, None] = {}
+    counts: dict[InjectionPoint, int] = {}
+    lock = threading.Lock()
+
+    def visit(frame: FrameType, point: InjectionPoint) -> None:
+        if thread_filter is not None and not thread_filter(threading.current_thread()):
+            return
+        if only is None or only(point):
+            with lock:
+                k = counts[point] = counts.get(point, 0) + 1
+                if k <= occurrences:
+                    seen.setdefault(point.nth(k) if k > 1 else point, None)
+
+    def quietly() -> None:
+        try:
+            real()
+        except BaseException:  # noqa: BLE001 - the points reached are what counts
+            pass
+
+    if prepare is not None:
+        def prepared() -> Callable[[], Any]:
+            nonlocal real
+            real = prepare()
+            return quietly
+        real: Callable[[], Any] = lambda: None  # noqa: E731
+        _run_traced(quietly, _Tracer(files, visit), threads, prepared)
+    else:
+        real = action  # type: ignore[assignment]
+        _run_traced(quietly, _Tracer(files, visit), threads)
+    return list(seen)
+
+
+def raise_keyboard_interrupt(frame: FrameType) -> None:
+    """Effect: a KeyboardInterrupt at this point, bypassing any SIGINT handler (as a foreign handler would)."""
+    raise KeyboardInterrupt
+
+
+def deliver_sigint(frame: FrameType) -> None:
+    """Effect: what the interpreter does when SIGINT arrives here: call the installed handler with this frame."""
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)
+
+
+@dataclass
+class InjectionOutcome:
+    """What :func:`run_with_injection` saw."""
+
+    #: The point was reached and the effect performed.
+    fired: bool = False
+    #: What the action returned, or the exception it raised (then ``raised`` is True).
+    result: Any = None
+    raised: bool = False
+
+
+def run_with_injection(action: Callable[[], Any] | None, point: InjectionPoint, effect: Callable[[FrameType], None],
+                       files: Iterable[str], *, threads: bool = False,
+                       thread_filter: Callable[[threading.Thread], bool] | None = None,
+                       prepare: Callable[[], Callable[[], Any]] | None = None) -> InjectionOutcome:
+    """Run ``action``, performing ``effect(frame)`` the ``point.occurrence``-th time ``point`` is reached.
+
+    An exception ``effect`` raises propagates into the traced frame, exactly
+    where the point is (tracing then stops for that thread); the action's own
+    result or exception is returned in the outcome. ``prepare`` as in
+    :func:`record_points`.
+    """
+    files = frozenset(os.path.realpath(f) for f in files)
+    outcome = InjectionOutcome()
+    fired = threading.Event()
+    lock = threading.Lock()
+    hits = [0]
+    target = point.nth(1)
+
+    def visit(frame: FrameType, p: InjectionPoint) -> None:
+        if fired.is_set() or p != target:
+            return
+        if thread_filter is not None and not thread_filter(threading.current_thread()):
+            return
+        with lock:
+            if fired.is_set():
+                return
+            hits[0] += 1
+            if hits[0] < point.occurrence:
+                return
+            fired.set()
+        outcome.fired = True
+        effect(frame)
+
+    def run(act: Callable[[], Any]) -> None:
+        try:
+            outcome.result = act()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            outcome.result, outcome.raised = e, True
+
+    if prepare is not None:
+        _run_traced(lambda: None, _Tracer(files, visit), threads, lambda: (lambda act=prepare(): run(act)))
+    else:
+        _run_traced(lambda: run(action), _Tracer(files, visit), threads)  # type: ignore[arg-type]
+    outcome.fired = fired.is_set()
+    return outcome
