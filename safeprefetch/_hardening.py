@@ -517,8 +517,8 @@ class SoakResult:
     inside_calls: int
     #: ... how many landed in the consumer's own code, between calls.
     between_calls: int
-    #: ... and how many landed right after a call returned, before the caller stored its result
-    #: (the caller's loss, as with any Python function; excluded from ``lost``).
+    #: ... and how many landed right after ``next(pf)`` returned, before the caller stored its result
+    #: (``next`` is a C function: the check after it can drop the value; excluded from ``lost``).
     after_return: int
     #: Runs that did not finish (a hang, caught by the per-run timeout).
     hangs: int
@@ -614,6 +614,7 @@ def _soak_run(rng: random.Random, storm: int, n: int, durations: dict) -> dict[s
     arm: float | None = fire_at[0]  # armed inside the try: a timer firing at once lands there
     deadline = start + 20
     step = None
+    pos = recorded = -1
     done = False
     # Two loops, so that every point where a SIGINT can land is inside the ``try``: the inner
     # loop's back-edge too. The handler itself arms nothing, so no signal can land outside.
@@ -627,25 +628,29 @@ def _soak_run(rng: random.Random, storm: int, n: int, durations: dict) -> dict[s
                     res["hang"] = 1
                     res["problems"].append("the stream did not finish in 20 s")
                     break
-                # Each call's result is recorded by the call that consumes it (``seen.append(pf.get())``):
-                # the only interruption point between our return and the record is the check right
-                # after our call returns, and ``step`` tells that case apart (see below).
+                # A call into a Python function returns with no interruption point before the caller's
+                # next instruction, so ``seen.append(pf.get())`` records every batch that left get().
+                # ``next(pf)`` is different: ``next`` is C, and the check after it can drop the batch it
+                # returned; ``step`` marks that window.
                 api = rng.random()
                 if api < 0.25:
-                    step = "get"
                     seen.append(pf.get(timeout=10))
-                elif api < 0.5:
-                    step = "copy"
+                elif api < 0.45:
+                    recorded, step = len(seen), "copy"
                     if not pf.copy_prefetched(out, timeout=10):
                         done = True
                     else:
                         seen.append(int(out[0]))
-                elif api < 0.7:
-                    step = "lease"
-                    with pf.lease(timeout=10) as view:
+                elif api < 0.65:
+                    lease = pf.lease(timeout=10)  # a Python call: nothing can land before ``lease`` is bound
+                    pos, recorded, step = lease.position, len(seen), "lease"
+                    with lease as view:
+                        del lease  # as in ``with pf.lease() as view``: only the with holds the Lease
                         seen.append(int(view[0]))
+                elif api < 0.8:
+                    step = "next"
+                    seen.append(next(pf))
                 else:
-                    step = None
                     for b in pf:  # FOR_ITER stores the batch with no interruption point
                         seen.append(b)
                         if rng.random() < 0.2:
@@ -666,16 +671,24 @@ def _soak_run(rng: random.Random, storm: int, n: int, durations: dict) -> dict[s
             res["interrupts"] += 1
             if _landed_inside(e):
                 res["inside"] += 1  # a call was interrupted: its batch comes with the next call
-            elif step is not None and _raised_here(e):
-                # Our call had returned, and the check right after it raised before the caller
-                # stored the result: that batch reached the caller and was dropped by it (any
-                # Python function returning a value has this window). For copy_prefetched the
-                # batch is in ``out``; a lease the caller dropped is released by the next call.
-                res["after_return"] += 1
-                if step == "copy":
+            elif step == "copy" and _raised_here(e):
+                # In the consumer's own code, after copy_prefetched returned True (a Python call
+                # returns with no check) and before it recorded the batch: the batch is in ``out``.
+                res["between"] += 1
+                if len(seen) == recorded:
                     seen.append(int(out[0]))
-                else:
-                    seen.append(None)  # position unknown: accounted below
+            elif step == "lease" and _raised_here(e):
+                # In the consumer's own code, inside ``with lease as view``, before it recorded the
+                # batch: the batch was delivered (it is bound to ``view``); its position says which.
+                res["between"] += 1
+                if len(seen) == recorded:
+                    seen.append(pos)
+            elif step == "next" and _raised_here(e):
+                # next() had returned, and the check right after that C call raised before the
+                # caller stored the result: the caller dropped that batch (with ``for`` there is
+                # no such window).
+                res["after_return"] += 1
+                seen.append(None)  # position unknown: accounted below
             else:
                 res["between"] += 1
             step = None

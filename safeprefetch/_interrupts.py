@@ -65,7 +65,6 @@ or runs a signal handler's ``close()``.
 
 from __future__ import annotations
 
-import _thread
 import os
 import signal
 import sys
@@ -74,7 +73,6 @@ from types import CodeType, FrameType
 from typing import Any, Callable, TypeVar
 
 __all__ = [
-    "delivered_in_caller",
     "deliver",
     "deliver_if_outermost",
     "install",
@@ -96,9 +94,6 @@ _PROTECTED: set[CodeType] = set()
 _INTERRUPTIBLE: set[CodeType] = set()
 #: Code objects of lock waits: interruptible until the frame's local ``name`` is an owned lock.
 _UNTIL_OWNED: dict[CodeType, str] = {}
-#: Code objects that hand a value to their caller after the hand-out (``Lease.__enter__``): a signal
-#: landing in one is re-raised in the caller, once it holds the value.
-_IN_CALLER: set[CodeType] = set()
 
 
 def protected(f: F) -> F:
@@ -121,29 +116,14 @@ def interruptible_until_owned(local: str) -> Callable[[F], F]:
     return mark
 
 
-def delivered_in_caller(f: F) -> F:
-    """Mark ``f`` as handing out a value: a SIGINT landing in it is raised in its caller, after the value is bound.
-
-    For code that runs between a hand-out and the caller's binding, where
-    the interpreter makes no check of its own (``with pf.lease() as view``:
-    ``__enter__`` runs, then ``view`` is bound with no check between). The
-    signal is re-sent to the main thread (``_thread.interrupt_main``), so it
-    lands at the first check after ``f`` and its callees return.
-    """
-    _IN_CALLER.add(f.__code__)
-    return f
-
-
 def _decide(frame: FrameType | None) -> str:
-    """"defer", "raise" or "resend": what a SIGINT landing in ``frame`` does; the innermost marked frame decides."""
+    """"defer" or "raise": what a SIGINT landing in ``frame`` does; the innermost marked frame decides."""
     while frame is not None:
         code = frame.f_code
         if code in _PROTECTED:
             return "defer"
         if code in _INTERRUPTIBLE:
             return "raise"
-        if code in _IN_CALLER:
-            return "resend"
         name = _UNTIL_OWNED.get(code)
         if name is not None:
             lock = frame.f_locals.get(name)
@@ -176,9 +156,6 @@ def _on_sigint(signum: int, frame: FrameType | None) -> Any:
     decision = _decide(frame)
     if decision == "defer":
         _guard.deferred = True
-        return None
-    if decision == "resend":
-        _thread.interrupt_main(signum)  # runs this handler again at the next check: in the caller, in the end
         return None
     _guard.deferred = False
     previous = _guard.previous

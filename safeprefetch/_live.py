@@ -8,7 +8,11 @@ applies the step the model gives it.
 
 * One kernel lock guards the state value ``self._state`` (an immutable
   tuple). A thread applies its own enabled step under that lock, by calling
-  the step's pure ``fire`` function and storing the successor.
+  the step's pure ``fire`` function and storing the successor. The lock is
+  an ``RLock`` used without re-entry, only so that code can ask whether its
+  own thread holds it (``owned_by_current_thread``): a signal handler or a
+  finalizer that runs on a thread already inside a step must not wait for
+  the lock, and re-entering the kernel from there raises a clear error.
 * A thread whose step is not enabled *parks*: it marks itself parked under
   the kernel lock, releases it, and blocks on its own one-token lock. A
   wakeup is that token, given under the kernel lock, so a wakeup that comes
@@ -40,6 +44,17 @@ applies the step the model gives it.
 * A step that raises a model violation, or a state that breaks an invariant,
   fails the runtime with :class:`LiveViolation`.
 
+Interrupts: the kernel's methods are marked protected (``_interrupts.py``):
+with the SIGINT wrapper installed, Ctrl-C landing in them is deferred to the
+parked thread's wait (``_wait``, the one interruptible point) or to the
+step's return. Without it, one exception at any point where CPython can
+raise one still leaves the kernel consistent: the lock is released by
+``with``; a step's successor and the wakeups it owes (``_owed``) are stored
+together, and a wake-up loop cut short leaves the debt for the next entry to
+pay (``_settle``); a parking thread's release-wait-reacquire takes the lock
+back in its ``except`` if it is not owned. tests/test_interrupts.py injects
+at every such point.
+
 Conformance: with ``record=True`` the runtime keeps every step it took as
 ``(thread, branch, successor)``. :func:`verify_record` replays that record
 through the model and checks each step is a valid transition from the
@@ -47,8 +62,9 @@ previous state. With ``schedule=trace`` the runtime lets a thread step only
 when it is that thread's turn in the trace, so a counterexample found by
 the explorer can be replayed on real threads in exactly its order.
 
-This is the only module (with the Prefetcher built on it) that imports
-``threading``.
+The model, checking and tooling layers never import ``threading``: this
+module, the Prefetcher built on it, and their interrupt and lifecycle
+support are the only ones that do.
 """
 
 from __future__ import annotations

@@ -91,7 +91,14 @@ def register(sub) -> dict:
     sk.add_argument("--scenarios", type=int, default=1000)
     sk.add_argument("--seed", type=int, default=0)
     sk.add_argument("--dir", help="directory for the scenarios' .npy files (default: a temporary one)")
+    sk.add_argument("--ctrl-c", type=int, metavar="RUNS",
+                    help="instead: the Ctrl-C soak, RUNS streams each hit by a SIGINT from a kernel timer")
+    sk.add_argument("--storm", type=int, default=1, help="with --ctrl-c: SIGINTs per run (default 1)")
     sk.add_argument("--json", action="store_true")
+    inj = sub.add_parser("inject", help="inject Ctrl-C, a handler's close() and the finalizer at every point "
+                                        "where CPython can raise an asynchronous exception, and check the contract")
+    inj.add_argument("--full", action="store_true", help="every scenario and effect (default: the CI-sized set)")
+    inj.add_argument("--json", action="store_true")
     dm = sub.add_parser("demo", help="a training-like loop over .npy shards, without and with prefetching")
     dm.add_argument("--dir", help="where to write the shards (default: a temporary directory)")
     dm.add_argument("--batches", type=int, help="number of batches (default 200, or 100 with --small)")
@@ -104,7 +111,7 @@ def register(sub) -> dict:
     dm.add_argument("--timeline", metavar="FILE.svg|FILE.png",
                     help="draw the prefetching loop per thread (fetch / wait / compute) and its buffer occupancy; "
                          "PNG needs the plot extra (matplotlib)")
-    return {"run": _cmd_run, "soak": _cmd_soak, "demo": _cmd_demo}
+    return {"run": _cmd_run, "soak": _cmd_soak, "demo": _cmd_demo, "inject": _cmd_inject}
 
 
 def _progress_line(message: str) -> None:
@@ -113,10 +120,53 @@ def _progress_line(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def _cmd_inject(args) -> int:
+    from dataclasses import asdict
+
+    from ._hardening import default_scenarios, sweep
+
+    report = sweep(default_scenarios(full=args.full), progress=_progress_line)
+    if args.json:
+        print(json.dumps({"runs": report.runs, "reached": report.fired, "seconds": report.seconds,
+                          "problems": [asdict(p) for p in report.problems],
+                          "scenarios": [{"scenario": sc, "effect": eff, "points": n}
+                                        for sc, eff, n in report.per_scenario]}, indent=2))
+    else:
+        print(f"inject: {len(report.per_scenario)} scenarios, {report.runs} injections ({report.fired} reached) "
+              f"in {report.seconds:.1f} s: {len(report.problems)} problems")
+        for p in report.problems:
+            print(f"  {p.scenario} / {p.effect} at {p.point}: {p.what}")
+    return 0 if not report.problems else 1
+
+
+def _cmd_ctrl_c(args) -> int:
+    from dataclasses import asdict
+
+    from ._cli import UsageError
+    from ._hardening import ctrl_c_soak
+
+    if args.ctrl_c < 1 or args.storm < 1:
+        raise UsageError("--ctrl-c and --storm must be at least 1")
+    r = ctrl_c_soak(args.ctrl_c, seed=args.seed, storm=args.storm, progress=_progress_line)
+    if args.json:
+        print(json.dumps({**asdict(r), "clean": r.clean}, indent=2))
+    else:
+        print(f"ctrl-c soak: {r.runs} runs (seed {args.seed}, {args.storm} SIGINT per run) in {r.seconds:.1f} s")
+        print(f"  interrupts {r.interrupts}: {r.inside_calls} inside a call, {r.between_calls} in the consumer's "
+              f"own code, {r.after_return} right after a call returned")
+        for name in ("hangs", "leaked_locks", "lost", "duplicated", "other"):
+            print(f"  {name.replace('_', '-'):14} {getattr(r, name)}")
+        for p in r.problems:
+            print(f"  PROBLEM {p}")
+    return 0 if r.clean else 1
+
+
 def _cmd_soak(args) -> int:
     from ._cli import UsageError
     from ._soak import soak
 
+    if args.ctrl_c is not None:
+        return _cmd_ctrl_c(args)
     if args.scenarios < 1:
         raise UsageError("--scenarios must be at least 1")
     report = soak(args.scenarios, seed=args.seed, workdir=args.dir,

@@ -139,6 +139,7 @@ import copy
 import functools
 import math
 import numbers
+import operator
 import sys
 import threading
 import time
@@ -151,8 +152,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from . import _interrupts
-from ._interrupts import (deliver, delivered_in_caller, guard, interruptible, interruptible_until_owned, outermost,
-                          protected)
+from ._interrupts import deliver, guard, interruptible, interruptible_until_owned, outermost, protected
 from ._lifecycle import PrefetcherForked, open_cores, reaper, register, unregister
 from ._live import LiveError, Runtime, StepTimeout
 from ._model import DONE
@@ -1096,7 +1096,8 @@ class _Core:
         """Turn the stashed outcome of an interrupted call of another API into this call's outcome."""
         kind, value, pos, data, _ref = self.stash
         if api is _GET:
-            new = (api, np.array(data), pos, None, None)
+            copied = np.array(data)
+            new = (api, copied, pos, copied, None)
         elif api is _COPY:
             if out is not data:
                 np.copyto(out, data, casting="no")
@@ -1108,13 +1109,13 @@ class _Core:
             new = (api, lease, pos, private, weakref.ref(lease))
         self.stash = new
         if kind is _LEASE:
-            value._released = True
+            value._released = True; value._array = _RELEASED_ARRAY  # noqa: E702
             self._release_run()
 
     @protected
     def release_lease(self, lease: "Lease") -> None:
         if self.forked:
-            lease._released = True
+            lease._released = True; lease._array = _RELEASED_ARRAY  # noqa: E702
             return
         gate = self.gate
         if gate._is_owned():
@@ -1124,7 +1125,7 @@ class _Core:
                 return
             if not lease._private and not self.closed:
                 self._release_run()
-            lease._released = True
+            lease._released = True; lease._array = _RELEASED_ARRAY  # noqa: E702
 
     # -- autotune -----------------------------------------------------------
 
@@ -1376,6 +1377,18 @@ class _NotCopyable:
         return self._refuse()
 
 
+class _ReleasedArray:
+    """What a released Lease holds instead of its array: entering it raises."""
+
+    __slots__ = ()
+
+    def __array__(self, *args: Any, **kw: Any) -> Any:
+        raise LeaseReleased("this lease was released; its slot may hold another batch now")
+
+
+_RELEASED_ARRAY = _ReleasedArray()
+
+
 class Lease(_NotCopyable):
     """A zero-copy, read-only view of one prefetched batch, valid until released.
 
@@ -1399,13 +1412,12 @@ class Lease(_NotCopyable):
         self._private = private  # a copy made for an interrupted call: no slot behind it
 
     @property
-    @delivered_in_caller
     def array(self) -> np.ndarray:
         """The batch: a read-only view into the slot pool. Raises :class:`LeaseReleased` after release."""
         if self._released:
             raise LeaseReleased(f"the lease of position {self.position} was released; its slot may hold "
                                 "another batch now")
-        return self._array
+        return self._array  # type: ignore[return-value]
 
     @property
     def released(self) -> bool:
@@ -1419,16 +1431,25 @@ class Lease(_NotCopyable):
         if guard.deferred and outermost(sys._getframe()):
             deliver()
 
-    @delivered_in_caller
-    def __enter__(self) -> np.ndarray:
-        return self.array
+    #: ``with pf.lease() as view`` binds the array. A C-level chain (property -> attrgetter -> the
+    #: array's ``__array__``, which returns the array itself), not a Python method: between
+    #: ``lease()`` returning and ``view`` being bound there is then no point where Ctrl-C can land,
+    #: so an interrupt cannot drop a handed-out lease on the floor. After release, ``_array`` is a
+    #: marker whose ``__array__`` raises LeaseReleased.
+    __enter__ = property(operator.attrgetter("_array.__array__"))
 
+    @protected
     def __exit__(self, *exc: Any) -> None:
-        self.release()
+        # Protected: a Ctrl-C landing on entry is delivered once the lease is released.
+        if not self._released:
+            self._core.release_lease(self)
+        if guard.deferred and outermost(sys._getframe()):
+            deliver()
 
     def __repr__(self) -> str:
         state = "released" if self._released else "held"
-        return f"<Lease position={self.position} index={self.index} shape={self._array.shape} {state}>"
+        shape = "" if self._released else f" shape={self._array.shape}"  # type: ignore[union-attr]
+        return f"<Lease position={self.position} index={self.index}{shape} {state}>"
 
 
 class Prefetcher(_NotCopyable):
@@ -1727,7 +1748,6 @@ class Prefetcher(_NotCopyable):
         finally:
             del value
 
-    @delivered_in_caller
     def leases(self, timeout: float | None = _DEFAULT) -> Iterator[Lease]:
         """Iterate the stream as Leases, each released when the loop moves on (or stops).
 
