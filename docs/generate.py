@@ -33,10 +33,10 @@ if str(ROOT) not in sys.path:  # run as a script from a source checkout
     sys.path.insert(0, str(ROOT))
 
 from safeprefetch import catalog, check, load_model  # noqa: E402
-from safeprefetch._explore import CheckResult, Trace, choice_step  # noqa: E402
-from safeprefetch._model import VIOLATION_KINDS, Machine, Model  # noqa: E402
-from safeprefetch._svg import svg_for  # noqa: E402
-from safeprefetch._teach import (  # noqa: E402
+from safeprefetch._check.explore import CheckResult, Trace, choice_step  # noqa: E402
+from safeprefetch._dsl.model import VIOLATION_KINDS, Machine, Model  # noqa: E402
+from safeprefetch._tools.svg import svg_for  # noqa: E402
+from safeprefetch._tools.teach import (  # noqa: E402
     Play,
     choice_numbers,
     config_text,
@@ -47,7 +47,7 @@ from safeprefetch._teach import (  # noqa: E402
     source_diff,
     trace_table,
 )
-from safeprefetch._trace import render_result  # noqa: E402
+from safeprefetch._check.trace import render_result  # noqa: E402
 
 __all__ = ["SEMANTICS", "generate", "render_all", "semantics_rows", "uses_condvars"]
 

@@ -16,7 +16,7 @@ HERE = Path(__file__).parent
 
 
 def full_count(model, config, reduce):
-    from safeprefetch._explore import Explorer
+    from safeprefetch._check.explore import Explorer
 
     e = Explorer(model.compile(config or None), reduce=reduce, stop_at_first=False)
     e.run()
@@ -39,7 +39,7 @@ def spin_rows():
 
 def render() -> str:
     from safeprefetch import catalog
-    from safeprefetch._spin import find_twins
+    from safeprefetch._tools.spin import find_twins
 
     models = catalog()
     out = ["# Reductions: stored states", "",

@@ -15,32 +15,32 @@ The public surface:
 * :mod:`safeprefetch.models` -- the bundled catalog of broken and reference models.
 """
 
-from ._catalog import catalog as catalog
-from ._catalog import load_model as load_model
-from ._explore import CheckResult as CheckResult
-from ._explore import ReplayDivergence as ReplayDivergence
-from ._explore import Trace as Trace
-from ._explore import TraceError as TraceError
-from ._explore import TraceStep as TraceStep
-from ._explore import Violation as Violation
-from ._explore import check as check
-from ._explore import explore as explore
-from ._explore import replay as replay
-from ._model import Model as Model
-from ._model import ModelError as ModelError
-from ._prefetcher import Lease as Lease
-from ._prefetcher import LeaseHeld as LeaseHeld
-from ._prefetcher import LeaseReleased as LeaseReleased
-from ._prefetcher import PrefetchStats as PrefetchStats
-from ._prefetcher import PrefetchTimeout as PrefetchTimeout
-from ._prefetcher import Prefetcher as Prefetcher
-from ._prefetcher import PrefetcherClosed as PrefetcherClosed
-from ._prefetcher import PrefetcherExhausted as PrefetcherExhausted
-from ._prefetcher import PrefetcherForked as PrefetcherForked
-from ._prefetcher import PrefetcherWarning as PrefetcherWarning
-from ._sources import NpyFiles as NpyFiles
-from ._sources import write_npy_batches as write_npy_batches
-from ._timeline import write_timeline as write_timeline
+from ._tools.catalog import catalog as catalog
+from ._tools.catalog import load_model as load_model
+from ._check.explore import CheckResult as CheckResult
+from ._check.explore import ReplayDivergence as ReplayDivergence
+from ._check.explore import Trace as Trace
+from ._check.explore import TraceError as TraceError
+from ._check.explore import TraceStep as TraceStep
+from ._check.explore import Violation as Violation
+from ._check.explore import check as check
+from ._check.explore import explore as explore
+from ._check.explore import replay as replay
+from ._dsl.model import Model as Model
+from ._dsl.model import ModelError as ModelError
+from ._prefetcher.core import Lease as Lease
+from ._prefetcher.core import LeaseHeld as LeaseHeld
+from ._prefetcher.core import LeaseReleased as LeaseReleased
+from ._prefetcher.core import PrefetchStats as PrefetchStats
+from ._prefetcher.core import PrefetchTimeout as PrefetchTimeout
+from ._prefetcher.core import Prefetcher as Prefetcher
+from ._prefetcher.core import PrefetcherClosed as PrefetcherClosed
+from ._prefetcher.core import PrefetcherExhausted as PrefetcherExhausted
+from ._prefetcher.core import PrefetcherForked as PrefetcherForked
+from ._prefetcher.core import PrefetcherWarning as PrefetcherWarning
+from ._prefetcher.sources import NpyFiles as NpyFiles
+from ._prefetcher.sources import write_npy_batches as write_npy_batches
+from ._prefetcher.timeline import write_timeline as write_timeline
 
 __version__ = "0.1.0"
 

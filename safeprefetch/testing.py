@@ -19,12 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ._explore import CheckResult, check, classify_hang, _end_violation
-from ._model import Machine, Model
+from ._check.explore import CheckResult, check, classify_hang, _end_violation
+from ._dsl.model import Machine, Model
 
 __all__ = ["OracleResult", "assert_verdict", "enumerate_schedules", "thread_count"]
 
-from ._lifecycle import thread_count as thread_count
+from ._prefetcher.lifecycle import thread_count as thread_count
 
 
 def assert_verdict(model: type[Model], verdict: str, trace_length: int | None = None,

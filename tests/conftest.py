@@ -16,8 +16,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 @contextlib.contextmanager
 def recording_runtimes():
     """Every live Runtime a Prefetcher builds inside the block records its steps; yields the list of them."""
-    import safeprefetch._prefetcher as prefetcher_module
-    from safeprefetch._live import Runtime
+    import safeprefetch._prefetcher.core as prefetcher_module
+    from safeprefetch._runtime.kernel import Runtime
 
     runtimes = []
     real = prefetcher_module.Runtime

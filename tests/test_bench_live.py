@@ -69,7 +69,7 @@ def test_autotune_figure_shows_a_trajectory(report):
 
 
 def test_text_report_prints_a_row_per_figure():
-    from safeprefetch._bench_live import format_report
+    from safeprefetch._harness.bench_live import format_report
 
     fake = {"machine": {"cpu": "x", "cores": 2, "python": "3", "numpy": "2"}, "quick": True, "seconds": 1,
             "torchdata": "skipped: torchdata not installed",

@@ -13,8 +13,8 @@ import itertools
 import pytest
 
 from safeprefetch import catalog, check
-from safeprefetch._explore import Explorer
-from safeprefetch._teach import fix_report, model_doc
+from safeprefetch._check.explore import Explorer
+from safeprefetch._tools.teach import fix_report, model_doc
 
 MODELS = catalog()
 

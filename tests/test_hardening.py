@@ -73,7 +73,7 @@ def test_1_a_finalizer_run_by_the_gc_on_a_worker_inside_a_step_does_not_deadlock
         import gc, sys, threading, time
         import numpy as np
         from safeprefetch import Prefetcher
-        from safeprefetch._live import Runtime
+        from safeprefetch._runtime.kernel import Runtime
 
         class Items:
             def __len__(self): return 50
@@ -136,7 +136,7 @@ def test_2_close_from_a_signal_handler_that_interrupted_next_inside_the_kernel_r
         import signal, sys, threading, time
         import numpy as np
         from safeprefetch import Prefetcher, PrefetcherClosed
-        from safeprefetch._live import Runtime
+        from safeprefetch._runtime.kernel import Runtime
 
         class Items:
             def __len__(self): return 20
@@ -199,7 +199,7 @@ def _interrupt_at(code, pf, call, when=lambda frame: True):
 def test_3_ctrl_c_right_after_the_consumer_gate_is_taken_leaks_nothing(baseline):
     """Finding 3a: a KeyboardInterrupt right after the consumer lock was acquired left it held: every later
     call blocked, or said another thread was consuming."""
-    from safeprefetch import _prefetcher
+    from safeprefetch._prefetcher import core as _prefetcher
 
     with Prefetcher(Items(6), capacity=2) as pf:
         assert int(pf.get()[0]) == 0
@@ -215,7 +215,7 @@ def test_3_ctrl_c_right_after_the_consumer_gate_is_taken_leaks_nothing(baseline)
 
 def test_3_ctrl_c_inside_the_wake_up_loop_loses_no_wakeup(baseline):
     """Finding 3b: an interrupt inside the kernel's wake-up loop lost a worker's wakeup for good."""
-    from safeprefetch._live import Runtime
+    from safeprefetch._runtime.kernel import Runtime
 
     class Slow(Items):
         pass
@@ -233,7 +233,7 @@ def test_3_ctrl_c_inside_the_wake_up_loop_loses_no_wakeup(baseline):
 
 def test_3_ctrl_c_inside_lease_leaves_no_unreleasable_lease(baseline):
     """Finding 3c: an interrupt inside lease() left LeaseHeld forever, with no Lease object to release."""
-    from safeprefetch import _prefetcher
+    from safeprefetch._prefetcher import core as _prefetcher
 
     with Prefetcher(Items(5), capacity=2) as pf:
         assert wait_until(lambda: pf.ready >= 1)
@@ -248,7 +248,7 @@ def test_3_ctrl_c_inside_lease_leaves_no_unreleasable_lease(baseline):
 
 def test_3_an_interrupt_loses_no_batch_of_a_run(baseline):
     """Finding 3d: one interrupt dropped a whole consumer run (up to 16 batches); now it drops none."""
-    from safeprefetch._live import Runtime
+    from safeprefetch._runtime.kernel import Runtime
 
     with Prefetcher(Items(12), capacity=8) as pf:
         core = pf._core

@@ -1,6 +1,6 @@
 """Interrupt safety, checked systematically: every point where CPython can raise an asynchronous exception.
 
-The harness (``safeprefetch/_hardening.py``, on ``safeprefetch/_inject.py``)
+The harness (``safeprefetch/_harness/hardening.py``, on ``safeprefetch/_runtime/inject.py``)
 records every eval-breaker point -- function entry, the return of a call into
 C, a loop's back-edge -- that one consumer, lease, copy, release or close
 call executes, in safeprefetch's own files (the kernel included), and then,
@@ -22,8 +22,8 @@ import threading
 
 import pytest
 
-from safeprefetch import _inject
-from safeprefetch._hardening import Scenario, ctrl_c_soak, default_scenarios, points, run_point, sweep
+from safeprefetch._runtime import inject as _inject
+from safeprefetch._harness.hardening import Scenario, ctrl_c_soak, default_scenarios, points, run_point, sweep
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(300)]
 
@@ -119,7 +119,7 @@ def test_an_injected_exception_lands_at_the_chosen_point_and_is_raised_there():
 def test_the_harness_catches_a_consumer_that_is_not_interrupt_safe(monkeypatch):
     """Teeth: put back the old hand-out (commit, then the gate's exit, with nothing to catch an interrupt
     between them) and the sweep reports the lost batch."""
-    from safeprefetch import _prefetcher
+    from safeprefetch._prefetcher import core as _prefetcher
 
     real = _prefetcher._Core.unreturn
     monkeypatch.setattr(_prefetcher._Core, "unreturn", lambda self, entry: None)  # drops the outcome
@@ -130,7 +130,7 @@ def test_the_harness_catches_a_consumer_that_is_not_interrupt_safe(monkeypatch):
 
 def test_the_harness_catches_a_kernel_that_loses_a_wakeup(monkeypatch):
     """Teeth: a kernel that does not pay the wakeups an interrupted step owes hangs the drain."""
-    from safeprefetch import _live
+    from safeprefetch._runtime import kernel as _live
 
     monkeypatch.setattr(_live.Runtime, "_settle", lambda self: setattr(self, "_owed", None))
     # One slot: the consumer's release is the only step that wakes the parked worker.
@@ -153,7 +153,7 @@ def test_ctrl_c_from_a_kernel_timer_loses_nothing(storm):
     assert result.clean, result.problems
     assert result.interrupts >= 0.8 * 120 * storm
     assert result.inside_calls >= 0.3 * result.interrupts  # most land inside a call: the case that matters
-    from safeprefetch._lifecycle import open_cores
+    from safeprefetch._prefetcher.lifecycle import open_cores
 
     if not open_cores():  # the wrapper is gone again once no prefetcher is open
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

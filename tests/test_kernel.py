@@ -5,7 +5,7 @@ import json
 import pytest
 
 from safeprefetch import ReplayDivergence, Trace, TraceError, TraceStep, check, replay
-from safeprefetch._explore import Explorer, final_verdict
+from safeprefetch._check.explore import Explorer, final_verdict
 from safeprefetch.model import DONE, Model, ModelError, violate
 
 
@@ -249,13 +249,13 @@ def test_successors_are_pure_and_canonically_ordered():
 
 
 def test_state_bound_makes_the_result_not_exhaustive():
-    from safeprefetch._catalog import load_model
+    from safeprefetch._tools.catalog import load_model
     r = check(load_model("prefetcher"), {"items": 4, "workers": 2}, max_states=50)
     assert r.verdict == "ok" and not r.exhaustive and r.states == 50
 
 
 def test_dfs_finds_the_same_verdicts_as_bfs():
-    from safeprefetch._catalog import catalog
+    from safeprefetch._tools.catalog import catalog
     for name, model in catalog().items():
         bfs = check(model)
         dfs = check(model, strategy="dfs")

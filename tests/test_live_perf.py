@@ -12,9 +12,9 @@ import threading
 
 import pytest
 
-from safeprefetch._explore import Explorer
-from safeprefetch._live import Runtime, run_live
-from safeprefetch._prefetcher import _compile, _machine
+from safeprefetch._check.explore import Explorer
+from safeprefetch._runtime.kernel import Runtime, run_live
+from safeprefetch._prefetcher.core import _compile, _machine
 from safeprefetch.model import DONE, Model
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(60)]
@@ -117,7 +117,7 @@ def test_chain_applies_the_next_claim_in_the_same_critical_section():
     rt.step(w, chain=True)  # fetch 0, then claim 1 at once (a slot is free)
     assert rt.steps == before + 2
     assert rt.pc(w) == "fetch into slot"
-    from safeprefetch._live import verify_record
+    from safeprefetch._runtime.kernel import verify_record
 
     assert verify_record(machine, rt.record).ok
 

@@ -1,8 +1,8 @@
 """Liveness: starvation under weak fairness and strict priority; bounded progress after shutdown."""
 
 from safeprefetch import check, load_model
-from safeprefetch._explore import Explorer, replay
-from safeprefetch._liveness import shutdown_progress
+from safeprefetch._check.explore import Explorer, replay
+from safeprefetch._check.liveness import shutdown_progress
 from safeprefetch.model import DONE, Model
 
 

@@ -10,7 +10,7 @@ each condvar semantics), for every thread and every branch.
 import pytest
 
 from safeprefetch import catalog, load_model
-from safeprefetch._explore import Explorer
+from safeprefetch._check.explore import Explorer
 
 CASES = [(name, {}) for name in sorted(catalog())]
 CASES += [("prefetcher", {"capacity": 2, "workers": 2, "items": 3, "close": True, "error": True, "abandon": True}),

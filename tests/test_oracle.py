@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from safeprefetch import catalog, check
-from safeprefetch._explore import Explorer
+from safeprefetch._check.explore import Explorer
 from safeprefetch.model import DONE, Model, violate
 from safeprefetch.testing import enumerate_schedules
 

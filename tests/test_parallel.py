@@ -6,8 +6,8 @@ import textwrap
 import pytest
 
 from safeprefetch import ModelError, catalog, load_model, replay
-from safeprefetch._explore import Explorer, final_verdict
-from safeprefetch._parallel import _explore_parallel, _Pool, explore_parallel
+from safeprefetch._check.explore import Explorer, final_verdict
+from safeprefetch._check.distributed import _explore_parallel, _Pool, explore_parallel
 
 pytestmark = pytest.mark.timeout(120)
 

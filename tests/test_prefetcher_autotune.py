@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from safeprefetch import Prefetcher, check, load_model
-from safeprefetch._live import run_live
+from safeprefetch._runtime.kernel import run_live
 from safeprefetch.model import DONE
 
 DATA = Path(__file__).parent / "data" / "prefetcher_autotune_states.json"
@@ -62,7 +62,7 @@ def test_resizing_at_any_point_never_deadlocks_or_loses_items(cfg):
 
 def test_autotune_off_leaves_the_state_space_alone():
     """autotune=off compiles exactly the model the pinned prefetcher counts describe: no tuner, a fixed target."""
-    from safeprefetch._explore import Explorer
+    from safeprefetch._check.explore import Explorer
 
     machine = MODEL.compile({"capacity": 2, "workers": 2, "items": 3})
     assert "tuner" not in machine.thread_names
@@ -76,7 +76,7 @@ def test_autotune_off_leaves_the_state_space_alone():
 
 def test_the_tuner_really_resizes_in_the_search():
     """Every target in 1..capacity is reached, so the sweep is not vacuous."""
-    from safeprefetch._explore import Explorer
+    from safeprefetch._check.explore import Explorer
 
     machine = MODEL.compile({"capacity": 3, "workers": 2, "items": 3, "autotune": True})
     e = Explorer(machine)

@@ -57,7 +57,7 @@ def test_small_prefetcher_matches_the_oracle():
     machine = PREFETCHER.compile({"capacity": 1, "workers": 2, "items": 2, "close": True})
     result = check(machine)
     oracle = enumerate_schedules(machine, depth=result.max_depth)
-    from safeprefetch._explore import Explorer
+    from safeprefetch._check.explore import Explorer
     e = Explorer(machine)
     e.run()
     assert oracle.states == frozenset(e.parents)

@@ -15,7 +15,7 @@ import itertools
 import pytest
 
 from safeprefetch import ModelError, check, load_model
-from safeprefetch._explore import Explorer
+from safeprefetch._check.explore import Explorer
 
 PREFETCHER = load_model("prefetcher")
 

@@ -88,7 +88,7 @@ def test_runs_add_states_and_run_1_is_the_model_without_runs():
 
 def test_runs_really_happen_in_the_model():
     """A run of two is taken and released: the branches are live, not dead code."""
-    from safeprefetch._explore import Explorer
+    from safeprefetch._check.explore import Explorer
 
     machine = PREFETCHER.compile({"capacity": 2, "run": 2, "workers": 1, "items": 2})
     explorer = Explorer(machine)
@@ -185,7 +185,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from conftest import recording_runtimes  # noqa: E402
 from safeprefetch import Prefetcher  # noqa: E402
-from safeprefetch._live import verify_record  # noqa: E402
+from safeprefetch._runtime.kernel import verify_record  # noqa: E402
 
 
 class Boom(Exception):

@@ -39,7 +39,7 @@ def test_generated_configs_and_fault_points_are_ok(cfg):
 def test_a_source_error_always_reaches_the_consumer_at_its_position(items, error_at, workers, capacity):
     # The model's end check is what proves this; here we make sure the fault really fires
     # by checking that some reachable end state has the consumer raising that error.
-    from safeprefetch._explore import Explorer
+    from safeprefetch._check.explore import Explorer
 
     error_at = error_at % items
     machine = PREFETCHER.compile({"items": items, "error_at": error_at, "workers": workers, "capacity": capacity})

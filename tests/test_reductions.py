@@ -3,8 +3,8 @@
 import pytest
 
 from safeprefetch import catalog, check, load_model
-from safeprefetch._explore import Explorer
-from safeprefetch._reduce import Symmetry
+from safeprefetch._check.explore import Explorer
+from safeprefetch._check.reduce import Symmetry
 
 MODELS = catalog()
 SEMANTICS = [{}, {"notify": "any"}, {"spurious": "on"}]
@@ -42,7 +42,7 @@ def test_symmetry_stores_exactly_one_state_per_orbit(cfg):
 
 def test_a_trace_found_under_symmetry_replays_on_the_real_model():
     from safeprefetch import replay
-    from safeprefetch._explore import final_verdict
+    from safeprefetch._check.explore import final_verdict
 
     machine = load_model("non_idempotent_close").compile()
     result = check(machine, reduce="all")

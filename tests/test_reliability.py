@@ -1,6 +1,6 @@
 """Hypothesis-driven fault scenarios on real threads, real arrays and real .npy files.
 
-Each scenario (see ``safeprefetch/_soak.py``) draws a configuration and at
+Each scenario (see ``safeprefetch/_harness/soak.py``) draws a configuration and at
 most one fault -- a source error at some item, a close from the consumer or
 from another thread, an abandoned prefetcher, a slow or bursty consumer, a
 slow source, small timeouts -- and asserts: no hang, exactly-once delivery
@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import safeprefetch._soak as soak_module
+import safeprefetch._harness.soak as soak_module
 from safeprefetch import Prefetcher
-from safeprefetch._soak import (CONSUMERS, ERRORS, SOURCES, STOPS, Scenario, generate, random_scenario, run_scenario,
+from safeprefetch._harness.soak import (CONSUMERS, ERRORS, SOURCES, STOPS, Scenario, generate, random_scenario, run_scenario,
                                 soak)
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(120)]

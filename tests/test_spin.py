@@ -11,8 +11,8 @@ import shutil
 import pytest
 
 from safeprefetch import catalog
-from safeprefetch._cli import main
-from safeprefetch._spin import (
+from safeprefetch._cli.main import main
+from safeprefetch._tools.spin import (
     ASSERTION_VIOLATED,
     INVALID_END_STATE,
     SPIN_CATEGORY,
@@ -175,7 +175,7 @@ def test_unknown_twin_is_a_one_line_usage_error(capsys):
 
 
 def test_missing_spin_exits_2_with_one_line(monkeypatch, capsys):
-    import safeprefetch._spin as spin_mod
+    import safeprefetch._tools.spin as spin_mod
 
     monkeypatch.setattr(spin_mod.shutil, "which", lambda name: None if name == "spin" else "/usr/bin/" + name)
     assert main(["crosscheck"]) == 2
@@ -245,7 +245,7 @@ def test_docs_spin_table_is_current(results):
     """docs/spin.md shows what the command prints: regenerate with `crosscheck --markdown`."""
     from pathlib import Path
 
-    from safeprefetch._spin import format_markdown
+    from safeprefetch._tools.spin import format_markdown
 
     twins = find_twins()
     table = format_markdown([results[t.name] for t in twins], twins)

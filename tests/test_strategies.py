@@ -6,9 +6,9 @@ import math
 import pytest
 
 from safeprefetch import load_model
-from safeprefetch._cli import main
-from safeprefetch._explore import Explorer, final_verdict, replay_choices
-from safeprefetch._strategies import (STRATEGIES, StrategyResult, compare, count_preemptions, format_comparison,
+from safeprefetch._cli.main import main
+from safeprefetch._check.explore import Explorer, final_verdict, replay_choices
+from safeprefetch._check.strategies import (STRATEGIES, StrategyResult, compare, count_preemptions, format_comparison,
                                       pct_probability, pct_runs_needed, search)
 from safeprefetch.model import DONE, Model, ModelError, violate
 

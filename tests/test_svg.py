@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from safeprefetch import catalog, check
-from safeprefetch._svg import svg_for, write_svg
+from safeprefetch._tools.svg import svg_for, write_svg
 from safeprefetch.model import DONE, Model, violate
 
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from safeprefetch import catalog, check
-from safeprefetch._teach import Play, choice_numbers, explain, model_doc
+from safeprefetch._tools.teach import Play, choice_numbers, explain, model_doc
 from safeprefetch.model import DONE, Model, violate
 
 

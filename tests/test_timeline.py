@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from safeprefetch import Prefetcher
-from safeprefetch._timeline import timeline_svg, write_timeline
+from safeprefetch._prefetcher.timeline import timeline_svg, write_timeline
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(120)]
 SVG = "{http://www.w3.org/2000/svg}"
@@ -89,7 +89,7 @@ def test_timeline_png_is_a_readable_png_of_every_lane(tmp_path):
     pytest.importorskip("matplotlib")
     from matplotlib.image import imread
 
-    from safeprefetch._timeline import COLOURS, timeline_png
+    from safeprefetch._prefetcher.timeline import COLOURS, timeline_png
 
     data = _record(autotune=True, max_capacity=4)
     path = write_timeline(tmp_path / "t.png", data, title='a <title> & "quotes"', subtitle="two workers")
@@ -120,8 +120,8 @@ def _no_demo(*_a, **_k):
 
 
 def test_demo_rejects_other_timeline_suffixes_before_running(tmp_path, monkeypatch, capsys):
-    from safeprefetch import _demo
-    from safeprefetch._cli import main
+    from safeprefetch._harness import demo as _demo
+    from safeprefetch._cli.main import main
 
     monkeypatch.setattr(_demo, "run_demo", _no_demo)
     assert main(["demo", "--small", "--timeline", str(tmp_path / "t.jpg")]) == 2
@@ -131,9 +131,9 @@ def test_demo_rejects_other_timeline_suffixes_before_running(tmp_path, monkeypat
 
 
 def test_png_without_matplotlib_names_the_fix(tmp_path, monkeypatch, capsys):
-    from safeprefetch import _demo
-    from safeprefetch._cli import main
-    from safeprefetch._timeline import PlotUnavailable
+    from safeprefetch._harness import demo as _demo
+    from safeprefetch._cli.main import main
+    from safeprefetch._prefetcher.timeline import PlotUnavailable
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` fail
     with pytest.raises(PlotUnavailable, match=r'pip install "safeprefetch\[plot\]"') as e:

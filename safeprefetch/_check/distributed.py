@@ -101,7 +101,7 @@ are those of sequential ``reduce="all"``/``"por"`` (which re-searches without
 POR for a shortest trace anyway), the state count is larger.
 
 Liveness (starvation) is checked afterwards, in the coordinator, by
-:func:`safeprefetch._liveness.find_starvation`, which runs its own sequential
+:func:`safeprefetch._check.liveness.find_starvation`, which runs its own sequential
 search of the scheduling policy's graph; only models that declare progress
 steps pay for it.
 
@@ -140,10 +140,10 @@ from array import array
 from bisect import bisect_left
 from typing import Any, Callable, Mapping
 
-from ._catalog import load_model
-from ._explore import DEFAULT_MAX_STATES, CheckResult, Explorer, Violation, _end_violation, _is_default
-from ._model import Machine, ModelError
-from ._reduce import check_reduce
+from .._tools.catalog import load_model
+from .explore import DEFAULT_MAX_STATES, CheckResult, Explorer, Violation, _end_violation, _is_default
+from .._dsl.model import Machine, ModelError
+from .reduce import check_reduce
 
 __all__ = ["PARTITIONS", "explore_parallel"]
 
@@ -688,7 +688,7 @@ def _explore_parallel(model_spec: str, config: Mapping[str, Any] | None, process
             if pool is not None:
                 pool.close(graceful)
     if violation is None and exhaustive and machine.progress_labels:
-        from ._liveness import find_starvation
+        from .liveness import find_starvation
 
         lasso = find_starvation(machine, (), None)  # it searches the policy's own graph
         if lasso is not None:
@@ -776,7 +776,7 @@ class _Contention:
 
 
 def _bench(argv: list[str] | None = None) -> int:
-    """``python -m safeprefetch._parallel [MODEL] [--set K=V]... [--repeat N] [--processes 1,2] [--partition P]``
+    """``python -m safeprefetch._check.distributed [MODEL] [--set K=V]... [--repeat N] [--processes 1,2] [--partition P]``
 
     Interleaves, N times, the sequential explorer (``check(..., reduce="none")``,
     compilation included) with :func:`explore_parallel` at each process count
@@ -794,9 +794,9 @@ def _bench(argv: list[str] | None = None) -> int:
     import argparse
     import statistics
 
-    from ._explore import check
+    from .explore import check
 
-    p = argparse.ArgumentParser(prog="python -m safeprefetch._parallel")
+    p = argparse.ArgumentParser(prog="python -m safeprefetch._check.distributed")
     p.add_argument("model", nargs="?", default="prefetcher")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
     p.add_argument("--repeat", type=int, default=5)
@@ -862,7 +862,7 @@ def _ceiling(model, config: dict, repeat: int, wait: float) -> int:
     ctx = mp.get_context("fork")
 
     def one(q) -> None:
-        from ._explore import check
+        from .explore import check
 
         check(model, config, reduce="none")
         q.put(None)

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ._explore import CheckResult, Trace, Violation, replay
-from ._model import DONE, Machine, StepViolation
+from .explore import CheckResult, Trace, Violation, replay
+from .._dsl.model import DONE, Machine, StepViolation
 
 __all__ = ["changes", "format_table", "format_value", "render_result"]
 

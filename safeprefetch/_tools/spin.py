@@ -71,9 +71,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ._catalog import load_model
-from ._explore import Explorer, check
-from ._model import ModelError
+from .catalog import load_model
+from .._check.explore import Explorer, check
+from .._dsl.model import ModelError
 
 __all__ = [
     "INVALID_END_STATE",

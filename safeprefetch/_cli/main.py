@@ -23,36 +23,23 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from ._catalog import catalog, load_model
-from ._explore import DEFAULT_MAX_STATES, CheckResult, ReplayDivergence, Trace, TraceError, check, final_verdict
-from ._model import ModelError
-from ._trace import format_table, render_result
+from .._tools.catalog import catalog, load_model
+from .._check.explore import DEFAULT_MAX_STATES, CheckResult, ReplayDivergence, Trace, TraceError, check, final_verdict
+from .._dsl.model import ModelError
+from .._check.trace import format_table, render_result
+from .._harness import bench as _bench_commands
+from .._tools import spin as _spin_commands
+from .._tools import teach as _teach_commands
+from .._tools.cliargs import UsageError, parse_sets
+from . import live as _live_commands
+from . import tour as _tour_commands
 
 __all__ = ["main"]
-
-
-class UsageError(Exception):
-    pass
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2
         raise UsageError(message)
-
-
-def _parse_sets(items: Sequence[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip():
-            raise UsageError(f"--set expects NAME=VALUE, got {item!r}")
-        out[name.strip()] = value.strip()
-    return out
-
-
-def parse_sets(items: Sequence[str]) -> dict[str, str]:
-    """``["a=1", "b=x"]`` -> ``{"a": "1", "b": "x"}``; for extension commands."""
-    return _parse_sets(items)
 
 
 class _Progress:
@@ -94,14 +81,14 @@ def _cmd_check(args) -> int:
     if not args.model:
         raise UsageError("check needs a MODEL (or --all)")
     model = load_model(args.model)
-    overrides = _parse_sets(args.set or [])
+    overrides = parse_sets(args.set or [])
     machine = model.compile(overrides)
     if args.processes < 1:
         raise UsageError("--processes must be at least 1")
     if args.processes > 1:
         if args.strategy != "bfs":
             raise UsageError("--processes needs --strategy bfs")
-        from ._parallel import explore_parallel  # the frontier partitioned by state hash
+        from .._check.distributed import explore_parallel  # the frontier partitioned by state hash
 
         result = explore_parallel(args.model, overrides, processes=args.processes, max_states=args.max_states,
                                   reduce=args.reduce, progress=_Progress(), progress_every=args.progress_seconds)
@@ -109,14 +96,14 @@ def _cmd_check(args) -> int:
         result = check(machine, strategy=args.strategy, max_states=args.max_states,
                        progress=_Progress(), reduce=args.reduce, progress_every=args.progress_seconds)
     else:
-        from ._strategies import search  # schedule-sampling strategies for configs too big to exhaust
+        from .._check.strategies import search  # schedule-sampling strategies for configs too big to exhaust
 
         result = search(machine, args.strategy, seed=args.seed, budget=args.budget, depth=args.depth,
                         preemptions=args.preemptions)
     if args.progress_bound is not None and result.ok:
         from dataclasses import replace
 
-        from ._explore import check_shutdown_bound
+        from .._check.explore import check_shutdown_bound
 
         late = check_shutdown_bound(machine, args.progress_bound, args.max_states)
         if late is not None:
@@ -125,7 +112,7 @@ def _cmd_check(args) -> int:
         from dataclasses import replace
         result = replace(result, expected=model.expected)
     if args.svg:
-        from ._svg import write_svg  # the swimlane renderer
+        from .._tools.svg import write_svg  # the swimlane renderer
         write_svg(machine, result, Path(args.svg))
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
@@ -170,7 +157,7 @@ def _cmd_replay(args) -> int:
     overrides = {}
     if isinstance(value, dict) and isinstance(value.get("config"), dict):
         overrides = {k: v for k, v in value["config"].items()}
-    overrides.update(_parse_sets(args.set or []))
+    overrides.update(parse_sets(args.set or []))
     trace = Trace.from_json(value)
     machine = model.compile(overrides)
     print(f"replay of {len(trace)} steps on {model.name}")
@@ -214,27 +201,17 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("model")
     rp.add_argument("trace")
     rp.add_argument("--set", action="append", metavar="NAME=VALUE")
-    _load_extensions(sub)
+    for module in (_teach_commands, _spin_commands, _live_commands, _bench_commands):
+        COMMANDS.update(module.register(sub))
+    COMMANDS.update(_tour_commands.register(sub, main))
     return p
 
 
+#: The command registry: name -> handler (parsed args -> exit code). ``list``, ``check`` and
+#: ``replay`` are here; the modules above add theirs through ``register(subparsers)``, which
+#: returns their handlers. Raising UsageError, ModelError or TraceError gives the one-line
+#: error and exit code 2.
 COMMANDS = {"list": _cmd_list, "check": _cmd_check, "replay": _cmd_replay}
-
-#: Modules that add subcommands. Each defines ``register(subparsers) -> dict[name, handler]``;
-#: a handler takes the parsed args and returns the exit code. Raising UsageError,
-#: ModelError or TraceError gives the one-line error and exit code 2.
-EXTENSIONS = ("_teach", "_spin", "_livecli", "_bench", "_tour")
-
-
-def _load_extensions(sub) -> None:
-    import importlib
-    import importlib.util
-
-    for name in EXTENSIONS:
-        if importlib.util.find_spec(f"safeprefetch.{name}") is None:
-            continue  # not written yet
-        module = importlib.import_module(f"safeprefetch.{name}")
-        COMMANDS.update(module.register(sub))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

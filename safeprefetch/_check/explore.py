@@ -55,7 +55,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from ._model import DONE, Machine, Model, ModelError, StepViolation
+from .._dsl.model import DONE, Machine, Model, ModelError, StepViolation
 
 __all__ = [
     "CheckResult",
@@ -391,7 +391,7 @@ class Explorer:
     def __init__(self, machine: Machine, *, strategy: str = "bfs", max_states: int = DEFAULT_MAX_STATES,
                  progress: Callable[[int, int, float], None] | None = None, stop_at_first: bool = True,
                  reduce: str = "none", progress_every: float = 3.0):
-        from ._reduce import Symmetry, ample_selector, check_reduce
+        from .reduce import Symmetry, ample_selector, check_reduce
 
         self.reduce = check_reduce(reduce)
         self.canon = (Symmetry(machine) if reduce in ("symmetry", "all") and any(len(g) > 1 for g in
@@ -504,7 +504,7 @@ class Explorer:
 
                 return replace(again, seconds=time.perf_counter() - t0)
         if not found and exhaustive and m.progress_labels and not self.run_safety_only:
-            from ._liveness import find_starvation
+            from .liveness import find_starvation
 
             full = self
             if self.reduce != "none":
@@ -809,7 +809,7 @@ def check_shutdown_bound(machine: Machine, bound: int, max_states: int = DEFAULT
     Returns a ``shutdown_hang`` violation whose trace leads to the state where the
     worst case starts, or None when every thread is within the bound.
     """
-    from ._liveness import shutdown_progress_detail
+    from .liveness import shutdown_progress_detail
 
     e = Explorer(machine, reduce="none", max_states=max_states, stop_at_first=False)
     e.run()

@@ -27,8 +27,8 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from ._prefetcher import PrefetchStats, Prefetcher
-from ._sources import NpyFiles
+from .._prefetcher.core import PrefetchStats, Prefetcher
+from .._prefetcher.sources import NpyFiles
 
 __all__ = ["DemoConfig", "DemoResult", "make_shards", "run_demo"]
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ._model import Machine, ModelError
+from .._dsl.model import Machine, ModelError
 
 __all__ = ["REDUCTIONS", "Symmetry", "ample_selector"]
 

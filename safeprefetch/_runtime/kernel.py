@@ -76,9 +76,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from ._explore import Trace, choice_step, classify_hang
-from ._interrupts import deliver, guard, interruptible, outermost, protected
-from ._model import DONE, Machine, StepViolation
+from .._check.explore import Trace, choice_step, classify_hang
+from .interrupts import deliver, guard, interruptible, outermost, protected
+from .._dsl.model import DONE, Machine, StepViolation
 
 #: What an interrupted step owes when its footprint is unknown: a test of every parked thread.
 _EVERYTHING: Any = object()
@@ -417,7 +417,7 @@ class Runtime:
 
     def _describe(self, state: tuple) -> str:
         m = self.machine
-        from ._trace import format_value
+        from .._check.trace import format_value
 
         lines = []
         for i, name in enumerate(m.field_names):
@@ -758,7 +758,7 @@ def run_live(machine: Machine, *, actions: Mapping[str, Callable] | None = None,
         return LiveRunResult(machine.name, "error", repr(other[0]), len(record), seconds, trace, report.ok,
                              schedule is not None)
     if machine.all_done(rt.state):
-        from ._explore import _end_violation
+        from .._check.explore import _end_violation
 
         bad = _end_violation(machine, rt.state)
         if bad:

@@ -23,11 +23,11 @@ __all__ = ["register"]
 
 
 def _cmd_run(args) -> int:
-    from ._catalog import load_model
-    from ._cli import UsageError, parse_sets
-    from ._explore import check
-    from ._live import run_live
-    from ._trace import format_table
+    from .._tools.catalog import load_model
+    from .._tools.cliargs import UsageError, parse_sets
+    from .._check.explore import check
+    from .._runtime.kernel import run_live
+    from .._check.trace import format_table
 
     if args.attempts < 0:
         raise UsageError("--attempts must be >= 0")
@@ -123,7 +123,7 @@ def _progress_line(message: str) -> None:
 def _cmd_inject(args) -> int:
     from dataclasses import asdict
 
-    from ._hardening import default_scenarios, sweep
+    from .._harness.hardening import default_scenarios, sweep
 
     report = sweep(default_scenarios(full=args.full), progress=_progress_line)
     if args.json:
@@ -142,8 +142,8 @@ def _cmd_inject(args) -> int:
 def _cmd_ctrl_c(args) -> int:
     from dataclasses import asdict
 
-    from ._cli import UsageError
-    from ._hardening import ctrl_c_soak
+    from .._tools.cliargs import UsageError
+    from .._harness.hardening import ctrl_c_soak
 
     if args.ctrl_c < 1 or args.storm < 1:
         raise UsageError("--ctrl-c and --storm must be at least 1")
@@ -162,8 +162,8 @@ def _cmd_ctrl_c(args) -> int:
 
 
 def _cmd_soak(args) -> int:
-    from ._cli import UsageError
-    from ._soak import soak
+    from .._tools.cliargs import UsageError
+    from .._harness.soak import soak
 
     if args.ctrl_c is not None:
         return _cmd_ctrl_c(args)
@@ -189,8 +189,8 @@ def _cmd_soak(args) -> int:
 def _cmd_demo(args) -> int:
     from dataclasses import replace
 
-    from ._cli import UsageError
-    from ._demo import DemoConfig, format_result, run_demo
+    from .._tools.cliargs import UsageError
+    from .._harness.demo import DemoConfig, format_result, run_demo
 
     cfg = DemoConfig.small() if args.small else DemoConfig()
     changes = {"batches": args.batches, "workers": args.workers, "capacity": args.capacity,
@@ -211,7 +211,7 @@ def _cmd_demo(args) -> int:
             raise UsageError(f"--timeline {timeline}: the timeline is drawn as SVG or PNG; "
                              "give a .svg or .png file name")
         if suffix == ".png":
-            from ._timeline import PlotUnavailable, require_matplotlib
+            from .._prefetcher.timeline import PlotUnavailable, require_matplotlib
 
             try:
                 require_matplotlib()
@@ -219,7 +219,7 @@ def _cmd_demo(args) -> int:
                 raise UsageError(f"--timeline {timeline}: {e}") from None
     result = run_demo(cfg, args.dir, progress=_progress_line, timeline=bool(timeline))
     if timeline:
-        from ._timeline import write_timeline
+        from .._prefetcher.timeline import write_timeline
 
         write_timeline(timeline, result.timeline, "safeprefetch demo: the prefetching loop",
                        f"{cfg.batches} batches, workers={cfg.workers}, capacity={cfg.capacity}, "

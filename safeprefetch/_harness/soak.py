@@ -41,9 +41,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ._model import delivery_violation
-from ._lifecycle import thread_count
-from ._prefetcher import LeaseHeld, PrefetcherClosed, Prefetcher, PrefetchTimeout
+from .._dsl.model import delivery_violation
+from .._prefetcher.lifecycle import thread_count
+from .._prefetcher.core import LeaseHeld, PrefetcherClosed, Prefetcher, PrefetchTimeout
 
 __all__ = ["HANG_SECONDS", "Scenario", "ScenarioResult", "SoakReport", "generate", "random_scenario",
            "run_scenario", "soak"]

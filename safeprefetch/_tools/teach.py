@@ -49,8 +49,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Mapping, Sequence
 
-from ._catalog import catalog, load_model
-from ._explore import (
+from .catalog import catalog, load_model
+from .._check.explore import (
     CheckResult,
     Trace,
     TraceStep,
@@ -60,9 +60,9 @@ from ._explore import (
     classify_hang,
     replay_choices,
 )
-from ._model import DONE, Machine, Model, StepViolation
-from ._svg import blocked_reason
-from ._trace import changes, format_table, format_value
+from .._dsl.model import DONE, Machine, Model, StepViolation
+from .svg import blocked_reason
+from .._check.trace import changes, format_table, format_value
 
 __all__ = [
     "FixReport",
@@ -615,7 +615,7 @@ def _isatty(stream: IO[str]) -> bool:
 
 
 def _cmd_explain(args) -> int:
-    from ._cli import parse_sets
+    from .cliargs import parse_sets
 
     model = load_model(args.model)
     sys.stdout.write(explain(model, parse_sets(args.set or []), diff=args.diff))
@@ -623,7 +623,7 @@ def _cmd_explain(args) -> int:
 
 
 def _cmd_play(args) -> int:
-    from ._cli import UsageError, parse_sets
+    from .cliargs import UsageError, parse_sets
 
     model = load_model(args.model)
     machine = model.compile(parse_sets(args.set or []))

@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any, Sequence
 from xml.sax.saxutils import escape
 
-from ._explore import CheckResult, Trace, Violation, replay_choices
-from ._model import DONE, Machine, StepViolation
-from ._trace import changes
+from .._check.explore import CheckResult, Trace, Violation, replay_choices
+from .._dsl.model import DONE, Machine, StepViolation
+from .._check.trace import changes
 
 __all__ = ["blocked_reason", "svg_for", "write_svg"]
 

@@ -50,9 +50,9 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from . import _inject
-from ._lifecycle import thread_count
-from ._prefetcher import LeaseHeld, Prefetcher, PrefetcherClosed, PrefetcherWarning, PrefetchTimeout
+from .._runtime import inject as _inject
+from .._prefetcher.lifecycle import thread_count
+from .._prefetcher.core import LeaseHeld, Prefetcher, PrefetcherClosed, PrefetcherWarning, PrefetchTimeout
 
 __all__ = ["EFFECTS", "Problem", "Scenario", "InjectionRun", "SoakResult", "ctrl_c_soak", "default_scenarios",
            "points", "run_point", "sweep"]
@@ -744,7 +744,7 @@ def _raised_here(e: BaseException) -> bool:
 
     The timer's own handler frame (``_raise_sigint_here``), where the SIGINT handler runs, does not count.
     """
-    from . import _interrupts
+    from .._runtime import interrupts as _interrupts
 
     handlers = {_raise_sigint_here.__code__, _interrupts._on_sigint.__code__}
     tb = e.__traceback__
@@ -762,12 +762,14 @@ def _landed_inside(e: BaseException) -> bool:
     """Whether the KeyboardInterrupt was raised inside a safeprefetch call (not this harness's own frames)."""
     import os
 
-    here = os.path.dirname(os.path.abspath(__file__))
-    harness = {os.path.abspath(__file__), os.path.join(here, "_interrupts.py")}  # the timer's and the wrapper's
+    from .._runtime import interrupts
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # the safeprefetch package
+    harness = {os.path.abspath(__file__), os.path.abspath(interrupts.__file__)}  # the timer's and the wrapper's
     tb = e.__traceback__
     while tb is not None:
         f = os.path.abspath(tb.tb_frame.f_code.co_filename)
-        if os.path.dirname(f) == here and f not in harness:
+        if f.startswith(root) and f not in harness:
             return True
         tb = tb.tb_next
     return False

@@ -151,11 +151,11 @@ from typing import Any, Callable, Iterator
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from . import _interrupts
-from ._interrupts import deliver, guard, interruptible, interruptible_until_owned, outermost, protected
-from ._lifecycle import PrefetcherForked, open_cores, reaper, register, unregister
-from ._live import LiveError, Runtime, StepTimeout
-from ._model import DONE
+from .._runtime import interrupts as _interrupts
+from .._runtime.interrupts import deliver, guard, interruptible, interruptible_until_owned, outermost, protected
+from .lifecycle import PrefetcherForked, open_cores, reaper, register, unregister
+from .._runtime.kernel import LiveError, Runtime, StepTimeout
+from .._dsl.model import DONE
 
 __all__ = [
     "Lease",
@@ -342,7 +342,7 @@ def _compile(capacity: int, workers: int, items: int, ordered: bool, sized: bool
     consumer's calls) resizes the target within it. ``run`` is the longest run
     of ready batches the consumer may take in one step.
     """
-    from .models.prefetcher import Prefetcher as Model
+    from ..models.prefetcher import Prefetcher as Model
 
     config = {"capacity": capacity, "workers": workers, "items": items, "ordered": ordered,
               "error": True, "close": True, "abandon": False, "sized": sized, "history": False, "run": run}
@@ -1855,7 +1855,7 @@ class Prefetcher(_NotCopyable):
 
     def write_timeline(self, path: Any, title: str = "prefetcher timeline", subtitle: str = "") -> None:
         """Draw :meth:`timeline` to ``path``: ``.svg`` (no dependency) or ``.png`` (the ``plot`` extra)."""
-        from ._timeline import write_timeline
+        from .timeline import write_timeline
 
         write_timeline(path, self.timeline(), title=title, subtitle=subtitle)
 

@@ -97,7 +97,7 @@ is exhaustive only if no schedule was cut by the bound at all.
 
 :func:`compare` runs every strategy (and BFS under a state cap) on a list of
 models and configurations and returns the rows of the table in
-``docs/strategies.md``; ``python -m safeprefetch._strategies`` regenerates it.
+``docs/strategies.md``; ``python -m safeprefetch._check.strategies`` regenerates it.
 """
 
 from __future__ import annotations
@@ -110,9 +110,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from ._explore import (CheckResult, Trace, Violation, _end_violation, choice_step, classify_hang, explore,
+from .explore import (CheckResult, Trace, Violation, _end_violation, choice_step, classify_hang, explore,
                        replay_choices)
-from ._model import Machine, Model, ModelError, StepViolation
+from .._dsl.model import Machine, Model, ModelError, StepViolation
 
 __all__ = [
     "DEFAULT_MAX_STEPS",
@@ -770,8 +770,8 @@ def compare(models_and_configs: Iterable[tuple[Any, Mapping[str, Any]]], budget:
     to the first bug over those seeds. ``preempt`` and BFS are deterministic
     and run once.
     """
-    from . import _explore
-    from ._catalog import load_model
+    from . import explore as _explore
+    from .._tools.catalog import load_model
 
     reduce = getattr(_explore, "DEFAULT_REDUCE", "none")  # what `check` does by default
     rows: list[dict[str, Any]] = []
@@ -835,7 +835,7 @@ def _main(argv: Sequence[str] | None = None) -> int:  # pragma: no cover - a doc
     import argparse
     import json
 
-    p = argparse.ArgumentParser(prog="python -m safeprefetch._strategies",
+    p = argparse.ArgumentParser(prog="python -m safeprefetch._check.strategies",
                                 description="Regenerate the strategy comparison table of docs/strategies.md.")
     p.add_argument("--budget", type=int, default=1000)
     p.add_argument("--seeds", type=int, default=5)

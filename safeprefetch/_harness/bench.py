@@ -82,8 +82,8 @@ def _rss() -> int:
 
 
 def _measure(label: str, config: dict, reduce: str) -> ExploreRun:
-    from ._catalog import load_model
-    from ._explore import Explorer
+    from .._tools.catalog import load_model
+    from .._check.explore import Explorer
 
     machine = load_model("prefetcher").compile(config)
     import gc
@@ -105,7 +105,7 @@ def _measure(label: str, config: dict, reduce: str) -> ExploreRun:
 
 def _spin_run(items: int) -> tuple[dict, dict] | None:
     """pan on the prefetcher twin with LENGTH=items; returns (pan figures, matching safeprefetch config)."""
-    from ._spin import SpinUnavailable, _run, _tools, find_twins, parse_pan_output
+    from .._tools.spin import SpinUnavailable, _run, _tools, find_twins, parse_pan_output
 
     try:
         spin, gcc = _tools()
@@ -145,7 +145,7 @@ def bench_explore(quick: bool = False, spin_items: int | None = None) -> Explore
     got = _spin_run(items)
     if got is not None:
         pan, twin_config = got
-        from ._catalog import load_model
+        from .._tools.catalog import load_model
 
         cfg = load_model("prefetcher").configure(twin_config)
         cfg = {k: v for k, v in cfg.items() if k not in ("notify", "spurious", "policy")}
@@ -161,7 +161,7 @@ def bench_explore(quick: bool = False, spin_items: int | None = None) -> Explore
 
 
 def _cmd_bench(args) -> int:
-    from ._cli import UsageError
+    from .._tools.cliargs import UsageError
 
     if args.what == "explore":
         result = bench_explore(quick=args.quick, spin_items=args.spin_items)
@@ -185,7 +185,7 @@ def _cmd_bench(args) -> int:
         return 0
     if args.what == "live":
         try:
-            from ._bench_live import cmd_bench_live
+            from .bench_live import cmd_bench_live
         except ImportError:
             raise UsageError("bench live is not available in this version") from None
         return cmd_bench_live(args)

@@ -16,7 +16,7 @@ import pkgutil
 import sys
 from pathlib import Path
 
-from ._model import Model, ModelError
+from .._dsl.model import Model, ModelError
 
 __all__ = ["catalog", "load_model", "models_in_module"]
 
@@ -47,7 +47,7 @@ def _only_model(module, where: str) -> type[Model]:
 
 def catalog() -> dict[str, type[Model]]:
     """Every bundled model by name, sorted by name."""
-    from . import models as package
+    from .. import models as package
 
     out: dict[str, type[Model]] = {}
     for info in pkgutil.iter_modules(package.__path__):

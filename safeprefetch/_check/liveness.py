@@ -42,7 +42,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Iterable
 
-from ._model import DONE, Machine
+from .._dsl.model import DONE, Machine
 
 __all__ = ["find_starvation", "shutdown_progress"]
 

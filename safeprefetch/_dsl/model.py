@@ -577,7 +577,7 @@ class Machine:
             for name, kind, pred in self.invariants:
                 fast, raw = pred, False
                 if SPECIALIZE:
-                    from ._fast import bare_uses, specialize
+                    from .specialize import bare_uses, specialize
 
                     r = specialize(pred, self.shared_index, {}, {})
                     if r is not None:
@@ -835,13 +835,13 @@ class _Ctx:
         if fn is None:
             return None, False
         if SPECIALIZE:
-            from ._fast import specialize
+            from .specialize import specialize
 
             r = specialize(fn, self.shared_index, self.local_index[ti],
                            {"name": self.b.threads[ti].name, "index": ti})
             if r is not None:
                 return r
-        from ._fast import uses_arg
+        from .specialize import uses_arg
 
         return fn, uses_arg(fn, 1)
 

@@ -8,14 +8,12 @@ prefetching. The exit code is nonzero if either part fails.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 __all__ = ["register"]
 
 
-def _cmd_main(args) -> int:
-    from ._cli import main
-
+def _cmd_main(args, main: Callable[[list[str]], int]) -> int:
     print("== 1. check the whole catalog ==", flush=True)
     checked = main(["check", "--all"])
     print(flush=True)
@@ -27,8 +25,9 @@ def _cmd_main(args) -> int:
     return checked or ran
 
 
-def register(sub) -> dict[str, Any]:
+def register(sub, main: Callable[[list[str]], int]) -> dict[str, Any]:
+    """Add ``main``; ``main`` is the CLI's entry point, which the command runs twice (passed in, not imported)."""
     p = sub.add_parser("main", help="check the whole catalog, then a live prefetch demo")
     p.add_argument("--small", action="store_true", help="a demo of a few seconds")
     p.add_argument("--dir", help="where the demo writes its shards (default: a temporary directory)")
-    return {"main": _cmd_main}
+    return {"main": lambda args: _cmd_main(args, main)}

@@ -75,8 +75,8 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from ._prefetcher import Prefetcher
-from ._sources import NpyFiles
+from .._prefetcher.core import Prefetcher
+from .._prefetcher.sources import NpyFiles
 
 __all__ = ["Figure", "bench_live", "cmd_bench_live", "machine_info"]
 
@@ -349,8 +349,8 @@ def bench_protocol_cpu(items: int, repeats: int, depth: int = 8) -> Figure:
     two per run for the consumer). That is the protocol's floor: what the
     handoff figures cost beyond it is waking threads.
     """
-    from ._live import Runtime
-    from ._prefetcher import _machine
+    from .._runtime.kernel import Runtime
+    from .._prefetcher.core import _machine
 
     m = _machine(depth, 1, items + 1, True, True, 0, depth)
     w, c = m.thread_names.index("worker0"), m.thread_names.index("consumer")
@@ -878,7 +878,7 @@ class Settings:
 def bench_live(quick: bool = False, progress: Callable[[str], None] | None = None,
                workdir: str | os.PathLike | None = None) -> dict[str, Any]:
     """Run every figure; returns ``{"machine", "settings", "torchdata", "figures"}`` (figures as dicts)."""
-    from ._demo import blas_threads
+    from .demo import blas_threads
 
     with blas_threads(1):  # OpenBLAS's idle threads spin: on 2 cores they steal time from both sides
         return _bench_live(quick, progress, workdir)

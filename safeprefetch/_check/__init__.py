@@ -1,0 +1,1 @@
+"""Checking: traces, verdicts, exploration, reductions, liveness, strategies, distributed search."""

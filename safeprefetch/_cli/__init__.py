@@ -1,0 +1,1 @@
+"""The command line: an explicit registry of commands."""

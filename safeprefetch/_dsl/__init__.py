@@ -1,0 +1,1 @@
+"""Writing models: the DSL, the compiled machine, the specializer and the catalog loader."""

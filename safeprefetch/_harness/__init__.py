@@ -1,0 +1,1 @@
+"""Harnesses: benchmarks, soaks, the demo and the interrupt injection sweep."""

@@ -1,0 +1,1 @@
+"""The Prefetcher: the reference protocol run live over a numpy slot pool."""

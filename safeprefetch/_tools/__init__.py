@@ -1,0 +1,1 @@
+"""Tools on top of checking and the runtime: explain and play, SVG rendering, SPIN."""
