@@ -30,6 +30,14 @@ changed). What remains to get right is the protocol itself:
   step: workers exit, an in-flight fetch is discarded when it lands, the
   consumer's next take reports "closed", and close joins the workers.
 
+Every step's outcomes are named, mutually exclusive branches, so a trace
+says which happened: "claim index and slot" is *claim* or *exit*; "take
+next batch" is *take* (or *take up to r*), *error*, *end*, *closed*, or the
+*abandon* choice. Slot states print as names (``(LEASED, 0)``). Every name
+the live Prefetcher relies on -- steps, branches, threads, fields, slot
+states -- is spelled once, in ``models/_protocol.py``, which both this model
+and the Prefetcher import.
+
 Two settings exist for the live ``Prefetcher``, and are checked in
 ``tests/test_prefetcher_model_modes.py``:
 
@@ -74,9 +82,10 @@ tests/test_prefetcher_runs.py, with mutations of the run logic caught.
 """
 
 from safeprefetch.model import DONE, Model, delivery_violation, violate
-
-FREE = (0, -1)
-FILLING, READY, FAILED, LEASED = 1, 2, 3, 4
+from safeprefetch.models._protocol import (ABANDON, ACTION_FETCH, CLAIM, CLAIMED, CLOSE, CLOSED, CLOSER, CONSUMER, END,
+                                           ERROR, EXIT, FAILED, FETCH, FETCH_END, FETCH_ERROR, FETCH_OK, FILLING,
+                                           FREE, GROW, JOIN, LEASED, READY, RELEASE, RESIZE, SHRINK, STOP, TAKE,
+                                           TAKE_ONE, TUNER, take_up_to, worker)
 
 
 def _set(slots, k, value):
@@ -126,21 +135,24 @@ class Prefetcher(Model):
         m.shared(target=target if autotune else capacity)
 
         # -- worker ---------------------------------------------------------
+        # "claim index and slot" has two outcomes: claim (an index, and the lowest free slot
+        # within the target), or exit (closing, a published error, or no index left).
 
-        def may_claim(s, me):
-            # A free slot, and fewer than ``target`` slots in use.
-            return (s.closing or s.failed or s.next_index >= s.length
-                    or s.slots.count(FREE) > capacity - s.target)
+        def may_claim(s, me, branch):
+            stop = s.closing or s.failed or s.next_index >= s.length
+            if branch == EXIT:
+                return stop
+            return not stop and s.slots.count(FREE) > capacity - s.target
 
-        def claim(s, me):
-            if s.closing or s.failed or s.next_index >= s.length:
+        def claim(s, me, branch):
+            if branch == EXIT:
                 s.alive -= 1
                 return DONE
             k = s.slots.index(FREE)
             me.idx, me.slot = s.next_index, k
             s.next_index += 1
             s.slots = _set(s.slots, k, (FILLING, me.idx))
-            return "fetch into slot"
+            return FETCH
 
         def fetched(s, me, outcome):
             k, i = me.slot, me.idx
@@ -148,9 +160,9 @@ class Prefetcher(Model):
                 violate("invariant", f"slot {k} changed while {me.name} was filling it")
             if s.closing:
                 s.slots = _set(s.slots, k, FREE)  # discard: nobody will take it
-            elif outcome == "ok":
+            elif outcome == FETCH_OK:
                 s.slots = _set(s.slots, k, (READY, i))
-            elif outcome == "end":
+            elif outcome == FETCH_END:
                 s.slots = _set(s.slots, k, FREE)  # the source ran out: index i does not exist
                 s.length = i
             else:
@@ -159,25 +171,25 @@ class Prefetcher(Model):
                 if s.first_error < 0 or i < s.first_error:
                     s.first_error = i
             me.idx = me.slot = -1
-            return "claim index and slot"
+            return CLAIM
 
         w = m.program("worker", idx=-1, slot=-1)
-        w.step("claim index and slot", claim, guard=may_claim)
+        w.step(CLAIM, claim, guard=may_claim, branches=(CLAIMED, EXIT))
         if error:
-            outcomes = ("ok", "error")  # any fetch may fail
+            outcomes = (FETCH_OK, FETCH_ERROR)  # any fetch may fail
         elif error_at >= 0:
-            outcomes = ("ok", "error")  # exactly the fetch of item error_at fails
+            outcomes = (FETCH_OK, FETCH_ERROR)  # exactly the fetch of item error_at fails
         else:
-            outcomes = ("ok",)
+            outcomes = (FETCH_OK,)
         if not sized:
-            outcomes += ("end",)  # an iterator may run out at any index below items
+            outcomes += (FETCH_END,)  # an iterator may run out at any index below items
 
         def fetch_outcome(s, me, outcome):
             if error or error_at < 0:
                 return True
-            return (outcome == "error") == (me.idx == error_at)
+            return (outcome == FETCH_ERROR) == (me.idx == error_at)
 
-        w.external("fetch into slot", "fetch", fetched, branches=outcomes,
+        w.external(FETCH, ACTION_FETCH, fetched, branches=outcomes,
                    guard=fetch_outcome if error_at >= 0 and not error else None)
 
         # -- consumer -------------------------------------------------------
@@ -207,37 +219,51 @@ class Prefetcher(Model):
                     return True
             return False
 
+        # "take next batch" has these outcomes, each its own branch, exactly one of the first
+        # four enabled at a time (the abandon choice aside):
+        #   closed       close was requested: the consumer is done (get() raises PrefetcherClosed);
+        #   take (up to r)  the next batch is ready: lease it, and with run > 1 up to r-1 more,
+        #                each the one a single take would pick next, stopping before a failed
+        #                slot (every run length is its own branch: the live Prefetcher may pick any);
+        #   error        the next item is a fetch error: the consumer is done (get() re-raises it);
+        #   end          every item was delivered: the consumer is done (end of stream);
+        #   abandon      (abandon=on) the consumer walks away, as a garbage-collected prefetcher.
         # The helpers take fields, not ``s``, so each step specializes to constant indices.
-        # With run > 1 the consumer may take up to ``run`` deliverable batches in
-        # one step (branch "take up to r"): each as the next single take would
-        # pick it, stopping before a failed slot. It holds them all as leases,
-        # and "release lease" frees them all. The live consumer serves them one
-        # call at a time from its own bookkeeping.
-        takes = ("take",) if run == 1 else tuple(f"take up to {r}" for r in range(1, run + 1))
-        run_of = {name: r for r, name in enumerate(takes, 1)} if run > 1 else {}
+        takes = (TAKE_ONE,) if run == 1 else tuple(take_up_to(r) for r in range(1, run + 1))
+        run_of = {name: r for r, name in enumerate(takes, 1)}
+        branches = takes + (ERROR, END, CLOSED) + ((ABANDON,) if abandon else ())
 
         def may_take(s, me, branch):
-            if branch == "abandon":
+            if branch == ABANDON:
                 return True
-            return s.closing or s.delivered >= s.length or next_slot(s.slots, s.delivered) is not None
+            if s.closing:
+                return branch == CLOSED
+            if branch == CLOSED:
+                return False
+            k = next_slot(s.slots, s.delivered)
+            if branch == END:
+                return k is None and s.delivered >= s.length
+            if k is None:
+                return False
+            if branch == ERROR:
+                return s.slots[k][0] == FAILED
+            return s.slots[k][0] == READY  # a take
 
         def take(s, me, branch):
-            if branch == "abandon":
+            if branch == ABANDON:
                 s.closing = True
-                return "join workers"
-            if s.closing:
-                return DONE  # get() raises PrefetcherClosed
+                return JOIN
+            if branch == CLOSED or branch == END:
+                return DONE
             k = next_slot(s.slots, s.delivered)
-            if k is None:
-                return DONE  # end of stream
             state, i = s.slots[k]
-            if state == FAILED:
+            if branch == ERROR:
                 s.slots = _set(s.slots, k, FREE)
                 s.error_seen = i
-                return DONE  # get() re-raises the source error
+                return DONE
             if holds_lease(s.slots):
                 violate("invariant", "a second lease while the consumer still holds one")
-            slots, delivered, want, held, got = s.slots, s.delivered, run_of.get(branch, 1), (), ()
+            slots, delivered, want, held, got = s.slots, s.delivered, run_of[branch], (), ()
             while True:
                 slots = _set(slots, k, (LEASED, i))
                 held += (k,)
@@ -252,7 +278,7 @@ class Prefetcher(Model):
             s.slots, s.delivered, me.lease = slots, delivered, held
             if history:
                 s.received += got
-            return "release lease"
+            return RELEASE
 
         def release(s, me):
             slots = s.slots
@@ -263,9 +289,9 @@ class Prefetcher(Model):
             s.slots, me.lease = slots, ()
 
         c = m.program("consumer", lease=())
-        c.step("take next batch", take, guard=may_take, branches=takes + ("abandon",) if abandon else takes)
-        c.step("release lease", release, next="take next batch")
-        c.step("join workers", guard=lambda s, me: s.alive == 0, next=DONE)
+        c.step(TAKE, take, guard=may_take, branches=branches)
+        c.step(RELEASE, release, next=TAKE)
+        c.step(JOIN, guard=lambda s, me: s.alive == 0, next=DONE)
 
         # -- closer ---------------------------------------------------------
 
@@ -276,10 +302,10 @@ class Prefetcher(Model):
             s.closed = True
 
         cl = m.program("closer")
-        cl.step("close", do_close, next="join workers",
+        cl.step(CLOSE, do_close, next=JOIN,
                 guard=None if close_after < 0 else lambda s, me: s.delivered >= min(close_after, items) or s.closing
                 or s.failed)
-        cl.step("join workers", joined, guard=lambda s, me: s.alive == 0, next=DONE)
+        cl.step(JOIN, joined, guard=lambda s, me: s.alive == 0, next=DONE)
 
         # -- tuner (autotune=on) --------------------------------------------
         # The live Prefetcher's autotuner resizes ``target`` between the other
@@ -288,33 +314,33 @@ class Prefetcher(Model):
 
         if autotune:
             def may_resize(s, me, branch):
-                if branch == "grow":
+                if branch == GROW:
                     return s.target < capacity
-                if branch == "shrink":
+                if branch == SHRINK:
                     return s.target > 1
                 return True
 
             def resize(s, me, branch):
-                if branch == "grow":
+                if branch == GROW:
                     s.target += 1
-                elif branch == "shrink":
+                elif branch == SHRINK:
                     s.target -= 1
                 else:
                     return DONE
-                return "resize"
+                return RESIZE
 
             tu = m.program("tuner")
-            tu.step("resize", resize, guard=may_resize, branches=("grow", "shrink", "stop"))
+            tu.step(RESIZE, resize, guard=may_resize, branches=(GROW, SHRINK, STOP))
 
         for i in range(workers):
-            m.thread(f"worker{i}", w)
-        m.symmetric(*(f"worker{i}" for i in range(workers)))
-        m.thread("consumer", c)
+            m.thread(worker(i), w)
+        m.symmetric(*(worker(i) for i in range(workers)))
+        m.thread(CONSUMER, c)
         if close:
             for i in range(closers):
-                m.thread(f"closer{i}" if closers > 1 else "closer", cl)
+                m.thread(f"{CLOSER}{i}" if closers > 1 else CLOSER, cl)
         if autotune:
-            m.thread("tuner", tu)
+            m.thread(TUNER, tu)
 
         # -- checks ---------------------------------------------------------
 

@@ -28,18 +28,18 @@ from ._check.explore import explore as explore
 from ._check.explore import replay as replay
 from ._dsl.model import Model as Model
 from ._dsl.model import ModelError as ModelError
-from ._prefetcher.core import Lease as Lease
-from ._prefetcher.core import LeaseHeld as LeaseHeld
-from ._prefetcher.core import LeaseReleased as LeaseReleased
-from ._prefetcher.core import PrefetchStats as PrefetchStats
-from ._prefetcher.core import PrefetchTimeout as PrefetchTimeout
-from ._prefetcher.core import Prefetcher as Prefetcher
-from ._prefetcher.core import PrefetcherClosed as PrefetcherClosed
-from ._prefetcher.core import PrefetcherExhausted as PrefetcherExhausted
-from ._prefetcher.core import PrefetcherForked as PrefetcherForked
-from ._prefetcher.core import PrefetcherWarning as PrefetcherWarning
-from ._prefetcher.sources import NpyFiles as NpyFiles
-from ._prefetcher.sources import write_npy_batches as write_npy_batches
+from ._prefetcher.api import Prefetcher as Prefetcher
+from ._prefetcher.errors import LeaseHeld as LeaseHeld
+from ._prefetcher.errors import LeaseReleased as LeaseReleased
+from ._prefetcher.errors import PrefetchTimeout as PrefetchTimeout
+from ._prefetcher.errors import PrefetcherClosed as PrefetcherClosed
+from ._prefetcher.errors import PrefetcherExhausted as PrefetcherExhausted
+from ._prefetcher.errors import PrefetcherForked as PrefetcherForked
+from ._prefetcher.errors import PrefetcherWarning as PrefetcherWarning
+from ._prefetcher.lease import Lease as Lease
+from ._prefetcher.stats import PrefetchStats as PrefetchStats
+from ._prefetcher.npy import NpyFiles as NpyFiles
+from ._prefetcher.npy import write_npy_batches as write_npy_batches
 from ._prefetcher.timeline import write_timeline as write_timeline
 
 __version__ = "0.1.0"

@@ -16,13 +16,16 @@ trace length. It is exponential; use it on small models only.
 
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator
+
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ._check.explore import CheckResult, check, classify_hang, _end_violation
 from ._dsl.model import Machine, Model
 
-__all__ = ["OracleResult", "assert_verdict", "enumerate_schedules", "thread_count"]
+__all__ = ["OracleResult", "assert_verdict", "enumerate_schedules", "recording_runtimes", "thread_count"]
 
 from ._prefetcher.lifecycle import thread_count as thread_count
 
@@ -108,3 +111,27 @@ def enumerate_schedules(machine: Machine, depth: int, limit: int = 2_000_000) ->
 
 def config_of(model: type[Model], **overrides: Any) -> Mapping[str, Any]:
     return model.configure(overrides)
+
+
+@contextlib.contextmanager
+def recording_runtimes() -> Iterator[list]:
+    """Inside the block, every live runtime a Prefetcher builds records its steps; yields the list of them.
+
+    Check a prefetcher's run against its model afterwards:
+    ``verify_record(rt.machine, rt.record)`` (``safeprefetch.lowlevel``).
+    """
+    from ._prefetcher import core
+    from ._runtime.kernel import Runtime
+
+    runtimes: list = []
+
+    def recording(machine: Any, actions: Any, **kw: Any) -> Runtime:
+        rt = Runtime(machine, actions, record=True, **kw)
+        runtimes.append(rt)
+        return rt
+
+    core.runtime_factory.insert(0, recording)
+    try:
+        yield runtimes
+    finally:
+        core.runtime_factory.remove(recording)

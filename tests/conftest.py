@@ -13,25 +13,6 @@ settings.register_profile("dev", deadline=None, suppress_health_check=[HealthChe
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-@contextlib.contextmanager
-def recording_runtimes():
-    """Every live Runtime a Prefetcher builds inside the block records its steps; yields the list of them."""
-    import safeprefetch._prefetcher.core as prefetcher_module
-    from safeprefetch._runtime.kernel import Runtime
-
-    runtimes = []
-    real = prefetcher_module.Runtime
-
-    def recording(machine, actions, **kw):
-        rt = Runtime(machine, actions, record=True, **kw)
-        runtimes.append(rt)
-        return rt
-
-    prefetcher_module.Runtime = recording
-    try:
-        yield runtimes
-    finally:
-        prefetcher_module.Runtime = real
 
 
 @pytest.fixture

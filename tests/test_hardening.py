@@ -199,13 +199,13 @@ def _interrupt_at(code, pf, call, when=lambda frame: True):
 def test_3_ctrl_c_right_after_the_consumer_gate_is_taken_leaks_nothing(baseline):
     """Finding 3a: a KeyboardInterrupt right after the consumer lock was acquired left it held: every later
     call blocked, or said another thread was consuming."""
-    from safeprefetch._prefetcher import core as _prefetcher
+    from safeprefetch._prefetcher.waits import wait_gate
 
     with Prefetcher(Items(6), capacity=2) as pf:
         assert int(pf.get()[0]) == 0
         assert wait_until(lambda: pf.ready >= 1)
         # _wait_gate has taken the gate and returns: the interrupt lands before the caller's with owns it.
-        code = _prefetcher._wait_gate.__code__
+        code = wait_gate.__code__
         with pytest.raises(KeyboardInterrupt):
             _interrupt_at(code, pf, pf.get, when=lambda f: f.f_lineno >= code.co_firstlineno + 12)
         assert not pf._core.gate._is_owned()
@@ -233,12 +233,12 @@ def test_3_ctrl_c_inside_the_wake_up_loop_loses_no_wakeup(baseline):
 
 def test_3_ctrl_c_inside_lease_leaves_no_unreleasable_lease(baseline):
     """Finding 3c: an interrupt inside lease() left LeaseHeld forever, with no Lease object to release."""
-    from safeprefetch._prefetcher import core as _prefetcher
+    from safeprefetch._prefetcher.consumer import ConsumerSide
 
     with Prefetcher(Items(5), capacity=2) as pf:
         assert wait_until(lambda: pf.ready >= 1)
         with pytest.raises(KeyboardInterrupt):
-            _interrupt_at(_prefetcher._Core.consume.__code__, pf, pf.lease,
+            _interrupt_at(ConsumerSide.consume.__code__, pf, pf.lease,
                           when=lambda f: "committed" in f.f_locals and f.f_locals["committed"] is not None)
         lease = pf.lease(timeout=5)  # the batch the interrupted call was handing out
         assert int(lease.array[0]) == 0
@@ -253,7 +253,7 @@ def test_3_an_interrupt_loses_no_batch_of_a_run(baseline):
     with Prefetcher(Items(12), capacity=8) as pf:
         core = pf._core
         assert wait_until(lambda: pf.ready >= 6)
-        core.call_ewma, core.last_call = 1e-7, None  # a fast caller: the take is a run of every ready batch
+        core.runs.ewma, core.runs.last_call = 1e-7, None  # a fast caller: the take is a run of every ready batch
         # Interrupt the take's kernel step after it applied (the run is taken, the caller never saw it).
         with pytest.raises(KeyboardInterrupt):
             _interrupt_at(Runtime._apply.__code__, pf, pf.get,

@@ -53,9 +53,10 @@ def test_the_sweep_covers_every_consumer_and_close_path():
                        (Scenario("close", "ready"), "raise"), (Scenario("get", "error"), "raise")]:
         seen |= {p.function for p in points(sc, effect)}
     for function in ["Runtime.step", "Runtime._take", "Runtime._apply", "Runtime._park", "Runtime._wake_enabled",
-                     "_wait", "_wait_gate", "_Core.consume", "_Core.handout", "_Core._serve", "_Core._take_run",
-                     "_Core._release_run", "_Core._terminal", "_Core.release_lease", "_Core.close",
-                     "_Core.begin_close", "_Core.finish_close", "Lease.release", "Prefetcher.close"]:
+                     "_wait", "wait_gate", "ConsumerSide.consume", "ConsumerSide.handout", "ConsumerSide._serve",
+                     "ConsumerSide._take_run", "ConsumerSide._release_run", "ConsumerSide._terminal",
+                     "ConsumerSide.release_lease", "CloseSide.close", "CloseSide.begin_close", "CloseSide.finish_close",
+                     "Lease.release", "Prefetcher.close"]:
         assert function in seen, function
 
 
@@ -119,12 +120,12 @@ def test_an_injected_exception_lands_at_the_chosen_point_and_is_raised_there():
 def test_the_harness_catches_a_consumer_that_is_not_interrupt_safe(monkeypatch):
     """Teeth: put back the old hand-out (commit, then the gate's exit, with nothing to catch an interrupt
     between them) and the sweep reports the lost batch."""
-    from safeprefetch._prefetcher import core as _prefetcher
+    from safeprefetch._prefetcher.consumer import ConsumerSide
 
-    real = _prefetcher._Core.unreturn
-    monkeypatch.setattr(_prefetcher._Core, "unreturn", lambda self, entry: None)  # drops the outcome
+    real = ConsumerSide.unreturn
+    monkeypatch.setattr(ConsumerSide, "unreturn", lambda self, entry: None)  # drops the outcome
     report = sweep([(Scenario("get", "ready"), "raise")], stop_at_first=True)
-    monkeypatch.setattr(_prefetcher._Core, "unreturn", real)
+    monkeypatch.setattr(ConsumerSide, "unreturn", real)
     assert any("delivered" in p.what for p in report.problems), report.problems
 
 

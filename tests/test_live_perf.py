@@ -14,7 +14,8 @@ import pytest
 
 from safeprefetch._check.explore import Explorer
 from safeprefetch._runtime.kernel import Runtime, run_live
-from safeprefetch._prefetcher.core import _compile, _machine
+from safeprefetch._prefetcher.machine import compile_reference as _compile
+from safeprefetch._prefetcher.machine import machine_for as _machine
 from safeprefetch.model import DONE, Model
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(60)]

@@ -16,7 +16,7 @@ from safeprefetch.testing import thread_count
 
 from safeprefetch import (Lease, LeaseHeld, NpyFiles, PrefetchStats, PrefetchTimeout, Prefetcher, PrefetcherClosed,
                           PrefetcherWarning, load_model, write_npy_batches)
-from conftest import recording_runtimes
+from safeprefetch.testing import recording_runtimes
 from safeprefetch._runtime.kernel import verify_record
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(60)]

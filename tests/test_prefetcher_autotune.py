@@ -201,7 +201,7 @@ def test_a_grow_while_every_worker_is_blocked_wakes_them():
         def grow():
             core.gate.acquire()  # the tuner is driven under the consumer's gate
             try:
-                core.rt.step(core.tuner, "grow")
+                core.rt.step(core.autotuner.thread, "grow")
             finally:
                 core.gate.release()
             done.set()

@@ -183,7 +183,7 @@ import numpy as np  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from conftest import recording_runtimes  # noqa: E402
+from safeprefetch.testing import recording_runtimes  # noqa: E402
 from safeprefetch import Prefetcher  # noqa: E402
 from safeprefetch._runtime.kernel import verify_record  # noqa: E402
 

@@ -75,8 +75,8 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from .._prefetcher.core import Prefetcher
-from .._prefetcher.sources import NpyFiles
+from .._prefetcher.api import Prefetcher
+from .._prefetcher.npy import NpyFiles
 
 __all__ = ["Figure", "bench_live", "cmd_bench_live", "machine_info"]
 
@@ -350,7 +350,7 @@ def bench_protocol_cpu(items: int, repeats: int, depth: int = 8) -> Figure:
     handoff figures cost beyond it is waking threads.
     """
     from .._runtime.kernel import Runtime
-    from .._prefetcher.core import _machine
+    from .._prefetcher.machine import machine_for as _machine
 
     m = _machine(depth, 1, items + 1, True, True, 0, depth)
     w, c = m.thread_names.index("worker0"), m.thread_names.index("consumer")

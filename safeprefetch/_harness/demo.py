@@ -27,8 +27,9 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from .._prefetcher.core import PrefetchStats, Prefetcher
-from .._prefetcher.sources import NpyFiles
+from .._prefetcher.api import Prefetcher
+from .._prefetcher.stats import PrefetchStats
+from .._prefetcher.npy import NpyFiles
 
 __all__ = ["DemoConfig", "DemoResult", "make_shards", "run_demo"]
 

@@ -52,7 +52,8 @@ import numpy as np
 
 from .._runtime import inject as _inject
 from .._prefetcher.lifecycle import thread_count
-from .._prefetcher.core import LeaseHeld, Prefetcher, PrefetcherClosed, PrefetcherWarning, PrefetchTimeout
+from .._prefetcher.api import Prefetcher
+from .._prefetcher.errors import LeaseHeld, PrefetcherClosed, PrefetcherWarning, PrefetchTimeout
 
 __all__ = ["EFFECTS", "Problem", "Scenario", "InjectionRun", "SoakResult", "ctrl_c_soak", "default_scenarios",
            "points", "run_point", "sweep"]
@@ -153,7 +154,7 @@ class _Setup:
         if phase == "held":
             # A fast caller: the next take is a run of every ready batch (at least two).
             self._wait(lambda: self.core.ready_now() >= 2)
-            self.core.call_ewma, self.core.last_call = 1e-7, None
+            self.core.runs.ewma, self.core.runs.last_call = 1e-7, None
             self.got.append(int(self.pf.get(timeout=5)[0]))
             if self.core.run_next >= len(self.core.run):
                 raise AssertionError("setup: the take was not a run of two or more")

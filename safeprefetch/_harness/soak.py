@@ -43,7 +43,8 @@ import numpy as np
 
 from .._dsl.model import delivery_violation
 from .._prefetcher.lifecycle import thread_count
-from .._prefetcher.core import LeaseHeld, PrefetcherClosed, Prefetcher, PrefetchTimeout
+from .._prefetcher.api import Prefetcher
+from .._prefetcher.errors import LeaseHeld, PrefetcherClosed, PrefetchTimeout
 
 __all__ = ["HANG_SECONDS", "Scenario", "ScenarioResult", "SoakReport", "generate", "random_scenario",
            "run_scenario", "soak"]

@@ -1,99 +1,126 @@
-"""Ready-made sources for the Prefetcher: batches stored as ``.npy`` files.
+"""Adapting the user's source: the index plan, the box the workers reach it through, and the first read.
 
-``NpyFiles(paths)`` is a map-style source (one ``.npy`` file per batch) with
-``fetch_into``: the file's header is parsed and its data read with one
-``readinto`` straight into the prefetcher's slot, so no batch-sized array is
-allocated and no page mapped per fetch (docs/performance.md measures it
-against ``np.load``). It holds
-only the paths, so it pickles cheaply (process executors send it with every
-fetch).
-
-``write_npy_batches`` writes such files; tests, the soak runner and the demo
-use it to put real data on disk.
+* **The plan** maps the model's stream positions 0..n-1 onto source indices:
+  sequential, a seeded permutation, then a rank's strided shard, padded or
+  trimmed to equal lengths on request.
+* **The box** holds everything that reaches the source. The Prefetcher owns
+  it; the workers see it through a weak reference, one fetch at a time, so
+  a source that refers back to its own Prefetcher does not keep it alive
+  through the worker threads (the garbage collector can collect the cycle).
+* **The first read** sizes the slot pool. A ``StopIteration`` from a
+  map-style source is an error there, as everywhere: an indexed source has
+  no end of stream.
 """
 
 from __future__ import annotations
 
-import os
-import time
-from pathlib import Path
-from typing import Any, Callable, Sequence
+import threading
+from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["NpyFiles", "write_npy_batches"]
+from .errors import PrefetchTimeout
+from .waits import wait_event
+
+__all__ = ["SourceBox", "index_plan", "read_first", "remote_item", "stop_iteration_error"]
 
 
-class NpyFiles:
-    """A map-style source of ``.npy`` files, one batch per file.
+def index_plan(n: int, shuffle: bool, seed: int, epoch: int, rank: int, world_size: int, even: str | None) -> np.ndarray:
+    """The stream positions' source indices: a seeded permutation (or 0..n-1), then rank's strided shard.
 
-    ``latency`` seconds are slept before each read, to stand for slow storage
-    (a network file system, object storage) in demos and tests.
+    ``even="pad"`` repeats the first indices of the order so every rank gets
+    ``ceil(n / world_size)`` items; ``"drop"`` drops the tail so every rank
+    gets ``n // world_size``; ``None`` lets the first ``n % world_size``
+    ranks have one more (ranks in lockstep, as under DDP, then disagree on
+    the number of steps).
+    """
+    order = np.arange(n, dtype=np.int64)
+    if shuffle:
+        order = np.random.default_rng([seed, epoch]).permutation(n)
+    if even == "pad" and n:
+        order = np.resize(order, -(-n // world_size) * world_size)  # repeats from the start
+    elif even == "drop":
+        order = order[:(n // world_size) * world_size]
+    plan = order[rank::world_size].copy()
+    plan.flags.writeable = False
+    return plan
+
+
+def remote_item(source: Any, index: int, shape: tuple[int, ...] | None, dtype: np.dtype | None) -> Any:
+    """What an executor runs: fetch one item and return it (the worker copies it into its slot)."""
+    if hasattr(source, "__getitem__"):
+        return source[index]
+    out = np.empty(shape, dtype)
+    source.fetch_into(index, out)
+    return out
+
+
+class SourceBox:
+    """Everything that reaches the user's source, owned by the Prefetcher and seen by workers weakly.
+
+    A worker resolves the weak reference for the length of one fetch. A
+    source that refers back to its Prefetcher therefore forms a cycle
+    (Prefetcher -> box -> source -> Prefetcher) that no thread roots, and the
+    garbage collector can collect it and run the finalizer.
     """
 
-    def __init__(self, paths: Sequence[str | os.PathLike], latency: float = 0.0):
-        self.paths = [os.fspath(p) for p in paths]
-        self.latency = float(latency)
+    __slots__ = ("getitem", "fetch_into", "iterator", "source", "preloaded", "errors", "lock", "__weakref__")
 
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def __getitem__(self, i: int) -> np.ndarray:
-        if self.latency:
-            time.sleep(self.latency)
-        return np.load(self.paths[i])
-
-    def fetch_into(self, i: int, out: np.ndarray) -> None:
-        """Read file ``i`` into ``out``: its header, then its data straight into ``out`` with one ``readinto``.
-
-        No array is allocated and no page is mapped: the bytes go from the
-        file into the slot. Falls back to a memory map and a copy when the
-        layout needs one (Fortran order, a non-contiguous ``out``).
-        """
-        if self.latency:
-            time.sleep(self.latency)
-        path = self.paths[i]
-        with open(path, "rb", buffering=0) as f:
-            version = np.lib.format.read_magic(f)
-            if version == (1, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-            elif version == (2, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
-            else:
-                shape = fortran = dtype = None  # a newer format: let np.load read it
-            if shape is not None and (tuple(shape) != out.shape or dtype != out.dtype):
-                raise ValueError(f"{path}: expected shape {out.shape} dtype {out.dtype}, "
-                                 f"got shape {tuple(shape)} dtype {dtype}")
-            if shape is not None and not fortran and out.flags.c_contiguous and not dtype.hasobject:
-                view = memoryview(out).cast("B")
-                got = 0
-                while got < out.nbytes:
-                    n = f.readinto(view[got:])
-                    if not n:
-                        raise ValueError(f"{path}: file ends after {got} of {out.nbytes} data bytes")
-                    got += n
-                return
-        data = np.load(path, mmap_mode="r")
-        if data.shape != out.shape or data.dtype != out.dtype:
-            raise ValueError(f"{path}: expected shape {out.shape} dtype {out.dtype}, "
-                             f"got shape {data.shape} dtype {data.dtype}")
-        np.copyto(out, data, casting="no")
-
-    def __repr__(self) -> str:
-        return f"NpyFiles({len(self.paths)} files, latency={self.latency:g})"
+    def __init__(self, getitem: Any, fetch_into: Any, iterator: Any, source: Any,
+                 preloaded: dict[int, tuple[str, Any]], thread_safe: bool):
+        self.getitem, self.fetch_into, self.iterator, self.source = getitem, fetch_into, iterator, source
+        #: The constructor's read of position 0, if it made one: ("item", array) or ("error", exception).
+        self.preloaded = preloaded
+        #: Source exceptions waiting for the consumer, by stream position.
+        self.errors: dict[int, BaseException] = {}
+        #: Serializes calls into a source that is not thread-safe (``thread_safe=False``).
+        self.lock = None if thread_safe else threading.Lock()
 
 
-def write_npy_batches(directory: str | os.PathLike, n: int, shape: Sequence[int], dtype: Any = np.float32,
-                      fill: Callable[[int], Any] | None = None, prefix: str = "batch") -> list[Path]:
-    """Write ``n`` batches as ``directory/{prefix}{i:06d}.npy``; batch ``i`` is filled with ``fill(i)`` (default ``i``).
+def stop_iteration_error(where: str, e: StopIteration) -> RuntimeError:
+    err = RuntimeError(f"{where}: the source raised StopIteration; a map-style source has no end of stream, "
+                       "so this is an error (as PEP 479 makes it for generators)")
+    err.__cause__ = e
+    return err
 
-    Returns the paths, in order.
+
+def read_first(read: Callable[[], Any], timeout: float | None, name: str, map_style: bool) -> tuple[str, Any]:
+    """The constructor's read of position 0: ("item", x), ("error", Exception) or ("end", None).
+
+    A ``BaseException`` that is not an ``Exception`` propagates (Ctrl-C in the
+    source). With a ``timeout`` the read runs on a helper thread, and
+    :class:`PrefetchTimeout` is raised when it does not finish in time (the
+    helper is left behind as a daemon thread; what it reads is discarded).
     """
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for i in range(n):
-        p = d / f"{prefix}{i:06d}.npy"
-        np.save(p, np.full(tuple(shape), i if fill is None else fill(i), dtype=dtype))
-        paths.append(p)
-    return paths
+    def attempt() -> tuple[str, Any]:
+        try:
+            return "item", read()
+        except StopIteration as e:
+            if map_style:
+                return "error", stop_iteration_error("item 0", e)
+            return "end", None
+        except Exception as e:  # noqa: BLE001 - delivered at position 0, like any source error
+            return "error", e
+
+    if timeout is None:
+        return attempt()
+    box: list[Any] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            box.append(attempt())
+        except BaseException as e:  # noqa: BLE001 - handed to the constructor
+            box.append(("base", e))
+        finally:
+            done.set()
+
+    th = threading.Thread(target=run, name=f"safeprefetch-{name}-first-read", daemon=True)
+    th.start()
+    if not wait_event(done, timeout):
+        raise PrefetchTimeout(f"the source did not return its first batch within {timeout:g} s "
+                              f"(the constructor reads it to size the slot pool; give shape= and dtype= to skip it)")
+    kind, value = box[0]
+    if kind == "base":
+        raise value
+    return kind, value

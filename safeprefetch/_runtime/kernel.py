@@ -170,6 +170,22 @@ def _never(state: tuple) -> bool:
     return False
 
 
+def _any_branch(enabled_one: Callable, nb: int, state: tuple) -> bool:
+    for bi in range(nb):
+        if enabled_one(state, bi):
+            return True
+    return False
+
+
+def _branch_of(fire: Callable) -> Callable:
+    def enabled_one(state: tuple, bi: int) -> bool:
+        for b, _ in fire(state):
+            if b == bi:
+                return True
+        return False
+    return enabled_one
+
+
 class _Entry:
     """What the kernel needs about one (thread, program counter), looked up once per step.
 
@@ -195,9 +211,16 @@ class _Entry:
             self.enabled_one = lambda state, bi: False
         else:
             self.one = getattr(fire, "branch", None) or (lambda state, bi: [x for x in fire(state) if x[0] == bi])
-            self.enabled = getattr(fire, "enabled", None) or (lambda state: bool(fire(state)))
-            self.enabled_one = (getattr(fire, "enabled_branch", None)
-                                or (lambda state, bi: any(x[0] == bi for x in fire(state))))
+            self.enabled_one = getattr(fire, "enabled_branch", None) or _branch_of(fire)
+            nb = len(info.branches)
+            if nb > 1 and hasattr(fire, "enabled_branch"):
+                # Any branch enabled, by a plain loop: a generator expression here (``any(...)``)
+                # left suspended is closed when freed, and an interrupt landing in that close is
+                # swallowed by the interpreter (found by the injection harness).
+                one = self.enabled_one
+                self.enabled = lambda state: _any_branch(one, nb, state)
+            else:
+                self.enabled = getattr(fire, "enabled", None) or (lambda state: bool(fire(state)))
         fp = info.footprint
         #: Shared fields the step reads / writes (guard, effect and next step together), or
         #: None when unknown. A parked thread whose step reads nothing the last step wrote
@@ -326,6 +349,12 @@ class Runtime:
                                      f"step {self._pos}: {turn.thread} is at {here!r}, not {turn.step!r}"))
         if branch is None:
             return e.fire(state) if e.fire is not None else []
+        if type(branch) is tuple:  # any of these branches, the first enabled in this order
+            for name in branch:
+                opts = self._options(t, e, name)
+                if opts:
+                    return opts
+            return []
         bi = e.bindex.get(branch)
         if bi is not None:
             return e.one(state, bi)
@@ -340,6 +369,11 @@ class Runtime:
             return bool(self._options(u, e, branch))
         if branch is None:
             return e.enabled(self._state)
+        if type(branch) is tuple:
+            for name in branch:
+                if self._enabled(u, e, name):
+                    return True
+            return False
         bi = e.bindex.get(branch)
         if bi is not None:
             return e.enabled_one(self._state, bi)
@@ -525,7 +559,8 @@ class Runtime:
 
         For an external step, the bound action runs outside the lock and its
         result picks the branch. ``branch`` selects among a plain step's
-        branches (default: the first enabled one). ``timeout`` (seconds;
+        branches (default: the first enabled one); a tuple of branch names
+        accepts any of them, the first enabled in that order. ``timeout`` (seconds;
         ``None`` or ``inf``: none) raises :class:`StepTimeout` when the step
         stays disabled that long.
 

@@ -1,0 +1,568 @@
+"""The public objects: the Prefetcher, and what it checks before anything starts.
+
+Construction checks every argument (a TypeError or ValueError names the bad
+one), recognises the source (map-style, ``fetch_into``, or an iterable),
+builds the index plan, reads the first batch if the pool needs its shape,
+allocates the pool, compiles the reference model for this configuration and
+starts the workers. The consumer methods are thin: each takes its outcome
+from the core and returns it with no interruption point in between (the
+return from a Python function is not one, and the dispatch on the outcome's
+kind calls nothing).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import numpy as np
+
+from .._runtime import interrupts as _interrupts
+from .._runtime.interrupts import deliver, guard, outermost, protected
+from .args import as_bool, as_dtype, as_int, as_seconds, as_shape
+from .consumer import COPY, DEFAULT, END, ERROR, GET, LEASE
+from .errors import PrefetcherExhausted
+from .core import Core
+from .lease import Lease, NotCopyable
+from .lifecycle import reaper, register
+from .machine import machine_for
+from .policy import DEFAULT_AUTOTUNE_MAX, MAX_RUN
+from .sources import SourceBox, index_plan, read_first
+from .stats import PrefetchStats
+
+__all__ = ["DEFAULT_CLOSE_TIMEOUT", "Prefetcher"]
+
+#: Bound on how long ``close()`` waits for the workers by default. A fetch
+#: normally returns within milliseconds once ``closing`` is set (blocked
+#: workers are woken at once); five seconds leaves room for a slow disk or
+#: network read in flight, and is still short enough that a stuck source does
+#: not look like a hung program.
+DEFAULT_CLOSE_TIMEOUT = 5.0
+
+#: ``items`` for an iterator source: the model's upper bound on the length,
+#: larger than any real stream. The true length is learned from the "end"
+#: outcome of a fetch.
+UNBOUNDED = 2 ** 62
+
+
+class Prefetcher(NotCopyable):
+    """Prefetch numpy batches from ``source`` on background threads, into a preallocated slot pool.
+
+    ``source`` is one of:
+
+    * a map-style source (``__len__`` and ``__getitem__``), fetched in
+      parallel by ``workers`` threads, in the order of the index plan;
+    * a map-style source with ``fetch_into(i, out)``, which fills the slot
+      array in place (no per-batch allocation); ``__getitem__`` is then only
+      used to learn the batch shape, or not at all when ``shape=`` and
+      ``dtype=`` are given;
+    * any other iterable of arrays, read by one worker in order.
+
+    With ``workers > 1`` a map-style source is called from several threads
+    at once; pass ``thread_safe=False`` if it cannot take that (its calls are
+    then serialized).
+
+    Every batch must have the shape and dtype of the first one (or of
+    ``shape=`` / ``dtype=``): a mismatch is a ValueError, a non-array a
+    TypeError (so is a ``numpy.ma.MaskedArray`` or a ``numpy.matrix``, which
+    a plain slot could not carry faithfully), delivered at that item's
+    position like a source error. Unless both ``shape=`` and ``dtype=`` are
+    given, the constructor reads the first batch itself, to size the pool; an
+    Exception from that read is still raised at position 0 by the consumer (a
+    BaseException such as KeyboardInterrupt propagates from the constructor at
+    once).
+
+    Parameters: ``capacity`` slots (default 2); ``workers`` fetch threads;
+    ``ordered`` delivery (False: whichever batch is ready first);
+    ``memory_budget`` in bytes caps the slot pool (capacity becomes at most
+    ``memory_budget // batch_bytes``; arrays handed to the caller are the
+    caller's own); the index plan ``rank`` / ``world_size`` (strided shard:
+    positions ``rank, rank + world_size, ...``; ``even="pad"`` or ``"drop"``
+    gives every rank the same length, as DDP needs), and ``shuffle`` /
+    ``seed`` / ``epoch`` (the permutation ``np.random.default_rng([seed,
+    epoch])`` draws: the same on every rank, different per epoch, taken before
+    sharding); ``executor`` (any ``concurrent.futures.Executor``, including
+    ``distributed.Client(...).get_executor(pure=False)``) runs the fetches,
+    the source being pickled for process-based executors; ``timeout`` is the
+    default for every consumer call and bounds the constructor's first read
+    (``None`` or ``inf``: wait as long as it takes); ``close_timeout`` bounds
+    ``close()`` (``inf``: no bound).
+
+    ``autotune=True`` makes ``capacity`` the starting point: the pool is
+    preallocated for ``max_capacity`` slots (default
+    ``max(capacity, DEFAULT_AUTOTUNE_MAX)``, then capped by ``memory_budget``),
+    and the capacity grows while the consumer waits on a buffer that is the
+    limit, and shrinks while the buffer stays full. The resize steps are part
+    of the checked model (its tuner thread). ``timeline=True`` records
+    per-thread spans and buffer occupancy for :meth:`timeline`.
+
+    Consume with ``for batch in pf`` (arrays you own), :meth:`get`,
+    :meth:`copy_prefetched` (into your array, no allocation), :meth:`lease`
+    or :meth:`leases` (zero-copy, read-only). A Prefetcher is one pass over
+    its stream: iterating it again after the end raises
+    :class:`PrefetcherExhausted`. All methods are thread-safe; consumer calls
+    are serialized. A consumer call interrupted by Ctrl-C loses nothing: the
+    batch it was handing out is returned by the next call. Always
+    :meth:`close` (or use ``with``); an abandoned prefetcher is closed when it
+    is garbage-collected, and every open one at interpreter exit. A
+    Prefetcher cannot be pickled or copied, and raises
+    :class:`PrefetcherForked` in a forked child.
+    """
+
+    def __init__(self, source: Any, capacity: int = 2, workers: int = 1, ordered: bool = True, *,
+                 shape: Any = None, dtype: Any = None, memory_budget: int | None = None,
+                 rank: int = 0, world_size: int = 1, even: str | None = None, shuffle: bool = False,
+                 seed: int = 0, epoch: int = 0, executor: Any = None, timeout: float | None = None,
+                 close_timeout: float = DEFAULT_CLOSE_TIMEOUT, thread_safe: bool = True,
+                 name: str | None = None, autotune: bool = False, max_capacity: int | None = None,
+                 timeline: bool = False):
+        cfg = _Config.check(capacity=capacity, workers=workers, ordered=ordered, shape=shape, dtype=dtype,
+                            memory_budget=memory_budget, rank=rank, world_size=world_size, even=even,
+                            shuffle=shuffle, seed=seed, epoch=epoch, executor=executor, timeout=timeout,
+                            close_timeout=close_timeout, thread_safe=thread_safe, autotune=autotune,
+                            max_capacity=max_capacity, timeline=timeline, name=name or f"{id(self):x}")
+        opened = _open(source, cfg)
+        pool, slots = _pool(opened, cfg)
+        workers = min(cfg.workers, max(1, opened.items)) if opened.map_style else cfg.workers
+        # The source, reachable from the worker threads only through a weak reference (see SourceBox).
+        self._source_box = box = SourceBox(
+            getitem=source.__getitem__ if opened.map_style and opened.has_getitem else None,
+            fetch_into=opened.fetch_into if opened.map_style else None, iterator=opened.iterator,
+            source=source if cfg.executor is not None else None, preloaded=opened.preloaded,
+            thread_safe=cfg.thread_safe)
+        capacity = min(cfg.capacity, slots)
+        self._core = core = Core(
+            machine=machine_for(slots, workers, opened.items, cfg.ordered, opened.sized,
+                                capacity if cfg.autotune else 0, min(slots, MAX_RUN)),
+            pool=pool, shape=opened.shape, dtype=opened.dtype, plan=opened.plan, box=box, executor=cfg.executor,
+            workers=workers, close_timeout=cfg.close_timeout, name=cfg.name, timeline=cfg.timeline,
+            timeout=cfg.timeout)
+        self._ordered = cfg.ordered
+        self._length = opened.items if opened.sized else None
+        reaper.ensure_started()
+        register(core)
+        core.sigint = _interrupts.install()
+        # Abandonment: a close request from the finalizer, carried out by the reaper (never
+        # blocking inside a garbage collection). Interpreter exit is lifecycle's hook.
+        self._finalizer = weakref.finalize(self, _abandon, core)
+        self._finalizer.atexit = False
+        try:
+            core.start()
+        except BaseException:
+            core.close(DEFAULT)
+            raise
+
+    # -- consuming ----------------------------------------------------------
+    #
+    # Each consumer method takes its outcome from ``Core.handout`` and returns
+    # it with no interruption point in between: the return from a Python
+    # function is not one, and the dispatch on the kind calls nothing.
+
+    def __iter__(self) -> "Prefetcher":
+        core = self._core
+        if core.ended_with is not None and core.stash is None and not core.close_started:
+            how = "ended with the source's error" if core.ended_with == ERROR else "was delivered to the end"
+            raise PrefetcherExhausted(
+                f"prefetcher {core.name!r}: its stream {how} ({core.counts.delivered} batches); a Prefetcher is one "
+                "pass over its source: create a new one for another pass (with epoch=... for a new shuffle)")
+        return self
+
+    def __next__(self) -> np.ndarray:
+        kind, value = self._core.handout(GET, None, DEFAULT)
+        if kind is GET:
+            return value
+        if kind is END:
+            raise StopIteration
+        try:
+            raise value
+        finally:
+            del value
+
+    def get(self, timeout: float | None = DEFAULT) -> np.ndarray:
+        """The next batch, as an array the caller owns.
+
+        Raises StopIteration at the end of the stream (and after a source
+        error was raised), the source's exception at its position,
+        :class:`PrefetchTimeout` when ``timeout`` seconds pass with no batch
+        (default: the prefetcher's ``timeout``; ``None`` or ``inf``: wait),
+        :class:`PrefetcherClosed` after close, :class:`LeaseHeld` while a
+        lease is held.
+        """
+        kind, value = self._core.handout(GET, None, timeout)
+        if kind is GET:
+            return value
+        if kind is END:
+            raise StopIteration
+        try:
+            raise value
+        finally:
+            del value
+
+    def copy_prefetched(self, out: np.ndarray, timeout: float | None = DEFAULT) -> bool:
+        """Copy the next batch into ``out`` (no allocation). Returns False at the end of the stream.
+
+        ``out`` is checked before anything is consumed: it must be a writeable
+        numpy array with the batch shape and dtype.
+        """
+        core = self._core
+        if not isinstance(out, np.ndarray):
+            raise TypeError(f"out must be a numpy array, not {type(out).__name__}")
+        if not out.flags.writeable:
+            raise ValueError("out is read-only: copy_prefetched needs a writeable array")
+        if core.pool is not None and (out.shape != core.shape or out.dtype != core.dtype):
+            raise ValueError(f"out has shape {out.shape} dtype {out.dtype}; the batches have shape "
+                             f"{core.shape} dtype {core.dtype}")
+        kind, value = core.handout(COPY, out, timeout)
+        if kind is COPY:
+            return True
+        if kind is END:
+            return False
+        try:
+            raise value
+        finally:
+            del value
+
+    def lease(self, timeout: float | None = DEFAULT) -> Lease:
+        """The next batch as a zero-copy, read-only :class:`Lease`. StopIteration at the end of the stream.
+
+        In a loop, :meth:`leases` is simpler (and ends cleanly inside a generator).
+        """
+        kind, value = self._core.handout(LEASE, None, timeout)
+        if kind is LEASE:
+            return value
+        if kind is END:
+            raise StopIteration
+        try:
+            raise value
+        finally:
+            del value
+
+    def leases(self, timeout: float | None = DEFAULT) -> Iterator[Lease]:
+        """Iterate the stream as Leases, each released when the loop moves on (or stops).
+
+        ``for lease in pf.leases(): use(lease.array)``. Releasing a lease
+        early (``with lease as view:``) is fine; keeping one past the next
+        iteration is not: its slot is refilled.
+        """
+        lease = None
+        try:
+            while True:
+                try:
+                    lease = self.lease(timeout)
+                except StopIteration:
+                    return
+                yield lease
+                lease.release()
+        finally:
+            if lease is not None and not lease._released:
+                lease.release()
+
+    # -- closing ------------------------------------------------------------
+
+    @protected
+    def close(self, timeout: float | None = None) -> None:
+        """Stop the workers and join their threads. Idempotent, callable from any thread, bounded.
+
+        Waits at most ``timeout`` seconds (default: ``close_timeout``; ``inf``:
+        no bound). A worker still inside a fetch after that is reported with a
+        :class:`PrefetcherWarning` and left as a daemon thread; it exits by
+        itself when its fetch returns. A consumer blocked in another thread
+        wakes up with :class:`PrefetcherClosed`. An outstanding lease stays
+        readable until released.
+
+        Called where it must not wait -- from a signal handler or finalizer
+        that interrupted a call of this prefetcher on the same thread, or from
+        the source on a worker -- it marks the prefetcher closed at once and
+        returns; the reaper thread finishes the close as soon as the
+        interrupted call leaves the kernel.
+        """
+        t = DEFAULT if timeout is None else as_seconds("timeout", timeout)
+        self._core.close(t)
+        self._finalizer.detach()
+        if guard.deferred and outermost(sys._getframe()):
+            deliver()
+
+    def __enter__(self) -> "Prefetcher":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- inspection ---------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._core.close_started
+
+    @property
+    def stats(self) -> PrefetchStats:
+        """A frozen snapshot of the timing and buffer statistics (``print(pf.stats)`` reads as a summary)."""
+        return self._core.stats()
+
+    @property
+    def capacity(self) -> int:
+        """Slots the workers may fill at once: the pool size (after ``memory_budget``), or with ``autotune``
+        the current tuned capacity."""
+        return self._core.target
+
+    @property
+    def ready(self) -> int:
+        """Batches ready in the buffer right now (a snapshot: workers and the consumer keep changing it)."""
+        return self._core.ready_now()
+
+    @property
+    def max_capacity(self) -> int:
+        """Slots in the preallocated pool: the ceiling ``capacity`` can reach (equal to it without autotune)."""
+        return self._core.slots_total
+
+    @property
+    def autotune(self) -> bool:
+        return self._core.autotuner is not None
+
+    @property
+    def capacity_history(self) -> list[tuple[float, int, int]]:
+        """Every autotune resize: ``(seconds since construction, batches delivered, new capacity)``."""
+        return list(self._core.capacity_log)
+
+    def timeline(self) -> dict[str, Any]:
+        """What ``timeline=True`` recorded, for drawing with :meth:`write_timeline` or ``safeprefetch.write_timeline``.
+
+        ``spans``: ``(thread, kind, start, end)`` with kind ``fetch`` / ``wait``
+        (workers), ``wait`` / ``copy`` / ``compute`` (consumer); ``occupancy``:
+        ``(time, ready batches)``; times in seconds since construction.
+        """
+        c = self._core
+        if c.spans is None:
+            raise ValueError("this prefetcher was not created with timeline=True")
+        t0 = c.counts.t0
+        return {"spans": [(th, kind, a - t0, b - t0) for th, kind, a, b in list(c.spans)],
+                "occupancy": [(t - t0, n) for t, n in list(c.occupancy_log or [])],
+                "capacity": [(t, n) for t, _d, n in c.capacity_log],
+                "initial_capacity": c.machine.config.get("target", c.slots_total) if c.autotuner is not None
+                else c.slots_total,
+                "workers": len(c.worker_ids)}
+
+    def write_timeline(self, path: Any, title: str = "prefetcher timeline", subtitle: str = "") -> None:
+        """Draw :meth:`timeline` to ``path``: ``.svg`` (no dependency) or ``.png`` (the ``plot`` extra)."""
+        from .timeline import write_timeline
+
+        write_timeline(path, self.timeline(), title=title, subtitle=subtitle)
+
+    @property
+    def workers(self) -> int:
+        return len(self._core.worker_ids)
+
+    @property
+    def ordered(self) -> bool:
+        return self._ordered
+
+    @property
+    def shape(self) -> tuple[int, ...] | None:
+        """Shape of every batch (None for an empty stream with no ``shape=``)."""
+        return self._core.shape
+
+    @property
+    def dtype(self) -> np.dtype | None:
+        return self._core.dtype
+
+    @property
+    def length(self) -> int | None:
+        """Items in the stream for a map-style source (after the plan); None for an iterator."""
+        return self._length
+
+    @property
+    def indices(self) -> np.ndarray | None:
+        """The index plan: source index of each stream position (read-only); None for an iterator."""
+        return self._core.plan
+
+    @property
+    def last_index(self) -> int | None:
+        """Source index of the batch delivered last (useful with ``ordered=False``)."""
+        return self._core.last_index
+
+    def __repr__(self) -> str:
+        c = self._core
+        state = "closed" if c.close_started else (c.ended_with or "open")
+        return (f"<Prefetcher {c.name} capacity={self.capacity} workers={self.workers} ordered={self._ordered} "
+                f"shape={c.shape} dtype={c.dtype} delivered={c.counts.delivered} {state}>")
+
+@dataclass(frozen=True)
+class _Config:
+    """The constructor's arguments, checked: bad input is a TypeError or ValueError here, never later."""
+
+    capacity: int
+    workers: int
+    ordered: bool
+    shape: tuple[int, ...] | None
+    dtype: np.dtype | None
+    memory_budget: int | None
+    rank: int
+    world_size: int
+    even: str | None
+    shuffle: bool
+    seed: int
+    epoch: int
+    executor: Any
+    timeout: float | None
+    close_timeout: float | None
+    thread_safe: bool
+    autotune: bool
+    max_capacity: int | None
+    timeline: bool
+    name: str
+
+    @property
+    def slots(self) -> int:
+        """Slots in the pool: the capacity, or with autotune the ceiling it may grow to."""
+        if not self.autotune:
+            return self.capacity
+        return self.max_capacity if self.max_capacity is not None else max(self.capacity, DEFAULT_AUTOTUNE_MAX)
+
+    @classmethod
+    def check(cls, **kw: Any) -> "_Config":
+        capacity = as_int("capacity", kw["capacity"], 1)
+        autotune = as_bool("autotune", kw["autotune"])
+        max_capacity = kw["max_capacity"]
+        if max_capacity is not None:
+            max_capacity = as_int("max_capacity", max_capacity, 1)
+            if not autotune:
+                raise ValueError("max_capacity is the ceiling for autotune: pass autotune=True, or set capacity")
+            if max_capacity < capacity:
+                raise ValueError(f"max_capacity ({max_capacity}) must be >= capacity ({capacity}), "
+                                 "the starting capacity")
+        world_size = as_int("world_size", kw["world_size"], 1)
+        rank = as_int("rank", kw["rank"], 0)
+        if rank >= world_size:
+            raise ValueError(f"rank must be < world_size, got rank={rank} world_size={world_size}")
+        even = kw["even"]
+        if even is not None and even not in ("pad", "drop"):
+            raise ValueError(f"even must be None, 'pad' or 'drop', got {even!r}")
+        executor = kw["executor"]
+        if executor is not None and not callable(getattr(executor, "submit", None)):
+            raise TypeError(f"executor must be a concurrent.futures.Executor (with submit), "
+                            f"not {type(executor).__name__}")
+        name = kw["name"]
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a str, not {type(name).__name__}")
+        budget = kw["memory_budget"]
+        return cls(
+            capacity=capacity, workers=as_int("workers", kw["workers"], 1), ordered=as_bool("ordered", kw["ordered"]),
+            shape=as_shape(kw["shape"]), dtype=as_dtype(kw["dtype"]),
+            memory_budget=None if budget is None else as_int("memory_budget", budget, 1),
+            rank=rank, world_size=world_size, even=even, shuffle=as_bool("shuffle", kw["shuffle"]),
+            seed=as_int("seed", kw["seed"], 0), epoch=as_int("epoch", kw["epoch"], 0), executor=executor,
+            timeout=as_seconds("timeout", kw["timeout"]),
+            close_timeout=as_seconds("close_timeout", kw["close_timeout"], positive=True),
+            thread_safe=as_bool("thread_safe", kw["thread_safe"]), autotune=autotune, max_capacity=max_capacity,
+            timeline=as_bool("timeline", kw["timeline"]), name=name)
+
+
+@dataclass
+class _Opened:
+    """What opening the source learned: its kind, the plan, the stream length, the first read."""
+
+    map_style: bool
+    has_getitem: bool = False
+    fetch_into: Any = None
+    iterator: Any = None
+    plan: np.ndarray | None = None
+    items: int = 0
+    sized: bool = True
+    preloaded: dict = field(default_factory=dict)
+    shape: tuple[int, ...] | None = None
+    dtype: np.dtype | None = None
+
+
+def _open(source: Any, cfg: _Config) -> _Opened:
+    """Recognise the source, build the index plan, and read the first batch if the pool needs its size."""
+    if source is None:
+        raise TypeError("source must be an iterable of arrays or a map-style source, not None")
+    if isinstance(source, (str, bytes, bytearray)):
+        raise TypeError(f"source must yield numpy arrays; a {type(source).__name__} yields characters")
+    fetch_into = getattr(source, "fetch_into", None)
+    fetch_into = fetch_into if callable(fetch_into) else None
+    has_getitem = hasattr(source, "__getitem__")
+    map_style = hasattr(source, "__len__") and (has_getitem or fetch_into is not None)
+    if map_style and isinstance(source, np.ndarray) and source.ndim == 0:
+        raise TypeError("source is a 0-d array: give an array of batches (at least 1-d) or an iterable")
+    if not map_style and not hasattr(source, "__iter__"):
+        raise TypeError(f"source must be an iterable of arrays or a map-style source "
+                        f"(__len__ + __getitem__), not {type(source).__name__}")
+    opened = _Opened(map_style, has_getitem, fetch_into, shape=cfg.shape, dtype=cfg.dtype)
+    want_first = cfg.shape is None or cfg.dtype is None
+    if map_style:
+        _open_map(source, cfg, opened, want_first)
+    else:
+        _open_iterator(source, cfg, opened, want_first)
+    kind, first = opened.preloaded.get(0, ("", None))
+    if want_first and kind == "item" and isinstance(first, np.ndarray):
+        opened.shape = first.shape if opened.shape is None else opened.shape
+        opened.dtype = first.dtype if opened.dtype is None else opened.dtype
+    if (opened.shape is None or opened.dtype is None) and opened.items:
+        opened.items, opened.sized = 1, True  # the first read failed, so no pool can be sized: the stream is that error
+    return opened
+
+
+def _open_map(source: Any, cfg: _Config, opened: _Opened, want_first: bool) -> None:
+    try:
+        n = len(source)
+    except TypeError as e:
+        raise TypeError(f"len(source) failed: {e}") from None
+    opened.plan = plan = index_plan(n, cfg.shuffle, cfg.seed, cfg.epoch, cfg.rank, cfg.world_size, cfg.even)
+    opened.items = len(plan)
+    if want_first and opened.items:
+        if not opened.has_getitem:
+            raise ValueError("a fetch_into source without __getitem__ needs shape= and dtype= "
+                             "(the slot pool cannot be sized otherwise)")
+        index = int(plan[0])
+        opened.preloaded[0] = read_first(lambda: source[index], cfg.timeout, cfg.name, map_style=True)
+
+
+def _open_iterator(source: Any, cfg: _Config, opened: _Opened, want_first: bool) -> None:
+    if cfg.workers != 1:
+        raise ValueError(f"an iterable source is read by one worker, in order; workers={cfg.workers} needs "
+                         "a map-style source (__len__ + __getitem__)")
+    if cfg.executor is not None:
+        raise ValueError("executor= needs a map-style source (__len__ + __getitem__): an iterator "
+                         "cannot be read by another process")
+    if cfg.shuffle or cfg.world_size != 1 or cfg.even is not None:
+        raise ValueError("index plans (shuffle, rank, world_size, even) need a map-style source "
+                         "(__len__ + __getitem__)")
+    try:
+        opened.iterator = iterator = iter(source)
+    except TypeError as e:
+        raise TypeError(f"iter(source) failed: {e}") from None
+    opened.items, opened.sized = UNBOUNDED, False
+    if want_first:
+        kind, first = read_first(lambda: next(iterator), cfg.timeout, cfg.name, map_style=False)
+        if kind == "end":
+            opened.items, opened.sized = 0, True
+        else:
+            opened.preloaded[0] = (kind, first)
+            if kind == "error":
+                opened.items, opened.sized = 1, True
+
+
+def _pool(opened: _Opened, cfg: _Config) -> tuple[np.ndarray | None, int]:
+    """The preallocated slot pool (None when no batch shape is known) and its number of slots."""
+    slots = cfg.slots
+    if opened.shape is None or opened.dtype is None:
+        return None, slots
+    batch_bytes = math.prod(opened.shape) * opened.dtype.itemsize
+    if cfg.memory_budget is not None and batch_bytes:
+        if batch_bytes > cfg.memory_budget:
+            raise ValueError(f"one batch of shape {opened.shape} dtype {opened.dtype} takes {batch_bytes} bytes, "
+                             f"more than memory_budget={cfg.memory_budget}")
+        slots = max(1, min(slots, cfg.memory_budget // batch_bytes))
+    return np.empty((slots, *opened.shape), opened.dtype), slots
+
+
+def _abandon(core: Core) -> None:
+    """The finalizer of an abandoned Prefetcher: ask the reaper to close it. Never blocks, never raises."""
+    try:
+        core.request_close()
+    except BaseException:  # noqa: BLE001 - a finalizer must not raise
+        pass

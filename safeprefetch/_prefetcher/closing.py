@@ -1,0 +1,132 @@
+"""Closing: bounded, idempotent, from any thread -- and never waiting for itself.
+
+``close()`` sets the model's ``closing`` (the closer's "close" step wakes every
+blocked step: workers exit, an in-flight fetch is discarded when it lands,
+the consumer's next take reports "closed"), then waits, bounded by
+``close_timeout``, for the workers to leave the model and their threads to
+end. A worker still inside a fetch after that is reported, not waited for.
+
+Called on a thread that is inside this prefetcher -- holding the kernel lock
+or the close lock (a signal handler or a finalizer that interrupted it), or
+one of its workers (a source closing its own prefetcher) -- waiting would
+wait for itself. There ``close()`` marks the prefetcher closed and hands the
+rest to the reaper thread (``lifecycle.py``), which waits for the lock the
+interrupted code releases as soon as the handler returns.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+
+from .._runtime import interrupts as _interrupts
+from .._runtime.interrupts import protected
+from .._runtime.kernel import LiveError, StepTimeout
+from ..models import _protocol as P
+from .args import deadline_after
+from .consumer import DEFAULT
+from .errors import PrefetcherWarning
+from .lifecycle import open_cores, reaper, unregister
+from .waits import join_threads
+
+__all__ = ["CloseSide"]
+
+
+class CloseSide:
+    """The closing half of the core (a mixin of ``_Core``)."""
+
+    def cannot_wait(self) -> bool:
+        """Whether the calling thread is inside this prefetcher: holds the kernel or close lock, or is a worker.
+
+        Such a caller is a signal handler or finalizer that interrupted us, or
+        a source closing its own prefetcher; waiting for the lock there would
+        wait for itself.
+        """
+        return (self.rt.owned_by_current_thread() or self.close_lock._is_owned()
+                or threading.get_ident() in self.worker_idents)
+
+    def request_close(self) -> None:
+        """Close without waiting: marked closed now, carried out by the reaper. Safe from any context."""
+        self.close_started = True
+        if not self.forked and not self.closed:
+            reaper.request(self)
+
+    @protected
+    def close(self, timeout: float | None) -> bool:
+        """Close and wait (bounded) for the workers. False when a worker was stuck in a fetch and left behind."""
+        if self.forked:
+            self.close_started = True
+            return True
+        if self.cannot_wait():
+            self.request_close()
+            return True
+        deadline = deadline_after(self.close_timeout if timeout is DEFAULT else timeout)
+        self.close_started = True
+        self.begin_close()
+        return self.finish_close(deadline)
+
+    @protected
+    def begin_close(self) -> None:
+        """Set the model's ``closing`` (waking every blocked step) and cut executor waits short."""
+        self.close_started = True
+        if self.forked or self.closed:
+            return
+        rt = self.rt
+        with self.close_lock:
+            try:
+                if rt.state[self.i_closer_pc] == P.CLOSE:
+                    rt.step(self.closer)
+            except LiveError:
+                pass  # the runtime already failed; every parked thread has been told
+            with self.waiters_lock:
+                waiters = list(self.waiters)
+            for ev in waiters:
+                ev.set()
+
+    @protected
+    def finish_close(self, deadline: float | None, warn: bool = True) -> bool:
+        """Wait until ``deadline`` for the workers to leave the model and their threads to end; then record it.
+
+        Idempotent. A Ctrl-C during the wait leaves the prefetcher closed and
+        its threads exiting; calling close() again finishes the join.
+        """
+        if self.forked:
+            return True
+        rt = self.rt
+        with self.close_lock:
+            if self.closed:
+                self._after_close()  # idempotent: an interrupt may have cut the first one short
+                return not self.stuck
+            me = threading.current_thread()
+            try:
+                if rt.state[self.i_closer_pc] == P.JOIN and me not in self.threads:
+                    rt.step(self.closer, timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+            except StepTimeout:
+                pass  # a worker is stuck in a fetch: reported below
+            except LiveError:
+                pass
+            join_threads(self.threads, deadline, me)
+            # Still alive: a worker whose model thread is inside "fetch into slot" is stuck in the
+            # source; the others have left the model and are only finishing their thread.
+            state = rt.state
+            self.stuck = [th.name for th, i in zip(self.threads, self.worker_pcs)
+                          if th is not me and th.is_alive() and state[i] == P.FETCH]
+            self.counts.t_end = time.perf_counter()
+            box = self.source_ref()
+            if box is not None:
+                box.preloaded.clear()
+            self.closed = True
+            self._after_close()
+        if self.stuck and warn:
+            waited = "no time" if deadline is None else "the close timeout"
+            warnings.warn(f"prefetcher {self.name!r}: {', '.join(self.stuck)} still inside a fetch after {waited}; "
+                          "left running as daemon threads (the result will be discarded)",
+                          PrefetcherWarning, stacklevel=4)
+        return not self.stuck
+
+    def _after_close(self) -> None:
+        """Leave the registry of open prefetchers; remove the SIGINT wrapper if no open one asked for it."""
+        unregister(self)
+        if self.sigint and not any(c.sigint for c in open_cores()):
+            _interrupts.uninstall()

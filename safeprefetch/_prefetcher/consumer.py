@@ -1,0 +1,317 @@
+"""The consumer: one caller at a time drives the model consumer, and an interrupted call loses nothing.
+
+Callers take the *gate* (an RLock, so a thread can ask whether it holds it)
+and drive the model's consumer thread: "take next batch" (a run of batches,
+or the end, the error, the close), then "release lease" once every batch of
+the run is handed out. The consumer reads ``pool[k]`` only while the model
+says slot ``k`` is LEASED.
+
+An interrupted call loses no batch. A call produces its outcome -- an array
+copied out, ``out`` filled, a Lease, the end, an error -- into the *stash*
+under the gate, and takes it out of the stash on the line that returns it.
+The run is released only after its last batch is in the stash. So wherever
+a ``KeyboardInterrupt`` lands -- in the kernel, while copying, while
+releasing -- the next call finds either the run still held (and serves its
+next batch) or the outcome in the stash (and returns it, adapted to its own
+API), and a take whose caller never saw its result is recognised by the
+model consumer's own lease. With the SIGINT wrapper installed, a Ctrl-C
+inside a call is delivered at the blocking wait or just before the call
+returns, with the outcome put back for the next call (``unreturn``).
+
+Open question: a signal landing in the few bytecodes between the gate's
+``with`` exit and a consumer call's return puts the outcome back; with two
+consumer threads racing, it may then be delivered after a batch another
+thread took in between (never lost, never duplicated).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import weakref
+from typing import Any
+
+import numpy as np
+
+from .._dsl.model import DONE
+from .._runtime.interrupts import deliver, guard, outermost, protected
+from .._runtime.kernel import StepTimeout
+from ..models import _protocol as P
+from .args import as_seconds
+from .errors import LeaseHeld, PrefetcherClosed, PrefetcherForked, PrefetchTimeout
+from .lease import RELEASED_ARRAY, Lease
+from .waits import NO_GATE, wait_gate
+
+__all__ = ["DEFAULT", "ConsumerSide", "COPY", "END", "GET", "LEASE", "TERMINAL"]
+
+# What a consumer call hands out. A stash entry is (kind, value, position, data, lease ref):
+# ``kind`` is the API that produced it (GET: value is a new array; COPY: value is
+# True, data is ``out``; LEASE: value is a Lease) or a terminal outcome (END, or
+# ERROR / CLOSED, whose value is the exception to raise); ``data`` is the array
+# holding the batch, for handing the entry to another API; ``lease ref`` a weak reference
+# to the Lease (made beforehand, so that handing it out calls nothing).
+GET, COPY, LEASE = "get", "copy", "lease"
+END, ERROR, CLOSED = "end", "error", "closed"
+TERMINAL = (END, ERROR, CLOSED)
+
+#: "The prefetcher's own timeout" for a call's ``timeout`` argument.
+DEFAULT: Any = type("_Default", (), {"__repr__": lambda self: "<the prefetcher's timeout>"})()
+
+
+class ConsumerSide:
+    """The consumer half of the core (a mixin of ``_Core``)."""
+
+    def deadline(self, timeout: Any) -> float | None:
+        """The deadline for a consumer call given its ``timeout`` argument (``DEFAULT``: the prefetcher's)."""
+        t = self.timeout if timeout is DEFAULT else as_seconds("timeout", timeout)
+        return None if t is None else time.monotonic() + t
+
+    def _reentered(self) -> None:
+        raise RuntimeError(f"prefetcher {self.name!r}: a consumer call from a signal handler or finalizer that "
+                           "interrupted another consumer call on this thread; only close() may be called there")
+
+    @protected
+    def consume(self, api: str, out: Any, deadline: float | None) -> tuple:
+        """One consumer call: its outcome (a stash entry), taken out of the stash under the gate."""
+        if self.forked:
+            raise PrefetcherForked(f"prefetcher {self.name!r} belongs to the process that forked this one")
+        gate = self.gate
+        if gate._is_owned():
+            self._reentered()
+        committed = None
+        try:
+            with (gate if wait_gate(gate, deadline) else NO_GATE):
+                entry = self.stash
+                if entry is not None and self.close_started and entry[0] not in TERMINAL:
+                    entry = self.stash = None  # an interrupted call's batch: after close, nothing more is handed out
+                    self.backlog = ()
+                if entry is None:
+                    if self.backlog:
+                        entry = self.backlog[0]
+                        self.stash, self.backlog = entry, self.backlog[1:]
+                    else:
+                        self._serve(api, out, deadline)
+                        entry = self.stash
+                if entry[0] not in TERMINAL and (entry[0] is not api or (api is COPY and entry[3] is not out)):
+                    self._adapt(api, out)  # an interrupted call (of another API, or into another out) produced it
+                    entry = self.stash
+                # Handed out: no interruption point from here to the caller's return (see get()),
+                # except the check after the gate's exit, which the ``except`` below covers.
+                committed = entry; self.stash = None  # noqa: E702
+                if entry[0] is LEASE:
+                    self.lease_out = entry[4]
+                elif entry[0] is ERROR:
+                    self.error_raised = True
+                return entry
+        except BaseException:
+            if committed is not None:  # interrupted at the gate's exit, after the hand-out
+                self.unreturn(committed)
+            raise
+
+    @protected
+    def handout(self, api: str, out: Any, timeout: Any) -> tuple[str, Any]:
+        """A public consumer call's (kind, value), with a deferred SIGINT delivered first.
+
+        If the deferred SIGINT raises, the outcome goes back to the stash for
+        the next call. The caller (a public method, not itself protected)
+        returns the value with no interruption point in between.
+        """
+        try:
+            entry = self.consume(api, out, self.deadline(timeout))
+        except BaseException:
+            if guard.deferred and outermost(sys._getframe()):
+                deliver()
+            raise
+        if guard.deferred and outermost(sys._getframe()):
+            try:
+                deliver()
+            except BaseException:
+                self.unreturn(entry)
+                raise
+        return entry[0], entry[1]
+
+    @protected
+    def unreturn(self, entry: tuple) -> None:
+        """Put back an outcome whose call is raising a deferred Ctrl-C instead: the next call returns it."""
+        gate = self.gate
+        with (gate if wait_gate(gate, None) else NO_GATE):
+            if entry[0] is LEASE and self.lease_out is entry[4]:
+                self.lease_out = None
+            if self.stash is None:
+                self.stash = entry
+            else:
+                self.backlog = (entry,) + self.backlog
+
+    def _usable(self) -> None:
+        if self.close_started:
+            raise PrefetcherClosed(f"prefetcher {self.name!r} is closed")
+        ref = self.lease_out
+        if ref is not None:
+            lo = ref()
+            if lo is None:  # dropped unreleased: its run is released now (no one can read it any more)
+                self.lease_out = None
+                self._release_run()
+            elif not lo._released:
+                raise LeaseHeld("a lease is still held: release it (lease.release() or leave its with-block) "
+                                "before asking for another batch")
+
+    def _serve(self, api: str, out: Any, deadline: float | None) -> None:
+        """Produce this call's outcome into the stash: the next batch of the run, taking a new run if needed."""
+        if self.ended_with is not None:
+            # The stream is over and its last word was said: a closed stream stays closed;
+            # after the end or the source error, StopIteration.
+            if self.ended_with is CLOSED or self.close_started:
+                self.stash = (CLOSED, PrefetcherClosed(f"prefetcher {self.name!r} is closed"), -1, None, None)
+            else:
+                self.stash = (END, None, -1, None, None)
+            return
+        self._usable()
+        # The caller's pace (from the previous batch in hand to this call) decides run lengths.
+        self.runs.observe_call()
+        if self.run_next >= len(self.run) or self._run_changed():
+            if not self._take_run(deadline, single=api is LEASE):
+                return  # the stream ended: the stash holds how
+        k, pos = self.run[self.run_next]
+        if self.spans is not None:
+            t0 = time.perf_counter()
+        if api is GET:
+            data = np.array(self.slot_views[k])  # a copy: the caller owns it
+            value = data
+        elif api is COPY:
+            np.copyto(out, self.slot_views[k], casting="no")
+            data, value = out, True
+        else:
+            data = self.ro_views[k].view()
+            value = Lease(self, data, pos, int(self.plan[pos]) if self.plan is not None else pos)
+        ref = weakref.ref(value) if api is LEASE else None
+        if self.spans is not None:
+            self.spans.append(("consumer", "copy", t0, time.perf_counter()))
+        # The outcome is stashed, and the run advanced past it, with no interruption point between.
+        self.stash = (api, value, pos, data, ref); self.run_next += 1; self.counts.delivered += 1; self.last_pos = pos  # noqa: E702,E501
+        self.runs.last_call = time.perf_counter()
+        if api is not LEASE and self.run_next >= len(self.run):
+            self._release_run()
+        if self.spans is not None:
+            self.consumer_back = time.perf_counter()
+
+    def _run_of(self, state: tuple) -> tuple[tuple[int, int], ...]:
+        slots, lease = state[self.i_slots], state[self.i_lease]
+        return tuple((k, slots[k][1]) for k in lease)
+
+    def _run_changed(self) -> bool:
+        """A take applied by the kernel whose call was interrupted before it recorded the run."""
+        state = self.rt.state
+        return state[self.i_consumer_pc] == P.RELEASE and self._run_of(state) != self.run
+
+    def _take_run(self, deadline: float | None, single: bool) -> bool:
+        """Make ``self.run`` the run the model consumer holds, taking one if needed. False when the stream ended.
+
+        Only the consumer changes its own pc, its lease, a LEASED slot,
+        ``delivered`` and ``error_seen``, so reading them outside the kernel
+        lock is exact.
+        """
+        rt, c = self.rt, self.consumer
+        state = rt.state
+        pc = state[self.i_consumer_pc]
+        if pc == DONE:
+            self._terminal(state)
+            return False
+        give_back = False
+        if pc == P.RELEASE:
+            run = self._run_of(state)
+            if run != self.run:
+                self.run, self.run_next = run, 0  # a take whose caller was interrupted: serve it now
+                return True
+            give_back = True  # the whole run was handed out; its release was interrupted
+        branch = self.runs.branches(single)
+        slots = state[self.i_slots]
+        ready = 0
+        for st, _ in slots:
+            if st == P.READY or st == P.FAILED:
+                ready += 1
+        self.counts.sample_occupancy(ready)
+        t0 = time.perf_counter()
+        try:
+            rt.step(c, None if give_back else branch,
+                    timeout=None if deadline is None else max(0.0, deadline - time.monotonic()),
+                    chain=give_back, then=branch)
+        except StepTimeout:
+            raise PrefetchTimeout("no batch within the timeout") from None
+        finally:
+            t1 = time.perf_counter()
+            self.counts.wait_seconds += t1 - t0
+            if self.spans is not None:
+                if self.consumer_back is not None:
+                    self.spans.append(("consumer", "compute", self.consumer_back, t0))
+                self.spans.append(("consumer", "wait", t0, t1))
+                self.occupancy_log.append((t0, ready))
+        after = rt.state
+        if after[self.i_consumer_pc] == DONE:
+            self._terminal(after)
+            return False
+        self.run, self.run_next = self._run_of(after), 0
+        if self.autotuner is not None:
+            self.autotuner.after_take(self, state, ready)
+        return True
+
+    def _terminal(self, state: tuple) -> None:
+        """The model consumer is done: stash the end of stream, the source error, or PrefetcherClosed."""
+        err = state[self.i_error_seen]
+        box = self.source_ref()
+        if err >= 0 and not self.error_raised and box is not None and err in box.errors:
+            self.stash = (ERROR, box.errors[err], err, None, None)
+            self.ended_with = ERROR
+        elif err >= 0 or state[self.i_delivered] >= state[self.i_length]:
+            self.stash = (END, None, -1, None, None)
+            self.ended_with = END
+        else:
+            self.stash = (CLOSED, PrefetcherClosed(f"prefetcher {self.name!r} was closed"), -1, None, None)
+            self.ended_with = CLOSED
+
+    @protected
+    def _release_run(self) -> None:
+        """The model consumer's "release lease", once every batch of its run is handed out (never blocks).
+
+        At once, not at the next call: a waiting worker then refills the slots
+        while the caller is on its way back (measured: giving a run back at
+        the next call, in one critical section with the next take, is slower
+        at every depth).
+        """
+        rt = self.rt
+        if rt.state[self.i_consumer_pc] == P.RELEASE and self.run_next >= len(self.run):
+            rt.step(self.consumer)
+
+    def _adapt(self, api: str, out: Any) -> None:
+        """Turn the stashed outcome of an interrupted call of another API into this call's outcome."""
+        kind, value, pos, data, _ref = self.stash
+        if api is GET:
+            copied = np.array(data)
+            new = (api, copied, pos, copied, None)
+        elif api is COPY:
+            if out is not data:
+                np.copyto(out, data, casting="no")
+            new = (api, True, pos, out, None)
+        else:  # a Lease over a private read-only copy: no slot is held for it
+            private = np.array(data)
+            private.flags.writeable = False
+            lease = Lease(self, private, pos, int(self.plan[pos]) if self.plan is not None else pos, private=True)
+            new = (api, lease, pos, private, weakref.ref(lease))
+        self.stash = new
+        if kind is LEASE:
+            value._released = True; value._array = RELEASED_ARRAY  # noqa: E702
+            self._release_run()
+
+    @protected
+    def release_lease(self, lease: "Lease") -> None:
+        if self.forked:
+            lease._released = True; lease._array = RELEASED_ARRAY  # noqa: E702
+            return
+        gate = self.gate
+        if gate._is_owned():
+            self._reentered()
+        with (gate if wait_gate(gate, None) else NO_GATE):
+            if lease._released:
+                return
+            if not lease._private and not self.closed:
+                self._release_run()
+            lease._released = True; lease._array = RELEASED_ARRAY  # noqa: E702

@@ -1,0 +1,180 @@
+"""The workers: each drives one model worker thread, and fetches into the slot the model gave it.
+
+A worker writes ``pool[k]`` only between its "claim index and slot" step
+(which made slot ``k`` FILLING by this worker) and its "fetch into slot"
+step (the model's external step: the source runs here, outside the kernel
+lock). The kernel lock orders those steps against the consumer's, so no
+slot is written while it is read. Every error from the source, a
+``BaseException`` included, is published at its position as the fetch's
+"error" outcome; the consumer re-raises the same object. Workers hold the
+core, never the Prefetcher, and reach the source through a weak reference.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from .._dsl.model import DONE
+from .._runtime.kernel import LiveError
+from ..models import _protocol as P
+from .sources import SourceBox, remote_item, stop_iteration_error
+
+__all__ = ["FetchSide", "worker_main"]
+
+#: What a remote fetch cut short by close returns.
+CLOSING = object()
+
+
+class FetchSide:
+    """The worker half of the core (a mixin of ``_Core``)."""
+
+    def start(self) -> None:
+        for w, t in enumerate(self.worker_ids):
+            th = threading.Thread(target=worker_main, args=(self, w, t), daemon=True,
+                                  name=f"safeprefetch-{self.name}-worker{w}")
+            self.threads.append(th)
+            th.start()
+            self.worker_idents.add(th.ident)
+
+    def _closing(self) -> bool:
+        # A racy read is sound: ``closing`` only ever goes from False to True.
+        return self.rt.state[self.i_closing]
+
+    def _fetch(self, ctx) -> str:
+        """The model's external step "fetch into slot": fill the worker's ``slot`` with item ``idx``."""
+        w, i_idx, i_slot = self.worker_fields[ctx.thread]
+        state = ctx.state  # the snapshot taken when the step began: its idx and slot are this fetch's
+        pos, k = state[i_idx], state[i_slot]
+        if self._closing():
+            return "ok"  # the model discards a fetch that lands after close
+        box = self.source_ref()
+        if box is None:
+            return "ok"  # the Prefetcher was collected: its finalizer has asked for the close
+        t0 = time.perf_counter()
+        try:
+            if box.lock is None:
+                return self._fill(box, pos, k)
+            with box.lock:
+                return self._fill(box, pos, k)
+        except StopIteration as e:
+            if box.iterator is not None:  # an iterator's own end is handled in _fill; this is not it
+                box.errors[pos] = e
+            else:
+                box.errors[pos] = stop_iteration_error(self._where(pos), e)
+            return "error"
+        except BaseException as e:  # noqa: BLE001 - every error is delivered at its position
+            box.errors[pos] = e
+            return "error"
+        finally:
+            t1 = time.perf_counter()
+            self.counts.fetch_seconds[w] += t1 - t0
+            if self.spans is not None:
+                self.spans.append((f"worker{w}", "fetch", t0, t1))
+
+    def _fill(self, box: SourceBox, pos: int, k: int) -> str:
+        pre = box.preloaded.pop(pos, None) if box.preloaded else None
+        if pre is not None:
+            kind, value = pre
+            if kind == "error":
+                box.errors[pos] = value  # the very object the constructor's read raised
+                return "error"
+            item = value
+        elif box.iterator is not None:
+            try:
+                item = next(box.iterator)
+            except StopIteration:
+                return "end"
+        else:
+            index = int(self.plan[pos])
+            if self.executor is not None:
+                item = self._remote(box, index)
+                if item is CLOSING:
+                    return "ok"
+            elif box.fetch_into is not None:
+                box.fetch_into(index, self.slot_views[k])
+                return "ok"
+            else:
+                item = box.getitem(index)
+        self._check(pos, item)
+        np.copyto(self.slot_views[k], item, casting="no")
+        return "ok"
+
+    def _where(self, pos: int) -> str:
+        if self.plan is None:
+            return f"item {pos}"
+        index = int(self.plan[pos])
+        return f"item {pos}" if index == pos else f"item {pos} (source index {index})"
+
+    def _check(self, pos: int, item: Any) -> None:
+        if type(item) is not np.ndarray:
+            if not isinstance(item, np.ndarray):
+                raise TypeError(f"{self._where(pos)}: expected a numpy array, got {type(item).__name__}")
+            if isinstance(item, np.ma.MaskedArray):
+                raise TypeError(f"{self._where(pos)}: a numpy.ma.MaskedArray: its mask would be dropped; "
+                                "yield item.filled(value), or the data and the mask as separate arrays")
+            if isinstance(item, np.matrix):
+                raise TypeError(f"{self._where(pos)}: a numpy.matrix would come back as a plain ndarray; "
+                                "yield np.asarray(item)")
+        if self.pool is None:  # only when the first read already failed; cannot happen past position 0
+            raise TypeError(f"{self._where(pos)}: no slot pool")
+        if item.shape != self.shape or item.dtype != self.dtype:
+            raise ValueError(f"{self._where(pos)}: expected shape {self.shape} dtype {self.dtype}, "
+                             f"got shape {item.shape} dtype {item.dtype}")
+
+    def _remote(self, box: SourceBox, index: int) -> Any:
+        fut = self.executor.submit(remote_item, box.source, index, self.shape, self.dtype)
+        done = threading.Event()
+        fut.add_done_callback(lambda _f: done.set())
+        with self.waiters_lock:
+            self.waiters.add(done)
+        try:
+            if not self._closing():  # checked after registering: close() sets every registered event
+                done.wait()
+        finally:
+            with self.waiters_lock:
+                self.waiters.discard(done)
+        if not fut.done():
+            fut.cancel()
+            return CLOSING
+        return fut.result()
+
+
+def worker_main(core: Any, w: int, t: int) -> None:
+    """A worker thread: drive model thread ``t`` to completion. Holds the core, never the Prefetcher."""
+    rt = core.rt
+    blocked = core.counts.blocked_seconds
+    step, pc = rt.step, rt.pc
+    clock = time.perf_counter
+    fetched = core.counts.fetch_seconds
+    timeline = core.spans is not None
+    try:
+        while True:
+            at = pc(t)
+            if at == DONE:
+                break
+            if at == P.CLAIM:  # blocks while no slot is free: timed
+                t0 = clock()
+                step(t)
+                t1 = clock()
+                blocked[w] += t1 - t0
+                if timeline:
+                    core.spans.append((f"worker{w}", "wait", t0, t1))
+            elif timeline:
+                # Recording a timeline: the fetch and the next claim as two steps, so the
+                # buffer occupancy can be sampled between them and the wait drawn apart.
+                step(t)
+                core.occupancy_log.append((clock(), core.ready_now()))
+            else:
+                # "fetch into slot": the source runs outside the kernel lock; then, in the same
+                # critical section, the next claim, parking there until a slot is free.
+                t0, f0 = clock(), fetched[w]
+                step(t, chain=True)
+                blocked[w] += clock() - t0 - (fetched[w] - f0)
+    except LiveError:
+        pass  # the runtime has failed: the consumer and the closer raise it
+    except BaseException as e:  # noqa: BLE001 - a bug here must not hang the consumer
+        rt.fail(LiveError("error", f"{threading.current_thread().name} crashed: {type(e).__name__}: {e}"))

@@ -1,0 +1,119 @@
+"""Lease: a zero-copy, read-only view of one batch in the slot pool, valid until released.
+
+The view is taken from a read-only alias of the pool (``as_strided(...,
+writeable=False)``), so its ``writeable`` flag cannot be set back. Entering a
+Lease (``with pf.lease() as view``) is C-level from end to end (a property, an
+``attrgetter`` and the array's own ``__array__``): between ``lease()``
+returning and ``view`` being bound there is no point where Ctrl-C can land.
+Leaving it is protected: an interrupt at its entry is delivered once the lease
+is released. A Lease the caller drops unreleased is released by the
+Prefetcher's next call.
+"""
+
+from __future__ import annotations
+
+import operator
+import sys
+from typing import Any
+
+import numpy as np
+
+from .._runtime.interrupts import deliver, guard, outermost, protected
+from .errors import LeaseReleased
+
+__all__ = ["Lease", "NotCopyable", "RELEASED_ARRAY"]
+
+
+class NotCopyable:
+    """Pickling, copy and deepcopy raise a clear TypeError (they would otherwise fail deep inside, on a lock)."""
+
+    __slots__ = ()
+
+    def _refuse(self) -> Any:
+        raise TypeError(f"a {type(self).__name__} cannot be pickled or copied: it owns running threads and a slot "
+                        "pool shared with them; create a new one from the same source (and arguments) instead")
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return self._refuse()
+
+    def __copy__(self) -> Any:
+        return self._refuse()
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        return self._refuse()
+
+
+class _ReleasedArray:
+    """What a released Lease holds instead of its array: entering it raises."""
+
+    __slots__ = ()
+
+    def __array__(self, *args: Any, **kw: Any) -> Any:
+        raise LeaseReleased("this lease was released; its slot may hold another batch now")
+
+
+#: What a released Lease holds instead of its array.
+RELEASED_ARRAY = _ReleasedArray()
+
+
+class Lease(NotCopyable):
+    """A zero-copy, read-only view of one prefetched batch, valid until released.
+
+    Use it as a context manager (``with pf.lease() as batch:`` binds the
+    array) or call :meth:`release`. Releasing twice is harmless. After
+    release the slot is refilled by a worker: :attr:`array` then raises
+    :class:`LeaseReleased` (an array bound earlier, e.g. by ``with``, cannot
+    be revoked: do not keep it). The view's ``writeable`` flag cannot be set.
+    """
+
+    __slots__ = ("_core", "_array", "position", "index", "_released", "_private", "__weakref__")
+
+    def __init__(self, core: Any, array: np.ndarray, position: int, index: int | None, private: bool = False):
+        self._core = core
+        self._array = array
+        #: Position in the stream (0, 1, 2, ...).
+        self.position = position
+        #: Index in the source (differs from ``position`` under a shard or shuffle plan).
+        self.index = index
+        self._released = False
+        self._private = private  # a copy made for an interrupted call: no slot behind it
+
+    @property
+    def array(self) -> np.ndarray:
+        """The batch: a read-only view into the slot pool. Raises :class:`LeaseReleased` after release."""
+        if self._released:
+            raise LeaseReleased(f"the lease of position {self.position} was released; its slot may hold "
+                                "another batch now")
+        return self._array  # type: ignore[return-value]
+
+    @property
+    def released(self) -> bool:
+        return self._released
+
+    @protected
+    def release(self) -> None:
+        """Give the slot back to the workers. Idempotent."""
+        if not self._released:
+            self._core.release_lease(self)
+        if guard.deferred and outermost(sys._getframe()):
+            deliver()
+
+    #: ``with pf.lease() as view`` binds the array. A C-level chain (property -> attrgetter -> the
+    #: array's ``__array__``, which returns the array itself), not a Python method: between
+    #: ``lease()`` returning and ``view`` being bound there is then no point where Ctrl-C can land,
+    #: so an interrupt cannot drop a handed-out lease on the floor. After release, ``_array`` is a
+    #: marker whose ``__array__`` raises LeaseReleased.
+    __enter__ = property(operator.attrgetter("_array.__array__"))
+
+    @protected
+    def __exit__(self, *exc: Any) -> None:
+        # Protected: a Ctrl-C landing on entry is delivered once the lease is released.
+        if not self._released:
+            self._core.release_lease(self)
+        if guard.deferred and outermost(sys._getframe()):
+            deliver()
+
+    def __repr__(self) -> str:
+        state = "released" if self._released else "held"
+        shape = "" if self._released else f" shape={self._array.shape}"  # type: ignore[union-attr]
+        return f"<Lease position={self.position} index={self.index}{shape} {state}>"

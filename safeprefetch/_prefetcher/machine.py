@@ -1,0 +1,58 @@
+"""The reference prefetcher model, compiled for a live configuration, once per shape.
+
+The live Prefetcher runs ``models/prefetcher.py`` itself: the machine here is
+that model compiled with the real capacity, workers, stream length and mode.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+
+from ..models import _protocol as P
+
+__all__ = ["compile_reference", "machine_for"]
+
+
+def compile_reference(capacity: int, workers: int, items: int, ordered: bool, sized: bool, target: int = 0, run: int = 1):
+    """The reference prefetcher model compiled for one live configuration.
+
+    ``error=on`` (any fetch may fail), ``close=on`` (the closer is driven by
+    ``close()``), ``abandon=off`` (abandonment is a close from the finalizer),
+    ``history=off`` (O(1) per step; see tests/test_prefetcher_model_modes.py).
+    ``target > 0`` turns on ``autotune`` with that starting target: ``capacity``
+    is then the physical pool, and the model's tuner thread (driven by the
+    consumer's calls) resizes the target within it. ``run`` is the longest run
+    of ready batches the consumer may take in one step.
+    """
+    from ..models.prefetcher import Prefetcher as Model
+
+    config = {"capacity": capacity, "workers": workers, "items": items, "ordered": ordered,
+              "error": True, "close": True, "abandon": False, "sized": sized, "history": False, "run": run}
+    if target:
+        config.update(autotune=True, target=target)
+    return Model.compile(config)
+
+
+@functools.lru_cache(maxsize=256)
+def _template(capacity: int, workers: int, ordered: bool, sized: bool, target: int, run: int):
+    return compile_reference(capacity, workers, 1, ordered, sized, target, run)
+
+
+@functools.lru_cache(maxsize=1024)
+def machine_for(capacity: int, workers: int, items: int, ordered: bool, sized: bool, target: int = 0, run: int = 1):
+    """``compile_reference(...)``, without compiling again for every stream length.
+
+    Compiling specializes every step function (tens of milliseconds), and the
+    stream length enters the reference model only as the initial value of its
+    ``length`` variable: no step, guard or check reads the ``items`` parameter.
+    So the machine for ``items=n`` is the one compiled for the same shape with
+    that initial value set to ``n``; tests/test_live_perf.py compares the
+    two. A compiled machine is immutable, so prefetchers with one config share it.
+    """
+    base = _template(capacity, workers, ordered, sized, target, run)
+    i = base.shared_index[P.LENGTH]
+    m = copy.copy(base)  # shares the compiled tables and the specialized invariants
+    m.init = base.init[:i] + (items,) + base.init[i + 1:]
+    m.config = {**base.config, "items": items}
+    return m

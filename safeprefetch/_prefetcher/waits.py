@@ -1,0 +1,100 @@
+"""The Prefetcher's waits outside the kernel: where Ctrl-C may land, and what it leaves behind.
+
+Each wait is marked for the SIGINT wrapper (``_runtime/interrupts.py``):
+joining threads and waiting for the first batch are interruptible; the
+consumer gate's wait is interruptible until the gate is owned, then
+protected, and releases the gate itself if an exception arrives before the
+caller's ``with`` owns it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from .._runtime.interrupts import deliver, guard, interruptible, interruptible_until_owned
+from .errors import PrefetchTimeout
+
+__all__ = ["Gate", "NO_GATE", "join_threads", "wait_event", "wait_gate"]
+
+_TIMEOUT_MAX = threading.TIMEOUT_MAX
+
+
+@interruptible
+def wait_event(event: threading.Event, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return event.is_set()
+        if event.wait(min(remaining, _TIMEOUT_MAX)):
+            return True
+
+
+@interruptible
+def join_threads(threads: list[threading.Thread], deadline: float | None, me: threading.Thread) -> None:
+    """Join every thread but ``me`` before ``deadline`` (None: no limit). Ctrl-C may cut it short."""
+    for th in threads:
+        if th is me:
+            continue
+        while th.is_alive():
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                break
+            th.join(None if remaining is None else min(remaining, _TIMEOUT_MAX))
+
+
+@interruptible_until_owned("gate")
+def wait_gate(gate: Any, deadline: float | None) -> bool:
+    """Take the consumer gate, waiting until ``deadline``; True once owned.
+
+    Interruptible while waiting; once the gate is owned, an interrupt is
+    deferred (SIGINT wrapper) or, raised anyway, releases it here before
+    propagating: the caller's ``with`` has not taken charge of it yet.
+    """
+    # (No ``return gate.acquire()``: an interrupt at the end of that call is caught by the
+    # ``except`` below, but the instruction after it, the return, lies outside the ``try``.)
+    try:
+        if deadline is None:
+            if guard.deferred:
+                deliver()
+            got = gate.acquire()
+            return got
+        while True:
+            remaining = deadline - time.monotonic()
+            if gate.acquire(True, min(remaining, _TIMEOUT_MAX)) if remaining > 0 else gate.acquire(False):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+    except BaseException:
+        if gate._is_owned():
+            gate.release()
+        raise
+
+
+class Gate(threading.RLock().__class__):  # type: ignore[misc]
+    """The consumer gate: an RLock whose ``with`` does not acquire (``wait_gate`` did) but does release.
+
+    ``__enter__`` is the C method ``_is_owned``: no Python frame, no
+    interruption point between the wait that took the gate and the ``with``
+    that will give it back.
+    """
+
+    __slots__ = ()
+    __enter__ = threading.RLock().__class__._is_owned
+
+
+class _NoGate:
+    """What the consumer's ``with`` enters when the gate was not taken in time: it raises PrefetchTimeout."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        raise PrefetchTimeout("no batch within the timeout (another thread is consuming)")
+
+    def __exit__(self, *exc: Any) -> None:  # pragma: no cover - __enter__ always raises
+        return None
+
+
+NO_GATE = _NoGate()
