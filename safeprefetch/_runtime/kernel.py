@@ -647,13 +647,22 @@ class Runtime:
                 self._check()
                 if self._state[self._pci[t]] == DONE:
                     return
-                branch = None
+                branch: Any = None
                 if rng is not None and self._schedule is None:
-                    opts = m.fire(self._state, t)
                     info = m.step_info(self._state, t)
-                    unbound = info.kind == "external" and info.action not in self.actions
-                    if len(opts) > 1 and (info.kind != "external" or unbound):
-                        branch = choice_step(m, self._state, (t, rng.choice(opts)[0])).branch
+                    if info.kind != "external" and len(info.branches) > 1:
+                        # Every branch, in a random order: the step takes the first one enabled
+                        # *when it runs*. (Choosing one now and waiting for it would wait forever
+                        # if another thread's step disables it meanwhile.)
+                        branch = tuple(rng.sample(info.branches, len(info.branches)))
+                    elif info.kind == "external" and info.action not in self.actions:
+                        opts = m.fire(self._state, t)
+                        if len(opts) > 1:  # the outcome of an unbound action: any enabled one
+                            branch = choice_step(m, self._state, (t, rng.choice(opts)[0])).branch
+                    else:
+                        opts = m.fire(self._state, t)
+                        if len(opts) > 1:  # branches named at run time (notify=any's "wake X")
+                            branch = choice_step(m, self._state, (t, rng.choice(opts)[0])).branch
             if jitter and rng is not None:
                 time.sleep(rng.random() * jitter)
             self.step(t, branch)
