@@ -22,8 +22,7 @@ import numpy as np
 import pytest
 
 import safeprefetch
-from safeprefetch import (LeaseHeld, LeaseReleased, PrefetchTimeout, Prefetcher, PrefetcherClosed,
-                          PrefetcherExhausted, PrefetcherWarning)
+from safeprefetch import (LeaseHeld, LeaseReleased, PrefetchTimeout, Prefetcher, PrefetcherExhausted, PrefetcherWarning)
 from safeprefetch.testing import thread_count
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(60)]
@@ -392,17 +391,20 @@ def test_8_exit_closes_stuck_prefetchers_concurrently_within_one_timeout():
         from safeprefetch import Prefetcher
 
         forever = threading.Event()
+        entered = threading.Semaphore(0)
         class Stuck:
             def __len__(self): return 5
             def __getitem__(self, i):
                 if i >= 1:
+                    entered.release()
                     forever.wait()
                 return np.zeros(3, np.float32)
 
         pfs = [Prefetcher(Stuck(), capacity=1, close_timeout=2.0) for _ in range(4)]
         for pf in pfs:
             pf.get()
-        time.sleep(0.2)  # let every worker enter its stuck fetch
+        for _ in pfs:
+            assert entered.acquire(timeout=10)  # every worker is inside its stuck fetch
         print("exiting", flush=True)
     """
     t0 = time.monotonic()

@@ -17,13 +17,12 @@ found 328 violations in 1,255 runs; see docs/hardening.md.
 
 import dis
 import signal
-import sys
 import threading
 
 import pytest
 
-from safeprefetch._runtime import inject as _inject
-from safeprefetch._harness.hardening import Scenario, ctrl_c_soak, default_scenarios, points, run_point, sweep
+from safeprefetch import lowlevel as _inject
+from safeprefetch._harness.hardening import Scenario, ctrl_c_soak, default_scenarios, points, sweep
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(300)]
 

@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from safeprefetch._check.explore import Explorer
-from safeprefetch._runtime.kernel import Runtime, run_live
+from safeprefetch.lowlevel import Runtime, run_live
 from safeprefetch._prefetcher.machine import compile_reference as _compile
 from safeprefetch._prefetcher.machine import machine_for as _machine
 from safeprefetch.model import DONE, Model
@@ -118,7 +118,7 @@ def test_chain_applies_the_next_claim_in_the_same_critical_section():
     rt.step(w, chain=True)  # fetch 0, then claim 1 at once (a slot is free)
     assert rt.steps == before + 2
     assert rt.pc(w) == "fetch into slot"
-    from safeprefetch._runtime.kernel import verify_record
+    from safeprefetch.lowlevel import verify_record
 
     assert verify_record(machine, rt.record).ok
 

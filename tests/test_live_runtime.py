@@ -5,7 +5,7 @@ import threading
 import pytest
 
 from safeprefetch import catalog, check, load_model
-from safeprefetch._runtime.kernel import LiveDeadlock, LiveError, Runtime, StepTimeout, run_live, verify_record
+from safeprefetch.lowlevel import LiveDeadlock, LiveError, Runtime, StepTimeout, run_live, verify_record
 from safeprefetch.model import DONE, Model
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(60)]

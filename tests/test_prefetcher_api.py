@@ -17,11 +17,21 @@ from safeprefetch.testing import thread_count
 from safeprefetch import (Lease, LeaseHeld, NpyFiles, PrefetchStats, PrefetchTimeout, Prefetcher, PrefetcherClosed,
                           PrefetcherWarning, load_model, write_npy_batches)
 from safeprefetch.testing import recording_runtimes
-from safeprefetch._runtime.kernel import verify_record
+from safeprefetch.lowlevel import verify_record
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(60)]
 
 SHAPE = (4, 3)
+
+
+def wait_until(cond, seconds=5.0):
+    """Poll an observable condition (never a fixed sleep); False if it does not hold in time."""
+    deadline = time.monotonic() + seconds
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
 
 
 def batch(i, dtype=np.float32):
@@ -200,7 +210,10 @@ def test_a_lease_is_a_read_only_zero_copy_view_valid_until_released(baseline):
         assert not view.flags.writeable
         with pytest.raises(ValueError):
             view[0, 0] = 5
-        time.sleep(0.05)  # workers run ahead; they must not touch the leased slot
+        # The workers run ahead until every slot but the leased one is full, and park: they
+        # must not have touched the leased slot.
+        rt = pf._core.rt
+        assert wait_until(lambda: rt.is_parked(pf._core.worker_ids[0]))
         assert (view == 0).all()
         with pytest.raises(LeaseHeld):
             pf.get()
@@ -298,7 +311,8 @@ def test_the_context_manager_closes_on_error(baseline):
 def test_an_abandoned_prefetcher_is_collected_and_its_threads_joined(baseline):
     pf = Prefetcher(Slow(100), capacity=2, workers=3)
     next(pf)
-    time.sleep(0.05)  # the buffer fills; workers block on a full pool
+    rt = pf._core.rt
+    assert wait_until(lambda: rt.parked_count == 3)  # the buffer is full; every worker is parked
     ref = weakref.ref(pf)
     del pf
     gc.collect()

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from safeprefetch import Prefetcher, check, load_model
-from safeprefetch._runtime.kernel import run_live
+from safeprefetch.lowlevel import run_live
 from safeprefetch.model import DONE
 
 DATA = Path(__file__).parent / "data" / "prefetcher_autotune_states.json"
@@ -194,8 +194,9 @@ def test_a_grow_while_every_worker_is_blocked_wakes_them():
         deadline = time.monotonic() + 5
         while core.ready_now() < 1 and time.monotonic() < deadline:
             time.sleep(0.001)
-        time.sleep(0.05)  # both workers are now parked on "claim index and slot"
-        assert core.ready_now() == 1
+        while core.rt.parked_count < 2 and time.monotonic() < deadline:
+            time.sleep(0.001)  # both workers park on "claim index and slot": the target is full
+        assert core.rt.parked_count == 2 and core.ready_now() == 1
         done = threading.Event()
 
         def grow():

@@ -185,7 +185,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from safeprefetch.testing import recording_runtimes  # noqa: E402
 from safeprefetch import Prefetcher  # noqa: E402
-from safeprefetch._runtime.kernel import verify_record  # noqa: E402
+from safeprefetch.lowlevel import verify_record  # noqa: E402
 
 
 class Boom(Exception):

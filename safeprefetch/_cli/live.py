@@ -26,7 +26,7 @@ def _cmd_run(args) -> int:
     from .._tools.catalog import load_model
     from .._tools.cliargs import UsageError, parse_sets
     from .._check.explore import check
-    from .._runtime.kernel import run_live
+    from .._runtime.conformance import run_live
     from .._check.trace import format_table
 
     if args.attempts < 0:
@@ -201,7 +201,7 @@ def _cmd_demo(args) -> int:
             raise UsageError(f"--{name} must be at least 1")
     if cfg.latency_ms < 0 or cfg.blas_threads < 0:
         raise UsageError("--latency-ms and --blas-threads must not be negative")
-    timeline = getattr(args, "timeline", None)
+    timeline = args.timeline
     if timeline:
         # Checked before the demo runs, not after it.
         from pathlib import Path

@@ -68,7 +68,6 @@ import tempfile
 import threading
 import time
 import tracemalloc
-import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -248,12 +247,6 @@ class _Sleepy:
 
     def fetch_into(self, i: int, out: np.ndarray) -> None:
         self._sleep(i)
-
-
-def _quiet_close(pf: Prefetcher) -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        pf.close()
 
 
 # --------------------------------------------------------------------------

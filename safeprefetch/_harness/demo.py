@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -270,7 +269,3 @@ def format_result(r: DemoResult) -> str:
     ]
     lines += ["    " + line for line in r.stats.summary().splitlines()]
     return "\n".join(lines)
-
-
-def _stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)

@@ -38,7 +38,6 @@ the consumer's own code.
 
 from __future__ import annotations
 
-import gc
 import random
 import signal
 import threading
@@ -53,7 +52,7 @@ import numpy as np
 from .._runtime import inject as _inject
 from .._prefetcher.lifecycle import thread_count
 from .._prefetcher.api import Prefetcher
-from .._prefetcher.errors import LeaseHeld, PrefetcherClosed, PrefetcherWarning, PrefetchTimeout
+from .._prefetcher.errors import PrefetcherClosed, PrefetcherWarning, PrefetchTimeout
 
 __all__ = ["EFFECTS", "Problem", "Scenario", "InjectionRun", "SoakResult", "ctrl_c_soak", "default_scenarios",
            "points", "run_point", "sweep"]
@@ -164,6 +163,11 @@ class _Setup:
             lease = self.pf.lease(timeout=5)
             self.got.append(int(lease.array[0]))
             self.lease = lease
+        if phase != "park":
+            # Quiescent: every worker parked (the buffer full) or finished, so the call under
+            # test takes the same path every time and the recorded points are reached again.
+            rt = self.core.rt
+            self._wait(lambda: all(rt.is_parked(w) or rt.is_done(w) for w in self.core.worker_ids))
         if phase == "park":
             threading.Thread(target=self._release_when_parked, daemon=True).start()
 

@@ -1,0 +1,139 @@
+"""Conformance: a live run checked against the model it ran, and a whole model run on real threads.
+
+With ``record=True`` the runtime keeps every step it took as ``(thread,
+branch, successor)``; :func:`verify_record` replays that record through the
+model and checks that each step is a valid transition from the previous
+state. :func:`run_live` runs every thread of a model on its own real thread
+(random branches and small random delays, seeded; or a counterexample's exact
+order with ``schedule=``) and reports the outcome, the schedule the threads
+really took, and whether it conforms.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+from .._check.explore import Trace
+from .._dsl.model import Machine, StepViolation
+from .kernel import LiveError, Runtime
+
+__all__ = ["ConformanceReport", "LiveRunResult", "run_live", "verify_record"]
+
+
+@dataclass(frozen=True)
+class ConformanceReport:
+    """Result of checking a live record against the model."""
+
+    #: Steps checked.
+    steps: int
+    #: True when every recorded step is a valid transition of the model.
+    ok: bool
+    #: Index of the first step that is not, or None.
+    first_mismatch: int | None = None
+    #: Why it is not.
+    message: str = ""
+
+
+def verify_record(machine: Machine, record: Sequence[tuple[int, int, tuple]]) -> ConformanceReport:
+    """Check that every recorded live step is a valid transition of the model from the previous state."""
+    state = machine.init
+    for i, (t, b, nxt) in enumerate(record):
+        options = dict(machine.fire(state, t))
+        if b not in options:
+            return ConformanceReport(i, False, i, f"step {i}: {machine.thread_names[t]} had no branch {b} enabled")
+        expected = options[b]
+        if isinstance(nxt, StepViolation) or isinstance(expected, StepViolation):
+            same = (isinstance(nxt, StepViolation) and isinstance(expected, StepViolation)
+                    and nxt.kind == expected.kind and i == len(record) - 1)
+            if not same:
+                return ConformanceReport(i, False, i, f"step {i}: violation mismatch")
+            return ConformanceReport(len(record), True)
+        if expected != nxt:
+            return ConformanceReport(i, False, i, f"step {i}: {machine.thread_names[t]}'s recorded successor "
+                                                  "differs from the model's")
+        state = nxt
+    return ConformanceReport(len(record), True)
+
+
+# --------------------------------------------------------------------------
+# Running a whole model live
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LiveRunResult:
+    """The outcome of running a model on real threads."""
+
+    #: The model's name.
+    model: str
+    #: "ok" when every thread finished, else the violation kind seen live.
+    verdict: str
+    #: Explanation and the state printout, for a violation.
+    message: str
+    #: Steps taken.
+    steps: int
+    #: Wall-clock seconds.
+    seconds: float
+    #: The schedule the threads actually took.
+    trace: Trace
+    #: Whether the recorded steps conform to the model.
+    conforms: bool
+    #: True when the order was forced from a trace.
+    forced: bool
+
+
+def run_live(machine: Machine, *, actions: Mapping[str, Callable] | None = None, schedule: Trace | None = None,
+             seed: int | None = None, jitter: float = 0.0005, timeout: float = 10.0) -> LiveRunResult:
+    """Run every thread of ``machine`` on its own real thread, until all finish or the machine fails."""
+    rt = Runtime(machine, actions, record=True, schedule=schedule)
+    rng_master = random.Random(seed)
+    errors: list[BaseException] = []
+
+    def body(t: int, rng: random.Random) -> None:
+        try:
+            rt.run_thread(t, rng=rng, jitter=jitter if schedule is None else 0.0)
+        except LiveError as e:
+            errors.append(e)
+        except BaseException as e:  # noqa: BLE001 - reported, not swallowed
+            errors.append(e)
+            rt.fail(LiveError("error", f"{type(e).__name__}: {e}"))
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=body, args=(t, random.Random(rng_master.random())),
+                                name=f"safeprefetch-{machine.thread_names[t]}", daemon=True)
+               for t in range(len(machine.thread_names))]
+    for th in threads:
+        th.start()
+    deadline = time.monotonic() + timeout
+    for th in threads:
+        th.join(max(0.0, deadline - time.monotonic()))
+    if any(th.is_alive() for th in threads):
+        rt.fail(LiveError("timeout", f"live run did not finish within {timeout} s"))
+        for th in threads:
+            th.join(1.0)
+    seconds = time.perf_counter() - t0
+    failure = rt.failure
+    record = list(rt.record or [])
+    report = verify_record(machine, record)
+    trace = rt.trace()
+    if failure is not None:
+        return LiveRunResult(machine.name, failure.kind, str(failure), len(record), seconds, trace, report.ok,
+                             schedule is not None)
+    other = [e for e in errors if not isinstance(e, LiveError)]
+    if other:
+        return LiveRunResult(machine.name, "error", repr(other[0]), len(record), seconds, trace, report.ok,
+                             schedule is not None)
+    if machine.all_done(rt.state):
+        from .._check.explore import _end_violation
+
+        bad = _end_violation(machine, rt.state)
+        if bad:
+            return LiveRunResult(machine.name, bad[0], bad[1], len(record), seconds, trace, report.ok,
+                                 schedule is not None)
+    return LiveRunResult(machine.name, "ok", "every thread finished", len(record), seconds, trace, report.ok,
+                         schedule is not None)
+

@@ -1,0 +1,60 @@
+"""The supported lower layers: the live runtime, conformance, and interrupt injection.
+
+Everything here is public and stays importable from this module; the
+private modules behind it may move. (trio keeps its own such surface in
+``trio.lowlevel``.)
+
+* **The runtime:** :class:`Runtime` runs any compiled model on real threads
+  (one kernel lock, parking, exact wakeups, external steps outside the lock);
+  :func:`run_live` runs every thread of a model live; :func:`verify_record`
+  checks a recorded live run against the model, step by step.
+* **Interrupt injection:** :func:`record_points` lists every point where
+  CPython can raise an asynchronous exception in your own code (function
+  entry, the return of a call into C, a loop's back-edge), and
+  :func:`run_with_injection` performs an effect at one of them -- a
+  ``KeyboardInterrupt`` (:func:`raise_keyboard_interrupt`), the installed
+  SIGINT handler (:func:`deliver_sigint`), or any callable -- so that a
+  threading component can be checked against Ctrl-C, signal handlers and
+  finalizers at every such point (docs/hardening.md does it to the
+  Prefetcher).
+"""
+
+from __future__ import annotations
+
+from ._runtime.conformance import ConformanceReport as ConformanceReport
+from ._runtime.conformance import LiveRunResult as LiveRunResult
+from ._runtime.conformance import run_live as run_live
+from ._runtime.conformance import verify_record as verify_record
+from ._runtime.inject import InjectionOutcome as InjectionOutcome
+from ._runtime.inject import InjectionPoint as InjectionPoint
+from ._runtime.inject import deliver_sigint as deliver_sigint
+from ._runtime.inject import package_files as package_files
+from ._runtime.inject import raise_keyboard_interrupt as raise_keyboard_interrupt
+from ._runtime.inject import record_points as record_points
+from ._runtime.inject import run_with_injection as run_with_injection
+from ._runtime.kernel import ActionContext as ActionContext
+from ._runtime.kernel import LiveDeadlock as LiveDeadlock
+from ._runtime.kernel import LiveError as LiveError
+from ._runtime.kernel import LiveViolation as LiveViolation
+from ._runtime.kernel import Runtime as Runtime
+from ._runtime.kernel import StepTimeout as StepTimeout
+
+__all__ = [
+    "ActionContext",
+    "ConformanceReport",
+    "InjectionOutcome",
+    "InjectionPoint",
+    "LiveDeadlock",
+    "LiveError",
+    "LiveRunResult",
+    "LiveViolation",
+    "Runtime",
+    "StepTimeout",
+    "deliver_sigint",
+    "package_files",
+    "raise_keyboard_interrupt",
+    "record_points",
+    "run_live",
+    "run_with_injection",
+    "verify_record",
+]
