@@ -104,13 +104,18 @@ def test_a_generator_of_unknown_length_ends_where_it_ends(baseline):
 
 
 def test_a_map_style_source_is_fetched_in_parallel_and_delivered_in_order(baseline):
-    src = Slow(12, {i: 0.03 * ((7 * i) % 4) for i in range(12)})  # 0.54 s in all
-    with Prefetcher(src, capacity=8, workers=4) as pf:
-        t0 = time.perf_counter()
-        got = ids(pf)
-        elapsed = time.perf_counter() - t0
-    assert got == list(range(12))
-    assert elapsed < 0.54 / 2  # well under the serial time
+    """Four workers fetch at once: items 1-4 wait at a barrier until all four fetches have arrived (a
+    serial fetcher would never get past it), and the batches still come out in order."""
+    meet = threading.Barrier(4)
+
+    class Together(Slow):
+        def __getitem__(self, i):
+            if 1 <= i <= 4:  # (item 0 is read by the constructor, to size the pool)
+                meet.wait(10)  # BrokenBarrierError after 10 s if the fetches were not concurrent
+            return super().__getitem__(i)
+
+    with Prefetcher(Together(12), capacity=8, workers=4) as pf:
+        assert ids(pf) == list(range(12))
 
 
 def test_unordered_delivery_gives_every_item_exactly_once_and_reports_its_index(baseline):
@@ -255,15 +260,25 @@ def test_close_is_idempotent_and_joins_every_thread(baseline):
 
 
 def test_close_from_another_thread_wakes_a_blocked_consumer(baseline):
-    pf = Prefetcher(Slow(3, {1: 1.0}))
+    """The consumer waits for item 1, whose fetch is held until the consumer has seen the close: only
+    the close step can have woken it."""
+    woken = threading.Event()
+
+    class Held(Slow):
+        def __getitem__(self, i):
+            if i == 1:
+                woken.wait(10)
+            return super().__getitem__(i)
+
+    pf = Prefetcher(Held(3))
     pf.get()
-    closer = threading.Timer(0.1, pf.close)
+    rt = pf._core.rt
+    closer = threading.Thread(target=lambda: (wait_until(lambda: rt.is_parked(pf._core.consumer)), pf.close()))
     closer.start()
-    t0 = time.perf_counter()
     with pytest.raises(PrefetcherClosed):
         pf.get()
-    assert time.perf_counter() - t0 < 0.5  # woken by the close step, not by the end of the fetch
-    closer.join(5)  # close itself waits (bounded) for item 1's fetch to return
+    woken.set()  # now the fetch may return; close (bounded) joins the worker
+    closer.join(10)
     assert not closer.is_alive()
 
 
@@ -421,16 +436,26 @@ def test_a_base_exception_in_the_constructors_first_read_propagates(baseline):
 
 
 def test_get_timeout_raises_a_named_timeout_and_consumes_nothing(baseline):
-    with Prefetcher(Slow(3, {1: 0.3})) as pf:
+    gates = {1: threading.Event(), 2: threading.Event()}
+
+    class Gated(Slow):
+        def __getitem__(self, i):
+            if i in gates:
+                gates[i].wait(10)
+            return super().__getitem__(i)
+
+    with Prefetcher(Gated(3), capacity=2) as pf:
         assert pf.get()[0, 0] == 0
         t0 = time.perf_counter()
         with pytest.raises(PrefetchTimeout) as info:
             pf.get(timeout=0.05)
         assert isinstance(info.value, TimeoutError)
-        assert 0.04 < time.perf_counter() - t0 < 0.25
+        assert time.perf_counter() - t0 >= 0.05  # it waited its timeout (no upper bound: cores are shared)
+        gates[1].set()
         assert pf.get(timeout=5)[0, 0] == 1
         with pytest.raises(PrefetchTimeout):
             pf.copy_prefetched(np.empty(SHAPE, np.float32), timeout=0)
+        gates[2].set()
         assert ids([pf.get(timeout=5)]) == [2]
 
 
