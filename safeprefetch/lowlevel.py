@@ -32,12 +32,12 @@ from ._runtime.inject import package_files as package_files
 from ._runtime.inject import raise_keyboard_interrupt as raise_keyboard_interrupt
 from ._runtime.inject import record_points as record_points
 from ._runtime.inject import run_with_injection as run_with_injection
-from ._runtime.kernel import ActionContext as ActionContext
-from ._runtime.kernel import LiveDeadlock as LiveDeadlock
-from ._runtime.kernel import LiveError as LiveError
-from ._runtime.kernel import LiveViolation as LiveViolation
+from ._runtime.entries import ActionContext as ActionContext
+from ._runtime.errors import LiveDeadlock as LiveDeadlock
+from ._runtime.errors import LiveError as LiveError
+from ._runtime.errors import LiveViolation as LiveViolation
+from ._runtime.errors import StepTimeout as StepTimeout
 from ._runtime.kernel import Runtime as Runtime
-from ._runtime.kernel import StepTimeout as StepTimeout
 
 __all__ = [
     "ActionContext",

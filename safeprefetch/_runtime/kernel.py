@@ -73,12 +73,13 @@ import random
 import sys
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 from .._check.explore import Trace, choice_step, classify_hang
 from .interrupts import deliver, guard, interruptible, outermost, protected
-from .._dsl.model import DONE, Machine, StepViolation
+from .._dsl.model import DONE, Machine
+from .entries import ActionContext, Entry, never
+from .errors import LiveDeadlock, LiveError, LiveViolation, StepTimeout
 
 #: What an interrupted step owes when its footprint is unknown: a test of every parked thread.
 _EVERYTHING: Any = object()
@@ -93,122 +94,6 @@ __all__ = [
     "Runtime",
     "StepTimeout",
 ]
-
-
-class LiveError(Exception):
-    """The live machine can make no further progress, or broke a property."""
-
-    kind = "error"
-
-    def __init__(self, kind: str, message: str, state: tuple = (), description: str = ""):
-        super().__init__(f"{kind}: {message}" + (f"\n{description}" if description else ""))
-        self.kind = kind
-        self.message = message
-        self.state = state
-        self.description = description
-
-
-class LiveDeadlock(LiveError):
-    """Every thread is done or parked, and some are parked: nothing can ever step again."""
-
-
-class LiveViolation(LiveError):
-    """A step raised a model violation, or a state broke an invariant, on real threads."""
-
-
-class StepTimeout(Exception):
-    """A thread's step did not become enabled within its timeout."""
-
-
-class ActionContext:
-    """What an external action sees: its thread, and a snapshot of the state when the step began.
-
-    ``me`` is a named view of the thread's locals in that snapshot (built on
-    first use); ``state`` is the snapshot itself, for actions that read fields
-    by index (``machine.local_index``), which is cheaper.
-    """
-
-    __slots__ = ("runtime", "thread", "state", "label", "_me")
-
-    def __init__(self, runtime: "Runtime", thread: int, state: tuple, label: str):
-        self.runtime = runtime
-        self.thread = thread
-        self.state = state
-        self.label = label
-        self._me = None
-
-    @property
-    def name(self) -> str:
-        return self.runtime.machine.thread_names[self.thread]
-
-    @property
-    def me(self) -> Any:
-        if self._me is None:  # the state is an immutable tuple: this view is a snapshot
-            self._me = self.runtime.machine.local_views[self.thread](self.state)
-        return self._me
-
-
-def _never(state: tuple) -> bool:
-    return False
-
-
-def _any_branch(enabled_one: Callable, nb: int, state: tuple) -> bool:
-    for bi in range(nb):
-        if enabled_one(state, bi):
-            return True
-    return False
-
-
-def _branch_of(fire: Callable) -> Callable:
-    def enabled_one(state: tuple, bi: int) -> bool:
-        for b, _ in fire(state):
-            if b == bi:
-                return True
-        return False
-    return enabled_one
-
-
-class _Entry:
-    """What the kernel needs about one (thread, program counter), looked up once per step.
-
-    Built once per runtime from the compiled machine, so the hot path does one
-    dict lookup instead of re-deriving the step's kind, branches and footprint.
-    """
-
-    __slots__ = ("label", "external", "action", "branches", "bindex", "fire", "one", "enabled", "enabled_one",
-                 "reads", "writes")
-
-    def __init__(self, info: Any, fire: Callable | None):
-        self.label = info.label
-        self.external = info.kind == "external"
-        self.action = info.action
-        self.branches = info.branches
-        #: branch name -> branch index (a notify under notify=any names its branches
-        #: "wake X" at run time: those go through the generic path).
-        self.bindex = {name: i for i, name in enumerate(info.branches)}
-        self.fire = fire
-        if fire is None:  # asleep with no spurious wakeup: never enabled by itself
-            self.one = lambda state, bi: []
-            self.enabled = lambda state: False
-            self.enabled_one = lambda state, bi: False
-        else:
-            self.one = getattr(fire, "branch", None) or (lambda state, bi: [x for x in fire(state) if x[0] == bi])
-            self.enabled_one = getattr(fire, "enabled_branch", None) or _branch_of(fire)
-            nb = len(info.branches)
-            if nb > 1 and hasattr(fire, "enabled_branch"):
-                # Any branch enabled, by a plain loop: a generator expression here (``any(...)``)
-                # left suspended is closed when freed, and an interrupt landing in that close is
-                # swallowed by the interpreter (found by the injection harness).
-                one = self.enabled_one
-                self.enabled = lambda state: _any_branch(one, nb, state)
-            else:
-                self.enabled = getattr(fire, "enabled", None) or (lambda state: bool(fire(state)))
-        fp = info.footprint
-        #: Shared fields the step reads / writes (guard, effect and next step together), or
-        #: None when unknown. A parked thread whose step reads nothing the last step wrote
-        #: cannot have become enabled by it.
-        self.reads = fp[0] if fp is not None else None
-        self.writes = fp[1] if fp is not None else None
 
 
 class Runtime:
@@ -230,7 +115,7 @@ class Runtime:
         self._owed: Any = None  # wakeups a step still owes (its write footprint), None when paid
         self._state = machine.init
         self._pci = machine.pc_index
-        self._entries = [{pc: _Entry(info, machine.tables[t].get(pc)) for pc, info in machine.infos[t].items()}
+        self._entries = [{pc: Entry(info, machine.tables[t].get(pc)) for pc, info in machine.infos[t].items()}
                          for t in range(n)]
         # Parking. Each thread has a private lock used as a one-token semaphore: held
         # means "no wakeup pending". A waker releases it (under the kernel lock, and
@@ -257,7 +142,7 @@ class Runtime:
         if all(raw for *_x, raw in fast):
             self._inv_preds: tuple = tuple(pred for _n, _k, pred, _raw in fast)
         else:
-            self._inv_preds = (_never,)  # always take the full check
+            self._inv_preds = (never,)  # always take the full check
         self.record: list[tuple[int, int, tuple]] | None = [] if record else None
         self._schedule = list(schedule.steps) if schedule is not None else None
         self._pos = 0
@@ -318,7 +203,7 @@ class Runtime:
     # * A woken thread's parked marks are cleared on the line that wakes it,
     #   and a parking thread's on the line that takes the lock back.
 
-    def _options(self, t: int, e: _Entry, branch: str | None) -> list:
+    def _options(self, t: int, e: Entry, branch: str | None) -> list:
         """Enabled (branch index, successor) pairs of thread t at entry e, filtered by branch and schedule."""
         state = self._state
         if self._schedule is not None and self._pos < len(self._schedule):
@@ -350,7 +235,7 @@ class Runtime:
         m = self.machine
         return [(b, n) for b, n in e.fire(state) if choice_step(m, state, (t, b)).branch == branch]
 
-    def _enabled(self, u: int, e: _Entry, branch: str | None) -> bool:
+    def _enabled(self, u: int, e: Entry, branch: str | None) -> bool:
         """Whether parked thread u would find an option now (guards only, no successor built)."""
         if self._schedule is not None:
             return bool(self._options(u, e, branch))
@@ -367,7 +252,7 @@ class Runtime:
         return bool(self._options(u, e, branch))
 
     @protected
-    def _apply(self, t: int, e: _Entry, b: int, nxt: Any) -> None:
+    def _apply(self, t: int, e: Entry, b: int, nxt: Any) -> None:
         pos = self._pos + 1 if self._schedule is not None else 0
         if type(nxt) is not tuple:
             if self.record is not None:
@@ -588,7 +473,7 @@ class Runtime:
         return e.label
 
     @protected
-    def _begin(self, t: int) -> _Entry:
+    def _begin(self, t: int) -> Entry:
         """On entering the kernel: pay what an interrupted step owes, raise a failure, find t's step."""
         if self._owed is not None:
             self._settle()

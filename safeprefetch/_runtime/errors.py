@@ -1,0 +1,30 @@
+"""How the live runtime fails: named errors, classified as the checker classifies violations."""
+
+from __future__ import annotations
+
+__all__ = ["LiveDeadlock", "LiveError", "LiveViolation", "StepTimeout"]
+
+
+class LiveError(Exception):
+    """The live machine can make no further progress, or broke a property."""
+
+    kind = "error"
+
+    def __init__(self, kind: str, message: str, state: tuple = (), description: str = ""):
+        super().__init__(f"{kind}: {message}" + (f"\n{description}" if description else ""))
+        self.kind = kind
+        self.message = message
+        self.state = state
+        self.description = description
+
+
+class LiveDeadlock(LiveError):
+    """Every thread is done or parked, and some are parked: nothing can ever step again."""
+
+
+class LiveViolation(LiveError):
+    """A step raised a model violation, or a state broke an invariant, on real threads."""
+
+
+class StepTimeout(Exception):
+    """A thread's step did not become enabled within its timeout."""
