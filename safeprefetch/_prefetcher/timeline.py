@@ -201,7 +201,6 @@ def timeline_png(path: str | Path, data: dict[str, Any], title: str = "prefetche
     Figure, FigureCanvasAgg = require_matplotlib()
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
-    from matplotlib.ticker import MaxNLocator
 
     lanes, spans, occ, caps, end, top_cap = _prepare(data)
     end_ms = 1000 * end
@@ -227,12 +226,23 @@ def timeline_png(path: str | Path, data: dict[str, Any], title: str = "prefetche
                bbox_to_anchor=(IN_LEFT / width - 0.01, (height - IN_TOP) / height + 0.02 / height),
                handlelength=1.6, columnspacing=1.4, borderaxespad=0)
 
-    # Lanes: row 0 at the top, as in the SVG.
+    _png_lanes(lane_ax, lanes, spans, end_ms / (plot_w * DPI))
+    _png_occupancy(occ_ax, occ, caps, end_ms, top_cap)
+    for ax in (lane_ax, occ_ax):
+        for side in ("top", "right"):
+            ax.spines[side].set_color("#ccc")
+
+    p = Path(path)
+    fig.savefig(p, format="png", dpi=DPI)
+    return p
+
+
+def _png_lanes(lane_ax: Any, lanes: Sequence[str], spans: Sequence, ms_per_px: float) -> None:
+    """One lane per thread, its spans as bars (row 0 at the top, as in the SVG)."""
     row = {name: i for i, name in enumerate(lanes)}
     for name, i in row.items():
         if i % 2:
             lane_ax.axhspan(i - 0.5, i + 0.5, color="#f6f6f6", zorder=0)
-    ms_per_px = end_ms / (plot_w * DPI)
     bars: dict[str, tuple[list, list, list]] = {}
     for th, kind, a, b in spans:
         if th not in row:
@@ -256,7 +266,13 @@ def timeline_png(path: str | Path, data: dict[str, Any], title: str = "prefetche
     lane_ax.grid(axis="x", color="#ddd", linewidth=0.8, zorder=1)
     lane_ax.set_axisbelow(True)
 
-    # Occupancy chart: step lines, held from each sample to the next and to the end.
+
+
+def _png_occupancy(occ_ax: Any, occ: Sequence, caps: Sequence, end_ms: float, top_cap: int) -> None:
+    """The buffer occupancy as a step line, with the capacity dashed over it."""
+    from matplotlib.ticker import MaxNLocator
+
+    # Step lines, held from each sample to the next and to the end.
     occ_ax.set_facecolor("#fafafa")
     if occ:
         ts = [1000 * occ[0][0]] + [1000 * t for t, _n in occ] + [end_ms]
@@ -277,13 +293,6 @@ def timeline_png(path: str | Path, data: dict[str, Any], title: str = "prefetche
     occ_ax.set_axisbelow(True)
     occ_ax.set_xlim(0, end_ms)
     occ_ax.set_xlabel("time (ms)", fontsize=9)
-    for ax in (lane_ax, occ_ax):
-        for side in ("top", "right"):
-            ax.spines[side].set_color("#ccc")
-
-    p = Path(path)
-    fig.savefig(p, format="png", dpi=DPI)
-    return p
 
 
 def write_timeline(path: str | Path, data: dict[str, Any], title: str = "prefetcher timeline",
