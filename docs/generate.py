@@ -6,7 +6,8 @@
 Nothing in the pages below is typed by hand twice. Each model page is
 assembled from the model's docstring, the checker's verdict, the text trace
 table and the SVG swimlane (both computed by replaying the shortest trace),
-the fix re-checked at the same configuration, and a diff of the two model
+each program's graph (drawn from its ``next``/``to=`` declarations), the
+fix re-checked at the same configuration, and a diff of the two model
 sources. ``semantics.md`` runs every condvar model under all four condvar
 semantics. The tutorial in ``index.md`` is real code: the generator runs it
 and pastes the output, and ``tests/test_docs.py`` extracts it and runs it
@@ -34,7 +35,7 @@ if str(ROOT) not in sys.path:  # run as a script from a source checkout
 
 from safeprefetch import catalog, check, load_model  # noqa: E402
 from safeprefetch._check.explore import CheckResult, Trace, choice_step  # noqa: E402
-from safeprefetch._dsl.model import VIOLATION_KINDS, Machine, Model  # noqa: E402
+from safeprefetch.model import VIOLATION_KINDS, Machine, Model  # noqa: E402
 from safeprefetch._tools.svg import svg_for  # noqa: E402
 from safeprefetch._tools.teach import (  # noqa: E402
     Play,
@@ -43,6 +44,7 @@ from safeprefetch._tools.teach import (  # noqa: E402
     fix_name,
     fix_report,
     model_doc,
+    programs_text,
     sentence,
     source_diff,
     trace_table,
@@ -292,6 +294,12 @@ def model_page(name: str, model: type[Model], sem: Mapping[tuple[str, str], Chec
                 _fence(trace_table(machine, run)), "", "</details>", ""]
         svg = svg_for(machine, run, None)
 
+    out += ["## The programs", "",
+            "Each program's steps in declaration order (its threads start at the first), each with its kind and "
+            "the labels it declares it may go to: `next`, plus `to=[...]` where the next label is computed. "
+            "Drawn from the declarations, not from a run; a step that went anywhere else would be a model error.",
+            "", _fence(programs_text(machine)), ""]
+
     for title, text in doc.sections:
         out += [f"## {title}", "", _md(text), ""]
 
@@ -400,21 +408,21 @@ class Mailbox(Model):
 
         tx = m.program("sender", left=total)
         tx.acquire("lock", "lock", next="check")
-        tx.step("check", next=lambda s, me: "wait" if s.full else "send")
+        tx.step("check", next=lambda s, me: "wait" if s.full else "send", to=["wait", "send"])
         tx.wait("wait", "changed", "lock", next="check", until=lambda s, me: not s.full)
         tx.step("send", send, next="notify")
         tx.notify_all("notify", "changed", next="unlock")
-        tx.release("unlock", "lock", next=lambda s, me: "lock" if me.left else DONE)
+        tx.release("unlock", "lock", next=lambda s, me: "lock" if me.left else DONE, to=["lock", DONE])
 
         rx = m.program("receiver", quota=messages)
         rx.acquire("lock", "lock", next="check")
-        rx.step("check", next=lambda s, me: "take" if s.full else "wait")
+        rx.step("check", next=lambda s, me: "take" if s.full else "wait", to=["take", "wait"])
         # With recheck=False this is the classic `if` instead of `while`.
         rx.wait("wait", "changed", "lock", next="check" if recheck else "take",
                 until=lambda s, me: s.full)
         rx.step("take", take, next="notify")
         rx.notify_all("notify", "changed", next="unlock")
-        rx.release("unlock", "lock", next=lambda s, me: "lock" if me.quota else DONE)
+        rx.release("unlock", "lock", next=lambda s, me: "lock" if me.quota else DONE, to=["lock", DONE])
 
         m.thread("sender", tx)
         for i in range(receivers):
@@ -523,7 +531,9 @@ def index_page(models: Mapping[str, type[Model]], results: Mapping[str, CheckRes
             "A few rules of the vocabulary, all visible above:", "",
             "- `step(label, effect, next=...)` is an atomic step; the effect mutates `s` (shared variables) and "
             "`me` (the thread's locals) on a private copy of the state. `next` is a label, a function of the "
-            "state, or `DONE`.",
+            "state, or `DONE`. A step whose next label is computed (a function, or an effect that returns it) "
+            "declares every label it may go to with `to=[...]`: the compiler checks those labels, a step that "
+            "goes anywhere else is an error, and the declarations are the program graph the docs draw.",
             "- `wait` is Mesa-style: it releases the mutex and sleeps in one step; once notified, the thread "
             "re-acquires the mutex as a separate step. `until=` declares what the thread waits for, which lets "
             "the checker tell a *lost wakeup* from a plain deadlock.",

@@ -68,7 +68,8 @@ class BlockingCloseOnFull(Model):
 
         p = m.program("producer", left=items, item=0, closed=False)
         p.acquire("lock", "lock", next="check full")
-        p.step("check full", next=after_check)
+        p.step("check full", next=after_check,
+               to=["wait for space", "put", "wait for space (close)", "put end marker"])
         p.wait("wait for space", "not_full", "lock", next="check full",
                until=lambda s, me: len(s.buf) < capacity)
         p.step("put", put, next="notify not_empty")
@@ -77,16 +78,18 @@ class BlockingCloseOnFull(Model):
                until=lambda s, me: len(s.buf) < capacity)
         p.step("put end marker", put, next="notify not_empty")
         p.notify_one("notify not_empty", "not_empty", next="unlock")
-        p.release("unlock", "lock", next=lambda s, me: DONE if me.closed else "lock")
+        p.release("unlock", "lock", next=lambda s, me: DONE if me.closed else "lock", to=[DONE, "lock"])
 
         c = m.program("consumer", finished=False, ends=0)
-        c.step("next batch or break", leave, branches=("next", "break"))
+        c.step("next batch or break", leave, branches=("next", "break"), to=[DONE, "lock"])
         c.acquire("lock", "lock", next="check empty")
-        c.step("check empty", next=lambda s, me: "wait for item" if not s.buf else "get")
+        c.step("check empty", next=lambda s, me: "wait for item" if not s.buf else "get",
+               to=["wait for item", "get"])
         c.wait("wait for item", "not_empty", "lock", next="check empty", until=lambda s, me: len(s.buf) > 0)
         c.step("get", get, next="notify not_full")
         c.notify_one("notify not_full", "not_full", next="unlock")
-        c.release("unlock", "lock", next=lambda s, me: DONE if me.finished else "next batch or break")
+        c.release("unlock", "lock", next=lambda s, me: DONE if me.finished else "next batch or break",
+                  to=[DONE, "next batch or break"])
 
         for i in range(producers):
             m.thread(f"producer{i}", p, item=i * items)

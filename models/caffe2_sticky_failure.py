@@ -77,10 +77,13 @@ class Caffe2StickyFailure(Model):
 
         w = m.program("worker", item=0)
         w.acquire("lock", mu, next="while (prefetched_)")
-        w.step("while (prefetched_)", next=lambda s, me: "producer_.wait" if s.prefetched else "while (!finalize_)")
+        w.step("while (prefetched_)",
+               next=lambda s, me: "producer_.wait" if s.prefetched else "while (!finalize_)",
+               to=["producer_.wait", "while (!finalize_)"])
         w.wait("producer_.wait", "producer", mu, next="while (prefetched_)",
                until=lambda s, me: not s.prefetched)
-        w.step("while (!finalize_)", next=lambda s, me: "unlock and return" if s.finalize else "Prefetch()")
+        w.step("while (!finalize_)", next=lambda s, me: "unlock and return" if s.finalize else "Prefetch()",
+               to=["unlock and return", "Prefetch()"])
         # Caffe2's source never runs dry; a batch past `items` is one nobody asks for, so it does not fail.
         w.external("Prefetch()", "fetch", prefetch, next="prefetched_ = true", branches=("ok", "error"),
                    guard=lambda s, me, outcome: outcome == "ok" or me.item < items)
@@ -113,16 +116,18 @@ class Caffe2StickyFailure(Model):
         o = m.program("owner", runs=items)
         o.acquire("Run: lock", mu, next="while (!prefetched_)")
         o.step("while (!prefetched_)",
-               next=lambda s, me: "consumer_.wait" if not s.prefetched else "if (!prefetch_success_)")
+               next=lambda s, me: "consumer_.wait" if not s.prefetched else "if (!prefetch_success_)",
+               to=["consumer_.wait", "if (!prefetch_success_)"])
         o.wait("consumer_.wait", "consumer", mu, next="while (!prefetched_)", until=lambda s, me: s.prefetched)
-        o.step("if (!prefetch_success_)", check_success)
-        o.release("return false (unlock)", mu, next=next_call)
+        o.step("if (!prefetch_success_)", check_success, to=["return false (unlock)", "CopyPrefetched()"])
+        o.release("return false (unlock)", mu, next=next_call, to=["Run: lock", "Finalize: lock"])
         o.step("CopyPrefetched()", copy, next="producer_.notify_one")
         o.notify_one("producer_.notify_one", "producer", next="return true (unlock)")
-        o.release("return true (unlock)", mu, next=next_call)
+        o.release("return true (unlock)", mu, next=next_call, to=["Run: lock", "Finalize: lock"])
         o.acquire("Finalize: lock", mu, next="Finalize: while (!prefetched_)")
         o.step("Finalize: while (!prefetched_)",
-               next=lambda s, me: "Finalize: consumer_.wait" if not s.prefetched else "finalize_ = true")
+               next=lambda s, me: "Finalize: consumer_.wait" if not s.prefetched else "finalize_ = true",
+               to=["Finalize: consumer_.wait", "finalize_ = true"])
         o.wait("Finalize: consumer_.wait", "consumer", mu, next="Finalize: while (!prefetched_)",
                until=lambda s, me: s.prefetched)
         o.step("finalize_ = true", set_finalize, next="Finalize: unlock")

@@ -106,17 +106,18 @@ class Channel(Model):
             return "lock to close" if double_close and me.closes < 2 else DONE
 
         p = m.program("sender", who=0, left=items, closes=0)
-        p.acquire("lock", "lock", next=lambda s, me: "check" if me.left else "close sender")
-        p.step("check", next=check_send)
+        p.acquire("lock", "lock", next=lambda s, me: "check" if me.left else "close sender",
+                  to=["check", "close sender"])
+        p.step("check", next=check_send, to=["close sender", "wait not_full", "send"])
         p.wait("wait not_full", "not_full", "lock", next="check",
                until=lambda s, me: len(s.buf) < capacity or s.open_receivers == 0)
         p.step("send", send, next="notify not_empty")
         p.notify_one("notify not_empty", "not_empty", next="unlock")
         p.release("unlock", "lock", next="lock")
         p.acquire("lock to close", "lock", next="close sender")
-        p.step("close sender", close_sender)
+        p.step("close sender", close_sender, to=["unlock and return", "wake receivers"])
         p.notify_all("wake receivers", "not_empty", next="unlock and return")
-        p.release("unlock and return", "lock", next=after_close)
+        p.release("unlock and return", "lock", next=after_close, to=["lock to close", DONE])
 
         # -- receiver: receive until EndOfChannel (or abandon), then close ----
 
@@ -146,13 +147,14 @@ class Channel(Model):
 
         c = m.program("receiver", who=0)
         c.acquire("lock", "lock", next="check")
-        c.step("check", check_receive, branches=("receive", "abandon") if abandon else ("receive",))
+        c.step("check", check_receive, branches=("receive", "abandon") if abandon else ("receive",),
+               to=["close receiver", "receive", "wait not_empty"])
         c.wait("wait not_empty", "not_empty", "lock", next="check",
                until=lambda s, me: bool(s.buf) or s.open_senders == 0)
         c.step("receive", receive, next="notify not_full")
         c.notify_one("notify not_full", "not_full", next="unlock")
         c.release("unlock", "lock", next="lock")
-        c.step("close receiver", close_receiver)
+        c.step("close receiver", close_receiver, to=["unlock and return", "wake senders", "pass the wakeup on"])
         c.notify_all("wake senders", "not_full", next="unlock and return")
         c.notify_one("pass the wakeup on", "not_empty", next="unlock and return")
         c.release("unlock and return", "lock", next=DONE)

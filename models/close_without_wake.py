@@ -72,7 +72,8 @@ class CloseWithoutWake(Model):
 
         p = m.program("producer", left=items, item=0)
         p.acquire("lock", "lock", next="check closed or full")
-        p.step("check closed or full", check_space)
+        p.step("check closed or full", check_space,
+               to=["unlock and exit", "mark end of stream", "wait for space", "put"])
         p.wait("wait for space", "not_full", "lock", next="check closed or full",
                until=lambda s, me: len(s.buf) < capacity or s.closed)
         p.step("put", put, next="notify not_empty")
@@ -85,9 +86,9 @@ class CloseWithoutWake(Model):
         p.step("exit", exit_, next=DONE)
 
         c = m.program("consumer")
-        c.step("next batch or close", choose, branches=("next batch", "close"))
+        c.step("next batch or close", choose, branches=("next batch", "close"), to=["lock to close", "lock"])
         c.acquire("lock", "lock", next="check empty")
-        c.step("check empty", check_item)
+        c.step("check empty", check_item, to=["get", "unlock (end of stream)", "wait for item"])
         c.wait("wait for item", "not_empty", "lock", next="check empty",
                until=lambda s, me: bool(s.buf) or s.eos or s.closed)
         c.step("get", get, next="notify not_full")

@@ -61,18 +61,21 @@ class DoubleBufferSwap(Model):
 
         p = m.program("producer", item=1, target=-1)
         p.acquire("lock", "lock", next="check ready")
-        p.step("check ready", next=lambda s, me: "wait for swap" if s.ready else "set ready")
+        p.step("check ready", next=lambda s, me: "wait for swap" if s.ready else "set ready",
+               to=["wait for swap", "set ready"])
         p.wait("wait for swap", "swapped", "lock", next="check ready", until=lambda s, me: not s.ready)
         p.step("set ready", announce, next="notify filled")
         p.notify_one("notify filled", "filled", next="unlock")
         p.release("unlock", "lock", next="fill back buffer")
-        p.external("fill back buffer", "fetch", fill, next=lambda s, me: "lock" if me.item < items else DONE)
+        p.external("fill back buffer", "fetch", fill, next=lambda s, me: "lock" if me.item < items else DONE,
+                   to=["lock", DONE])
 
         c = m.program("consumer", left=items)
         c.external("read front buffer", "compute", read_front,
-                   next=lambda s, me: "lock" if me.left else DONE)
+                   next=lambda s, me: "lock" if me.left else DONE, to=["lock", DONE])
         c.acquire("lock", "lock", next="check ready")
-        c.step("check ready", next=lambda s, me: "swap buffers" if s.ready else "wait for ready")
+        c.step("check ready", next=lambda s, me: "swap buffers" if s.ready else "wait for ready",
+               to=["swap buffers", "wait for ready"])
         c.wait("wait for ready", "filled", "lock", next="check ready", until=lambda s, me: s.ready)
         c.step("swap buffers", swap, next="notify swapped")
         c.notify_one("notify swapped", "swapped", next="unlock")

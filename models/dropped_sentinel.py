@@ -59,24 +59,26 @@ class DroppedSentinel(Model):
         p = m.program("producer", left=items, item=0)
         p.acquire("lock", "lock", next="check full")
         p.step("check full", next=lambda s, me: "put_nowait end marker" if not me.left
-               else "wait for space" if len(s.buf) == capacity else "put")
+               else "wait for space" if len(s.buf) == capacity else "put",
+               to=["put_nowait end marker", "wait for space", "put"])
         p.wait("wait for space", "not_full", "lock", next="check full",
                until=lambda s, me: len(s.buf) < capacity)
         p.step("put", put, next="notify not_empty")
         p.notify_one("notify not_empty", "not_empty", next="unlock")
         p.release("unlock", "lock", next="lock")
         # close(): put_nowait(END); `except Full: pass`.
-        p.step("put_nowait end marker", put_end_nowait)
+        p.step("put_nowait end marker", put_end_nowait, to=["unlock (close)", "notify not_empty (close)"])
         p.notify_one("notify not_empty (close)", "not_empty", next="unlock (close)")
         p.release("unlock (close)", "lock", next=DONE)
 
         c = m.program("consumer", finished=False, ends=0)
         c.acquire("lock", "lock", next="check empty")
-        c.step("check empty", next=lambda s, me: "wait for item" if not s.buf else "get")
+        c.step("check empty", next=lambda s, me: "wait for item" if not s.buf else "get",
+               to=["wait for item", "get"])
         c.wait("wait for item", "not_empty", "lock", next="check empty", until=lambda s, me: len(s.buf) > 0)
         c.step("get", get, next="notify not_full")
         c.notify_one("notify not_full", "not_full", next="unlock")
-        c.release("unlock", "lock", next=lambda s, me: DONE if me.finished else "lock")
+        c.release("unlock", "lock", next=lambda s, me: DONE if me.finished else "lock", to=[DONE, "lock"])
 
         for i in range(producers):
             m.thread(f"producer{i}", p, item=i * items)

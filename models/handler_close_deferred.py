@@ -69,8 +69,8 @@ class HandlerCloseDeferred(Model):
             s.running -= 1
 
         w = m.program("worker", left=items, item=0)
-        w.acquire("lock", "kernel", next=lambda s, me: "put" if me.left else "finish")
-        w.step("put", put)
+        w.acquire("lock", "kernel", next=lambda s, me: "put" if me.left else "finish", to=["put", "finish"])
+        w.step("put", put, to=["unlock and return", "notify"])
         w.notify_all("notify", "changed", next="unlock")
         w.release("unlock", "kernel", next="lock")
         w.step("finish", finish, next="notify (end)")
@@ -112,15 +112,17 @@ class HandlerCloseDeferred(Model):
 
         c = m.program("main", signals=1 if signal else 0, resume=DONE)
         c.acquire("lock", "kernel", next="check item")
-        c.step("check item", check_item, branches=branches, guard=may_signal if signal else None)
+        c.step("check item", check_item, branches=branches, guard=may_signal if signal else None,
+               to=["get", "unlock (closed)", "unlock (end)", "wait", "handler: request close"])
         c.wait("wait", "changed", "kernel", next="check item",
                until=lambda s, me: bool(s.buf) or s.closed or s.running == 0)
-        c.step("get", get, branches=branches, guard=may_signal if signal else None)
+        c.step("get", get, branches=branches, guard=may_signal if signal else None,
+               to=["unlock", "handler: request close"])
         c.release("unlock", "kernel", next="lock")
         c.release("unlock (closed)", "kernel", next="close(): request")  # next() raised PrefetcherClosed
         c.release("unlock (end)", "kernel", next="close(): request")     # the stream ended: `with` closes
         # The handler's body: one non-blocking step, then back to the interrupted step.
-        c.step("handler: request close", request_close, next=lambda s, me: me.resume)
+        c.step("handler: request close", request_close, next=lambda s, me: me.resume, to=["check item", "get"])
         # close() called normally goes through the same queue; the reaper does the work.
         c.step("close(): request", request_close, next=DONE)
 

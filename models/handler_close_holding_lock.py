@@ -68,8 +68,8 @@ class HandlerCloseHoldingLock(Model):
             s.running -= 1
 
         w = m.program("worker", left=items, item=0)
-        w.acquire("lock", "kernel", next=lambda s, me: "put" if me.left else "finish")
-        w.step("put", put)
+        w.acquire("lock", "kernel", next=lambda s, me: "put" if me.left else "finish", to=["put", "finish"])
+        w.step("put", put, to=["unlock and return", "notify"])
         w.notify_all("notify", "changed", next="unlock")
         w.release("unlock", "kernel", next="lock")
         w.step("finish", finish, next="notify (end)")
@@ -111,10 +111,11 @@ class HandlerCloseHoldingLock(Model):
 
         c = m.program("main", signals=1 if signal else 0, resume=DONE)
         c.acquire("lock", "kernel", next="check item")
-        c.step("check item", check_item, branches=branches, guard=may_signal if signal else None)
+        c.step("check item", check_item, branches=branches, guard=may_signal if signal else None,
+               to=["get", "unlock (closed)", "unlock (end)", "wait", "close(): lock"])
         c.wait("wait", "changed", "kernel", next="check item",
                until=lambda s, me: bool(s.buf) or s.closed or s.running == 0)
-        c.step("get", get, branches=branches, guard=may_signal if signal else None)
+        c.step("get", get, branches=branches, guard=may_signal if signal else None, to=["unlock", "close(): lock"])
         c.release("unlock", "kernel", next="lock")
         c.release("unlock (closed)", "kernel", next="close(): lock")  # next() raised PrefetcherClosed
         c.release("unlock (end)", "kernel", next="close(): lock")     # the stream ended: `with` closes
@@ -122,7 +123,8 @@ class HandlerCloseHoldingLock(Model):
         c.acquire("close(): lock", "kernel", next="close(): set closed")
         c.step("close(): set closed", set_closed, next="close(): notify_all")
         c.notify_all("close(): notify_all", "changed", next="close(): unlock")
-        c.release("close(): unlock", "kernel", next=lambda s, me: me.resume)
+        c.release("close(): unlock", "kernel", next=lambda s, me: me.resume,
+                  to=[DONE, "check item", "get"])
 
         m.thread("main", c)
         for i in range(workers):

@@ -50,19 +50,19 @@ class IfNotWhile(Model):
         p = m.program("producer", left=items, item=0)
         p.acquire("lock", "lock", next="if full")
         # The bug: `if`, not `while`: after the wait the thread goes straight to put.
-        p.step("if full", next=lambda s, me: "wait" if len(s.buf) == capacity else "put")
+        p.step("if full", next=lambda s, me: "wait" if len(s.buf) == capacity else "put", to=["wait", "put"])
         p.wait("wait", "cond", "lock", next="put", until=lambda s, me: len(s.buf) < capacity)
         p.step("put", put, next="signal")
         p.notify_one("signal", "cond", next="unlock")
-        p.release("unlock", "lock", next=lambda s, me: "lock" if me.left else DONE)
+        p.release("unlock", "lock", next=lambda s, me: "lock" if me.left else DONE, to=["lock", DONE])
 
         c = m.program("consumer", quota=0)
         c.acquire("lock", "lock", next="if empty")
-        c.step("if empty", next=lambda s, me: "wait" if not s.buf else "get")
+        c.step("if empty", next=lambda s, me: "wait" if not s.buf else "get", to=["wait", "get"])
         c.wait("wait", "cond", "lock", next="get", until=lambda s, me: len(s.buf) > 0)
         c.step("get", get, next="signal")
         c.notify_one("signal", "cond", next="unlock")
-        c.release("unlock", "lock", next=lambda s, me: "lock" if me.quota else DONE)
+        c.release("unlock", "lock", next=lambda s, me: "lock" if me.quota else DONE, to=["lock", DONE])
 
         for i in range(producers):
             m.thread(f"producer{i}", p, item=i * items)

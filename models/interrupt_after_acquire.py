@@ -82,11 +82,12 @@ class InterruptAfterAcquire(Model):
         guard = may_signal if interrupt else None
         mp = m.program("main", left=rounds, signals=1 if interrupt else 0, unwinding=False)
         mp.acquire("lock.acquire()", "lock", next="check signals")
-        mp.step("check signals", check_signals, branches=branches, guard=guard)
-        mp.step("try: work", work, branches=branches, guard=guard)
+        mp.step("check signals", check_signals, branches=branches, guard=guard,
+                to=["raise KeyboardInterrupt", "try: work"])
+        mp.step("try: work", work, branches=branches, guard=guard, to=["finally: release()"])
         mp.release("finally: release()", "lock",
                    next=lambda s, me: "raise KeyboardInterrupt" if me.unwinding else
-                   ("lock.acquire()" if me.left else DONE))
+                   ("lock.acquire()" if me.left else DONE), to=["raise KeyboardInterrupt", "lock.acquire()", DONE])
         mp.step("raise KeyboardInterrupt", raise_ki, next=DONE)
 
         # -- workers: the same critical section, never interrupted -----------
@@ -97,7 +98,8 @@ class InterruptAfterAcquire(Model):
         w = m.program("worker", left=rounds)
         w.acquire("lock.acquire()", "lock", next="work")
         w.step("work", do_work, next="lock.release()")
-        w.release("lock.release()", "lock", next=lambda s, me: "lock.acquire()" if me.left else DONE)
+        w.release("lock.release()", "lock", next=lambda s, me: "lock.acquire()" if me.left else DONE,
+                  to=["lock.acquire()", DONE])
 
         m.thread("main", mp)
         for i in range(workers):

@@ -97,12 +97,14 @@ class InterruptDeferred(Model):
 
         guard = may_signal if interrupt else None
         mp = m.program("main", left=rounds, signals=1 if interrupt else 0, pending=False)
-        mp.step("protect", protect, branches=branches, guard=guard)
+        mp.step("protect", protect, branches=branches, guard=guard,
+                to=["raise KeyboardInterrupt", "lock.acquire()"])
         mp.acquire("lock.acquire()", "lock", next="check signals")
-        mp.step("check signals", check_signals, branches=branches, guard=guard)
-        mp.step("try: work", work, branches=branches, guard=guard)
+        mp.step("check signals", check_signals, branches=branches, guard=guard, to=["try: work"])
+        mp.step("try: work", work, branches=branches, guard=guard, to=["finally: release()"])
         mp.release("finally: release()", "lock", next="unprotect")
-        mp.step("unprotect", unprotect, branches=branches, guard=guard)
+        mp.step("unprotect", unprotect, branches=branches, guard=guard,
+                to=["raise KeyboardInterrupt", "protect", DONE])
         mp.step("raise KeyboardInterrupt", raise_ki, next=DONE)
 
         # -- workers: the same critical section, never interrupted -----------
@@ -113,7 +115,8 @@ class InterruptDeferred(Model):
         w = m.program("worker", left=rounds)
         w.acquire("lock.acquire()", "lock", next="work")
         w.step("work", do_work, next="lock.release()")
-        w.release("lock.release()", "lock", next=lambda s, me: "lock.acquire()" if me.left else DONE)
+        w.release("lock.release()", "lock", next=lambda s, me: "lock.acquire()" if me.left else DONE,
+                  to=["lock.acquire()", DONE])
 
         m.thread("main", mp)
         for i in range(workers):

@@ -43,24 +43,26 @@ class JoinBeforeDrain(Model):
 
         p = m.program("producer", left=items, item=0)
         p.acquire("lock", "lock", next="check full")
-        p.step("check full", next=lambda s, me: "wait for space" if len(s.buf) == capacity else "put")
+        p.step("check full", next=lambda s, me: "wait for space" if len(s.buf) == capacity else "put",
+               to=["wait for space", "put"])
         p.wait("wait for space", "not_full", "lock", next="check full",
                until=lambda s, me: len(s.buf) < capacity)
         p.step("put", put, next="notify not_empty")
         p.notify_one("notify not_empty", "not_empty", next="unlock")
-        p.release("unlock", "lock", next=lambda s, me: "lock" if me.left else "return")
+        p.release("unlock", "lock", next=lambda s, me: "lock" if me.left else "return", to=["lock", "return"])
         p.step("return", finish, next=DONE)
 
         c = m.program("consumer", quota=0)
         # The bug: the join comes first.
         c.step("join producers", guard=lambda s, me: s.running == 0,
-               next=lambda s, me: "lock" if me.quota else DONE)
+               next=lambda s, me: "lock" if me.quota else DONE, to=["lock", DONE])
         c.acquire("lock", "lock", next="check empty")
-        c.step("check empty", next=lambda s, me: "wait for item" if not s.buf else "get")
+        c.step("check empty", next=lambda s, me: "wait for item" if not s.buf else "get",
+               to=["wait for item", "get"])
         c.wait("wait for item", "not_empty", "lock", next="check empty", until=lambda s, me: len(s.buf) > 0)
         c.step("get", get, next="notify not_full")
         c.notify_one("notify not_full", "not_full", next="unlock")
-        c.release("unlock", "lock", next=lambda s, me: "lock" if me.quota else DONE)
+        c.release("unlock", "lock", next=lambda s, me: "lock" if me.quota else DONE, to=["lock", DONE])
 
         for i in range(producers):
             m.thread(f"producer{i}", p, item=i * items)

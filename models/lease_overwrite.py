@@ -71,21 +71,23 @@ class LeaseOverwrite(Model):
 
         p = m.program("producer", left=items, item=0)
         p.acquire("lock", "lock", next="check full")
-        p.step("check full", next=lambda s, me: "wait for free slot" if s.free == 0 else "write slot")
+        p.step("check full", next=lambda s, me: "wait for free slot" if s.free == 0 else "write slot",
+               to=["wait for free slot", "write slot"])
         p.wait("wait for free slot", "not_full", "lock", next="check full", until=lambda s, me: s.free > 0)
         p.step("write slot", write, next="notify not_empty")
         p.notify_one("notify not_empty", "not_empty", next="unlock")
-        p.release("unlock", "lock", next=lambda s, me: "lock" if me.left else DONE)
+        p.release("unlock", "lock", next=lambda s, me: "lock" if me.left else DONE, to=["lock", DONE])
 
         c = m.program("consumer", quota=items)
         c.acquire("lock", "lock", next="check empty")
-        c.step("check empty", next=lambda s, me: "wait for batch" if s.ready == 0 else "take lease")
+        c.step("check empty", next=lambda s, me: "wait for batch" if s.ready == 0 else "take lease",
+               to=["wait for batch", "take lease"])
         c.wait("wait for batch", "not_empty", "lock", next="check empty", until=lambda s, me: s.ready > 0)
         c.step("take lease", take, next="notify not_full")
         c.notify_one("notify not_full", "not_full", next="unlock")
         c.release("unlock", "lock", next="use batch")
         c.external("use batch", "compute", use_batch, next="release lease")
-        c.step("release lease", release, next=lambda s, me: "lock" if me.quota else DONE)
+        c.step("release lease", release, next=lambda s, me: "lock" if me.quota else DONE, to=["lock", DONE])
 
         m.thread("producer0", p)
         m.thread("consumer0", c)

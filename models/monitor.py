@@ -101,14 +101,16 @@ class Monitor(Model):
             return "unlock and return"
 
         p = m.program("producer", who=0, left=items)
-        p.acquire("lock", "lock", next=lambda s, me: "check space" if me.left else "finish")
-        p.step("check space", next=check_space)
+        p.acquire("lock", "lock", next=lambda s, me: "check space" if me.left else "finish",
+                  to=["check space", "finish"])
+        p.step("check space", next=check_space, to=["finish", "wait not_full", "put"])
         p.wait("wait not_full", "not_full", "lock", next="check space",
                until=lambda s, me: len(s.buf) < capacity or s.state != OPEN)
-        p.step("put", put, branches=("ok", "error") if error else ("ok",))
+        p.step("put", put, branches=("ok", "error") if error else ("ok",),
+               to=["close: wake putters", "notify not_empty"])
         p.notify_one("notify not_empty", "not_empty", next="unlock")
         p.release("unlock", "lock", next="lock")
-        p.step("finish", finish)
+        p.step("finish", finish, to=["close: wake putters", "unlock and return"])
         p.notify_all("close: wake putters", "not_full", next="close: wake getters")
         p.notify_all("close: wake getters", "not_empty", next="unlock and return")
         p.release("unlock and return", "lock", next=DONE)
@@ -132,7 +134,7 @@ class Monitor(Model):
 
         c = m.program("consumer")
         c.acquire("lock", "lock", next="check item")
-        c.step("check item", next=check_item)
+        c.step("check item", next=check_item, to=["get", "wait not_empty", "end of stream"])
         c.wait("wait not_empty", "not_empty", "lock", next="check item",
                until=lambda s, me: bool(s.buf) or s.state != OPEN)
         c.step("get", get, next="notify not_full")

@@ -37,11 +37,12 @@ class NoPredicateWait(Model):
 
         p = m.program("producer", left=items)
         p.acquire("lock", "lock", next="check full")
-        p.step("check full", next=lambda s, me: "wait for space" if s.count == capacity else "put")
+        p.step("check full", next=lambda s, me: "wait for space" if s.count == capacity else "put",
+               to=["wait for space", "put"])
         p.wait("wait for space", "not_full", "lock", next="check full", until=lambda s, me: s.count < capacity)
         p.step("put", put, next="notify not_empty")
         p.notify_one("notify not_empty", "not_empty", next="unlock")
-        p.release("unlock", "lock", next=lambda s, me: "lock" if me.left else DONE)
+        p.release("unlock", "lock", next=lambda s, me: "lock" if me.left else DONE, to=["lock", DONE])
 
         c = m.program("consumer", quota=0)
         c.acquire("lock", "lock", next="wait for item")
@@ -49,7 +50,7 @@ class NoPredicateWait(Model):
         c.wait("wait for item", "not_empty", "lock", next="get", until=lambda s, me: s.count > 0)
         c.step("get", get, next="notify not_full")
         c.notify_one("notify not_full", "not_full", next="unlock")
-        c.release("unlock", "lock", next=lambda s, me: "lock" if me.quota else DONE)
+        c.release("unlock", "lock", next=lambda s, me: "lock" if me.quota else DONE, to=["lock", DONE])
 
         for i in range(producers):
             m.thread(f"producer{i}", p)

@@ -39,14 +39,15 @@ class NoSpaceGuard(Model):
         # The bug: no capacity check before the put.
         p.step("put", put, next="notify not_empty")
         p.notify_one("notify not_empty", "not_empty", next="unlock")
-        p.release("unlock", "lock", next=lambda s, me: "lock" if me.left else DONE)
+        p.release("unlock", "lock", next=lambda s, me: "lock" if me.left else DONE, to=["lock", DONE])
 
         c = m.program("consumer", quota=0)
         c.acquire("lock", "lock", next="check empty")
-        c.step("check empty", next=lambda s, me: "wait for item" if s.count == 0 else "get")
+        c.step("check empty", next=lambda s, me: "wait for item" if s.count == 0 else "get",
+               to=["wait for item", "get"])
         c.wait("wait for item", "not_empty", "lock", next="check empty", until=lambda s, me: s.count > 0)
         c.step("get", get, next="unlock")
-        c.release("unlock", "lock", next=lambda s, me: "lock" if me.quota else DONE)
+        c.release("unlock", "lock", next=lambda s, me: "lock" if me.quota else DONE, to=["lock", DONE])
 
         for i in range(producers):
             m.thread(f"producer{i}", p)

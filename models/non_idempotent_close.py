@@ -62,9 +62,10 @@ class NonIdempotentClose(Model):
             s.buf = s.buf[1:]
 
         p = m.program("producer", left=items, item=0, closes=2, handle_closed=False)
-        p.step("next item", next=lambda s, me: "lock" if me.left else "lock (close)")
+        p.step("next item", next=lambda s, me: "lock" if me.left else "lock (close)", to=["lock", "lock (close)"])
         p.acquire("lock", "lock", next="check closed or full")
-        p.step("check closed or full", check_send)
+        p.step("check closed or full", check_send,
+               to=["unlock (send raised ClosedResourceError)", "wait for space", "send"])
         p.wait("wait for space", "not_full", "lock", next="check closed or full",
                until=lambda s, me: len(s.buf) < capacity or s.closed)
         p.step("send", send, next="notify not_empty")
@@ -73,14 +74,15 @@ class NonIdempotentClose(Model):
         p.release("unlock (send raised ClosedResourceError)", "lock", next=DONE)
         # close(), then the `with` block's exit closes the same handle again.
         p.acquire("lock (close)", "lock", next="open_senders -= 1")
-        p.step("open_senders -= 1", close)
+        p.step("open_senders -= 1", close, to=["notify_all not_empty", "unlock (close)"])
         p.notify_all("notify_all not_empty", "not_empty", next="notify_all not_full")
         p.notify_all("notify_all not_full", "not_full", next="unlock (close)")
-        p.release("unlock (close)", "lock", next=lambda s, me: "lock (close)" if me.closes else DONE)
+        p.release("unlock (close)", "lock", next=lambda s, me: "lock (close)" if me.closes else DONE,
+                  to=["lock (close)", DONE])
 
         c = m.program("consumer")
         c.acquire("lock", "lock", next="check empty")
-        c.step("check empty", check_receive)
+        c.step("check empty", check_receive, to=["receive", "unlock (end of channel)", "wait for item"])
         c.wait("wait for item", "not_empty", "lock", next="check empty",
                until=lambda s, me: bool(s.buf) or s.closed)
         c.step("receive", receive, next="notify not_full")

@@ -54,7 +54,7 @@ class NotifyOneOnClose(Model):
 
         p = m.program("producer", left=items, item=0)
         p.acquire("lock", "lock", next="check full")
-        p.step("check full", check_space)
+        p.step("check full", check_space, to=["set closed", "wait for space", "put"])
         p.wait("wait for space", "not_full", "lock", next="check full",
                until=lambda s, me: len(s.buf) < capacity)
         p.step("put", put, next="notify not_empty")
@@ -67,7 +67,7 @@ class NotifyOneOnClose(Model):
 
         c = m.program("consumer")
         c.acquire("lock", "lock", next="check empty")
-        c.step("check empty", check_item)
+        c.step("check empty", check_item, to=["get", "unlock (end of stream)", "wait for item"])
         c.wait("wait for item", "not_empty", "lock", next="check empty",
                until=lambda s, me: bool(s.buf) or s.closed)
         c.step("get", get, next="notify not_full")

@@ -41,19 +41,19 @@ class OneCondSignal(Model):
 
         p = m.program("producer", left=items)
         p.acquire("lock", "lock", next="check full")
-        p.step("check full", next=lambda s, me: "wait" if s.count == capacity else "put")
+        p.step("check full", next=lambda s, me: "wait" if s.count == capacity else "put", to=["wait", "put"])
         p.wait("wait", "cond", "lock", next="check full", until=lambda s, me: s.count < capacity)
         p.step("put", put, next="signal")
         p.notify_one("signal", "cond", next="unlock")
-        p.release("unlock", "lock", next=lambda s, me: "lock" if me.left else DONE)
+        p.release("unlock", "lock", next=lambda s, me: "lock" if me.left else DONE, to=["lock", DONE])
 
         c = m.program("consumer", quota=0)
         c.acquire("lock", "lock", next="check empty")
-        c.step("check empty", next=lambda s, me: "wait" if s.count == 0 else "get")
+        c.step("check empty", next=lambda s, me: "wait" if s.count == 0 else "get", to=["wait", "get"])
         c.wait("wait", "cond", "lock", next="check empty", until=lambda s, me: s.count > 0)
         c.step("get", get, next="signal")
         c.notify_one("signal", "cond", next="unlock")
-        c.release("unlock", "lock", next=lambda s, me: "lock" if me.quota else DONE)
+        c.release("unlock", "lock", next=lambda s, me: "lock" if me.quota else DONE, to=["lock", DONE])
 
         for i in range(producers):
             m.thread(f"producer{i}", p)

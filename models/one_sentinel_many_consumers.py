@@ -52,22 +52,23 @@ class OneSentinelManyConsumers(Model):
         p = m.program("producer", left=items, item=0, sent_end=False)
         p.acquire("lock", "lock", next="check full")
         p.step("check full", next=lambda s, me: "wait for space" if len(s.buf) == capacity
-               else "put" if me.left else "put end marker")
+               else "put" if me.left else "put end marker", to=["wait for space", "put", "put end marker"])
         p.wait("wait for space", "not_full", "lock", next="check full",
                until=lambda s, me: len(s.buf) < capacity)
         p.step("put", put, next="notify not_empty")
         # close(): one end marker, whatever the number of consumers.
         p.step("put end marker", put_end, next="notify not_empty")
         p.notify_one("notify not_empty", "not_empty", next="unlock")
-        p.release("unlock", "lock", next=lambda s, me: DONE if me.sent_end else "lock")
+        p.release("unlock", "lock", next=lambda s, me: DONE if me.sent_end else "lock", to=[DONE, "lock"])
 
         c = m.program("consumer", finished=False)
         c.acquire("lock", "lock", next="check empty")
-        c.step("check empty", next=lambda s, me: "wait for item" if not s.buf else "get")
+        c.step("check empty", next=lambda s, me: "wait for item" if not s.buf else "get",
+               to=["wait for item", "get"])
         c.wait("wait for item", "not_empty", "lock", next="check empty", until=lambda s, me: len(s.buf) > 0)
         c.step("get", get, next="notify not_full")
         c.notify_one("notify not_full", "not_full", next="unlock")
-        c.release("unlock", "lock", next=lambda s, me: DONE if me.finished else "lock")
+        c.release("unlock", "lock", next=lambda s, me: DONE if me.finished else "lock", to=[DONE, "lock"])
 
         for i in range(producers):
             m.thread(f"producer{i}", p, item=i * items)

@@ -174,7 +174,7 @@ class Prefetcher(Model):
             return CLAIM
 
         w = m.program("worker", idx=-1, slot=-1)
-        w.step(CLAIM, claim, guard=may_claim, branches=(CLAIMED, EXIT))
+        w.step(CLAIM, claim, guard=may_claim, branches=(CLAIMED, EXIT), to=[FETCH, DONE])
         if error:
             outcomes = (FETCH_OK, FETCH_ERROR)  # any fetch may fail
         elif error_at >= 0:
@@ -190,7 +190,7 @@ class Prefetcher(Model):
             return (outcome == FETCH_ERROR) == (me.idx == error_at)
 
         w.external(FETCH, ACTION_FETCH, fetched, branches=outcomes,
-                   guard=fetch_outcome if error_at >= 0 and not error else None)
+                   guard=fetch_outcome if error_at >= 0 and not error else None, to=[CLAIM])
 
         # -- consumer -------------------------------------------------------
 
@@ -289,7 +289,7 @@ class Prefetcher(Model):
             s.slots, me.lease = slots, ()
 
         c = m.program("consumer", lease=())
-        c.step(TAKE, take, guard=may_take, branches=branches)
+        c.step(TAKE, take, guard=may_take, branches=branches, to=[RELEASE, JOIN, DONE])
         c.step(RELEASE, release, next=TAKE)
         c.step(JOIN, guard=lambda s, me: s.alive == 0, next=DONE)
 
@@ -330,7 +330,7 @@ class Prefetcher(Model):
                 return RESIZE
 
             tu = m.program("tuner")
-            tu.step(RESIZE, resize, guard=may_resize, branches=(GROW, SHRINK, STOP))
+            tu.step(RESIZE, resize, guard=may_resize, branches=(GROW, SHRINK, STOP), to=[RESIZE, DONE])
 
         for i in range(workers):
             m.thread(worker(i), w)

@@ -61,7 +61,8 @@ class PriorityInversion(Model):
         # Low priority: the prefetch worker, publishing under the buffer lock.
         p = m.program("producer")
         p.acquire("lock", "lock", next="check full")
-        p.step("check full", next=lambda s, me: "wait for space" if s.full else "fill batch")
+        p.step("check full", next=lambda s, me: "wait for space" if s.full else "fill batch",
+               to=["wait for space", "fill batch"])
         p.wait("wait for space", "not_full", "lock", next="check full", until=lambda s, me: not s.full)
         p.step("fill batch", fill, next="set ready")
         p.step("set ready", announce, next="unlock")  # the bug: signalled while the lock is held
@@ -70,7 +71,8 @@ class PriorityInversion(Model):
         # Medium priority: wakes on `ready` and spins until the batch is taken.
         mon = m.program("monitor")
         mon.step("wait for ready", guard=lambda s, me: s.ready and not s.logged, next="spin until taken")
-        mon.step("spin until taken", next=lambda s, me: "spin until taken" if s.full else "log batch")
+        mon.step("spin until taken", next=lambda s, me: "spin until taken" if s.full else "log batch",
+                 to=["spin until taken", "log batch"])
         mon.step("log batch", log, next="wait for ready")
 
         # High priority: the training loop.

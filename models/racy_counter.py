@@ -57,13 +57,15 @@ class RacyCounter(Model):
         # The bug: these two steps are not under a mutex shared by all producers.
         p.step("buffer[fill] = item", write, next="fill += 1")
         p.step("fill += 1", advance_fill, next="release items")
-        p.sem_release("release items", "items", next=lambda s, me: "acquire spaces" if me.left else DONE)
+        p.sem_release("release items", "items", next=lambda s, me: "acquire spaces" if me.left else DONE,
+                      to=["acquire spaces", DONE])
 
         c = m.program("consumer", quota=0)
         c.sem_acquire("acquire items", "items", next="item = buffer[use]")
         c.step("item = buffer[use]", read, next="use += 1")
         c.step("use += 1", advance_use, next="release spaces")
-        c.sem_release("release spaces", "spaces", next=lambda s, me: "acquire items" if me.quota else DONE)
+        c.sem_release("release spaces", "spaces", next=lambda s, me: "acquire items" if me.quota else DONE,
+                      to=["acquire items", DONE])
 
         for i in range(producers):
             m.thread(f"producer{i}", p, item=i * items)

@@ -114,15 +114,17 @@ class Semaphores(Model):
             return "unlock and return"
 
         p = m.program("producer", who=0, left=items)
-        p.step("next item", next=lambda s, me: "spaces.acquire" if me.left else "mutex.acquire to finish")
+        p.step("next item", next=lambda s, me: "spaces.acquire" if me.left else "mutex.acquire to finish",
+               to=["spaces.acquire", "mutex.acquire to finish"])
         p.sem_acquire("spaces.acquire", "spaces", next="mutex.acquire")
         p.acquire("mutex.acquire", "mutex", next="put")
-        p.step("put", put, branches=("ok", "error") if error else ("ok",))
+        p.step("put", put, branches=("ok", "error") if error else ("ok",),
+               to=["unlock and stop", "unlock, then poison", "unlock"])
         p.release("unlock", "mutex", next="items.release")
         p.sem_release("items.release", "items", next="next item")
         p.release("unlock and stop", "mutex", next="mutex.acquire to finish")
         p.acquire("mutex.acquire to finish", "mutex", next="finish")
-        p.step("finish", finish)
+        p.step("finish", finish, to=["unlock, then poison", "unlock and return"])
         p.release("unlock and return", "mutex", next=DONE)
         p.release("unlock, then poison", "mutex", next=first_poison)
         add_poison(p)
@@ -143,7 +145,7 @@ class Semaphores(Model):
         c = m.program("consumer")
         c.sem_acquire("items.acquire", "items", next="mutex.acquire")
         c.acquire("mutex.acquire", "mutex", next="get")
-        c.step("get", get)
+        c.step("get", get, to=["unlock", "unlock and return"])
         c.release("unlock", "mutex", next="spaces.release")
         c.sem_release("spaces.release", "spaces", next="items.acquire")
         c.release("unlock and return", "mutex", next=DONE)
@@ -156,7 +158,7 @@ class Semaphores(Model):
 
         cl = m.program("closer")
         cl.acquire("mutex.acquire", "mutex", next="close")
-        cl.step("close", request_close)
+        cl.step("close", request_close, to=["unlock, then poison", "unlock and return"])
         cl.release("unlock and return", "mutex", next=DONE)
         cl.release("unlock, then poison", "mutex", next=first_poison)
         add_poison(cl)

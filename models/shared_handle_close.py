@@ -58,7 +58,8 @@ class SharedHandleClose(Model):
 
         p = m.program("producer", left=items, item=0)
         p.acquire("lock", "lock", next="check closed or full")
-        p.step("check closed or full", check_send)
+        p.step("check closed or full", check_send,
+               to=["close send channel", "unlock (send raised ClosedResourceError)", "wait for space", "send"])
         p.wait("wait for space", "not_full", "lock", next="check closed or full",
                until=lambda s, me: len(s.buf) < capacity or s.closed)
         p.step("send", send, next="notify not_empty")
@@ -72,7 +73,7 @@ class SharedHandleClose(Model):
 
         c = m.program("consumer")
         c.acquire("lock", "lock", next="check empty")
-        c.step("check empty", check_receive)
+        c.step("check empty", check_receive, to=["receive", "unlock (end of channel)", "wait for item"])
         c.wait("wait for item", "not_empty", "lock", next="check empty",
                until=lambda s, me: bool(s.buf) or s.closed)
         c.step("receive", receive, next="notify not_full")

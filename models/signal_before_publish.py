@@ -50,14 +50,16 @@ class SignalBeforePublish(Model):
         p.sem_release("items.signal", "items", next="mutex.wait")
         p.acquire("mutex.wait", "mutex", next="buffer.add")
         p.step("buffer.add", add, next="mutex.signal")
-        p.release("mutex.signal", "mutex", next=lambda s, me: "spaces.wait" if me.left else DONE)
+        p.release("mutex.signal", "mutex", next=lambda s, me: "spaces.wait" if me.left else DONE,
+                  to=["spaces.wait", DONE])
 
         c = m.program("consumer", quota=0)
         c.sem_acquire("items.wait", "items", next="mutex.wait")
         c.acquire("mutex.wait", "mutex", next="buffer.get")
         c.step("buffer.get", get, next="mutex.signal")
         c.release("mutex.signal", "mutex", next="spaces.signal")
-        c.sem_release("spaces.signal", "spaces", next=lambda s, me: "items.wait" if me.quota else DONE)
+        c.sem_release("spaces.signal", "spaces", next=lambda s, me: "items.wait" if me.quota else DONE,
+                      to=["items.wait", DONE])
 
         for i in range(producers):
             m.thread(f"producer{i}", p, item=i * items)

@@ -48,16 +48,18 @@ class UnlockedCheck(Model):
 
         p = m.program("producer", left=items, item=0)
         p.acquire("lock", "lock", next="check full")
-        p.step("check full", next=lambda s, me: "wait for space" if len(s.buf) == capacity else "put")
+        p.step("check full", next=lambda s, me: "wait for space" if len(s.buf) == capacity else "put",
+               to=["wait for space", "put"])
         p.wait("wait for space", "not_full", "lock", next="check full",
                until=lambda s, me: len(s.buf) < capacity)
         p.step("put", put, next="notify not_empty")
         p.notify_one("notify not_empty", "not_empty", next="unlock")
-        p.release("unlock", "lock", next=lambda s, me: "lock" if me.left else DONE)
+        p.release("unlock", "lock", next=lambda s, me: "lock" if me.left else DONE, to=["lock", DONE])
 
         c = m.program("consumer", quota=0)
         # The bug: `while count == 0:` is evaluated without the lock...
-        c.step("check empty (no lock)", next=lambda s, me: "lock to wait" if not s.buf else "lock to get")
+        c.step("check empty (no lock)", next=lambda s, me: "lock to wait" if not s.buf else "lock to get",
+               to=["lock to wait", "lock to get"])
         # ...and the wait does not test it again once the lock is held.
         c.acquire("lock to wait", "lock", next="wait for item")
         c.wait("wait for item", "not_empty", "lock", next="unlock after wait",
@@ -66,7 +68,8 @@ class UnlockedCheck(Model):
         c.acquire("lock to get", "lock", next="get")
         c.step("get", get, next="notify not_full")
         c.notify_one("notify not_full", "not_full", next="unlock")
-        c.release("unlock", "lock", next=lambda s, me: "check empty (no lock)" if me.quota else DONE)
+        c.release("unlock", "lock", next=lambda s, me: "check empty (no lock)" if me.quota else DONE,
+                  to=["check empty (no lock)", DONE])
 
         for i in range(producers):
             m.thread(f"producer{i}", p, item=i * items)

@@ -49,7 +49,8 @@ class WaitHoldingMutex(Model):
         p.acquire("mutex.wait", "mutex", next="buffer.add")
         p.step("buffer.add", add, next="mutex.signal")
         p.release("mutex.signal", "mutex", next="items.signal")
-        p.sem_release("items.signal", "items", next=lambda s, me: "spaces.wait" if me.left else DONE)
+        p.sem_release("items.signal", "items", next=lambda s, me: "spaces.wait" if me.left else DONE,
+                      to=["spaces.wait", DONE])
 
         c = m.program("consumer", quota=0)
         c.acquire("mutex.wait", "mutex", next="items.wait")
@@ -57,7 +58,8 @@ class WaitHoldingMutex(Model):
         c.sem_acquire("items.wait", "items", next="buffer.get")
         c.step("buffer.get", get, next="mutex.signal")
         c.release("mutex.signal", "mutex", next="spaces.signal")
-        c.sem_release("spaces.signal", "spaces", next=lambda s, me: "mutex.wait" if me.quota else DONE)
+        c.sem_release("spaces.signal", "spaces", next=lambda s, me: "mutex.wait" if me.quota else DONE,
+                      to=["mutex.wait", DONE])
 
         for i in range(producers):
             m.thread(f"producer{i}", p, item=i * items)

@@ -3,6 +3,7 @@
 from ._dsl.model import DONE as DONE
 from ._dsl.model import VIOLATION_KINDS as VIOLATION_KINDS
 from ._dsl.model import Builder as Builder
+from ._dsl.model import GraphStep as GraphStep
 from ._dsl.model import Machine as Machine
 from ._dsl.model import Model as Model
 from ._dsl.model import ModelError as ModelError
@@ -12,5 +13,5 @@ from ._dsl.model import StepViolation as StepViolation
 from ._dsl.model import delivery_violation as delivery_violation
 from ._dsl.model import violate as violate
 
-__all__ = ["DONE", "VIOLATION_KINDS", "Builder", "Machine", "Model", "ModelError", "Program", "StepInfo",
+__all__ = ["DONE", "VIOLATION_KINDS", "Builder", "GraphStep", "Machine", "Model", "ModelError", "Program", "StepInfo",
            "StepViolation", "delivery_violation", "violate"]

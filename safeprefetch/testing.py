@@ -12,6 +12,14 @@ down to a depth bound. Every state is reachable within its BFS depth, so
 with ``depth >= explorer.max_depth`` it must reach exactly the explorer's
 set of states, and the shortest violation it sees must have the explorer's
 trace length. It is exponential; use it on small models only.
+
+What the oracle checks independently is the *search*: visited-set hashing,
+parent maps, level order, the state cap, shortest-first reporting. What a
+state's moves are and what a terminal state means are not the search's to
+decide: the oracle takes them from the same expansion function
+(:class:`~safeprefetch._check.expand.Expander`, with no reduction) and the
+same terminal classifier (:mod:`safeprefetch._check.verdict`) as every
+other driver, so a disagreement can only come from the search.
 """
 
 from __future__ import annotations
@@ -22,7 +30,9 @@ from typing import Iterator
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ._check.explore import CheckResult, check, classify_hang, _end_violation
+from ._check.expand import Expander
+from ._check.explore import CheckResult, check
+from ._check.verdict import judge_terminal
 from ._dsl.model import Machine, Model
 
 __all__ = ["OracleResult", "assert_verdict", "enumerate_schedules", "recording_runtimes", "thread_count"]
@@ -64,6 +74,7 @@ class OracleResult:
 
 def enumerate_schedules(machine: Machine, depth: int, limit: int = 2_000_000) -> OracleResult:
     """Walk every schedule of ``machine`` up to ``depth`` steps (no hashing, no pruning)."""
+    expand = Expander(machine).expand  # no reduction: every schedule
     states: set = set()
     violations: set = set()
     count = 0
@@ -73,37 +84,35 @@ def enumerate_schedules(machine: Machine, depth: int, limit: int = 2_000_000) ->
         state = path[-1]
         states.add(state)
         d = len(choices)
-        bad = machine.invariant_violation(state)
+        bad = machine.invariant_violation(state)  # every state visited, new or not: no visited set here
         if bad:
             violations.add((d, bad[0]))
             count += 1
             return
-        succ = machine.successors(state)
-        if machine.is_stuck(state, succ):
-            if machine.all_done(state):
-                end = _end_violation(machine, state)
-                if end:
-                    violations.add((d, end[0]))
-            else:
-                violations.add((d, classify_hang(machine, path, choices)[0]))
+        moves, stuck = expand(state)
+        if stuck:
+            found = judge_terminal(machine, path, choices)
+            if found:
+                violations.add((d, found[0]))
             count += 1
-            if not succ:
+            if not moves:
                 return
         if d >= depth:
             count += 1
             return
         if count > limit:
             raise RuntimeError("oracle schedule limit exceeded; use a smaller model")
-        for ch, nxt in succ:
-            if not isinstance(nxt, tuple):
-                violations.add((d + 1, nxt.kind))
-                count += 1
-                continue
-            path.append(nxt)
-            choices.append(ch)
-            walk(path, choices)
-            path.pop()
-            choices.pop()
+        for t, res in moves:
+            for b, nxt in res:
+                if nxt.__class__ is not tuple:  # a step violation, one step further
+                    violations.add((d + 1, nxt.kind))
+                    count += 1
+                    continue
+                path.append(nxt)
+                choices.append((t, b))
+                walk(path, choices)
+                path.pop()
+                choices.pop()
 
     walk([machine.init], [])
     return OracleResult(frozenset(states), frozenset(violations), count)

@@ -26,7 +26,7 @@ def waiters_model(m):
     m.condvar("cv")
     w = m.program("waiter")
     w.acquire("lock", "lock", next="check")
-    w.step("check", next=lambda s, me: "got it" if s.ready else "sleep")
+    w.step("check", next=lambda s, me: "got it" if s.ready else "sleep", to=["got it", "sleep"])
     w.wait("sleep", "cv", "lock", next="check", until=lambda s, me: s.ready)
 
     def got(s, me):
@@ -167,6 +167,17 @@ def test_step_violation_ends_the_trace_at_that_step():
     r = check(make(build))
     assert r.verdict == "underflow"
     assert [s.step for s in r.trace] == ["inc", "check"]
+    assert r.violation.on_step and r.violation.step == 2  # raised by step number 2, a field
+
+
+def test_where_a_violation_shows_is_a_field_and_in_the_json():
+    r = check(WaitersOne)
+    v = r.violation
+    assert not v.on_step and v.step == len(r.trace) and v.cycle_start is None
+    out = r.to_json()
+    assert (out["step"], out["on_step"], out["cycle_start"]) == (v.step, False, None)
+    ok = check(make(lambda m: m.thread("t", m.program("p").step("s", next=DONE))))
+    assert ok.to_json()["step"] is None and ok.to_json()["cycle_start"] is None
 
 
 def test_bad_models_are_named_errors():

@@ -8,8 +8,9 @@ import pytest
 from safeprefetch import load_model
 from safeprefetch._cli.main import main
 from safeprefetch._check.explore import Explorer, final_verdict, replay_choices
-from safeprefetch._check.strategies import (STRATEGIES, StrategyResult, compare, count_preemptions, format_comparison,
-                                      pct_probability, pct_runs_needed, search)
+from safeprefetch._check.strategies import (STRATEGIES, StrategyResult, count_preemptions, pct_probability,
+                                           pct_runs_needed, search)
+from safeprefetch._harness.strategies_table import compare, format_comparison
 from safeprefetch.model import DONE, Model, ModelError, violate
 
 BROKEN = ["one_cond_signal", "no_predicate_wait", "no_space_guard"]

@@ -149,3 +149,17 @@ def test_a_starvation_lasso_marks_the_cycle_that_repeats():
     cycles = [p for p in root.iter("{http://www.w3.org/2000/svg}path") if p.get("class") == "cycle"]
     assert len(cycles) == 1
     assert "can repeat forever" in all_text(root)
+
+
+def test_the_lasso_is_drawn_from_the_violations_field_not_its_message():
+    from dataclasses import replace
+
+    machine = catalog()["priority_inversion"].compile({})
+    result = check(machine)
+    quiet = replace(result.violation, message="starved")  # a message that says nothing of the cycle
+    root = parse(svg_for(machine, result.trace, quiet))
+    cycles = [p for p in root.iter("{http://www.w3.org/2000/svg}path") if p.get("class") == "cycle"]
+    assert len(cycles) == 1
+    start, n = result.violation.cycle_start, len(result.trace)
+    span = f"step {n}" if start + 1 == n else f"steps {start + 1}-{n}"
+    assert f"({span} can repeat forever)" in all_text(root)

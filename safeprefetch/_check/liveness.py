@@ -23,7 +23,10 @@ stepping in C makes every cycle of C unfair). So the check is one SCC
 decomposition per thread (iterative Tarjan), then that test per component.
 The counterexample is a lasso: the BFS-shortest path into the component,
 then a cycle through it that lets every always-enabled thread step, ending
-where it began. ``Violation.message`` says at which step the cycle starts.
+where it began. The violation's ``cycle_start`` field says at which step the
+cycle starts (the message says it too, for people); :func:`starvation` is
+what every search calls, so the sequential and the distributed explorer
+report the same lasso, built the same way.
 
 Spurious wakeups are moves the scheduler *may* make, never must; a thread
 whose only enabled move is a spurious wakeup does not count as enabled for
@@ -40,15 +43,45 @@ return (or None if it can loop or hang). It is the bounded-progress check:
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 from .._dsl.model import DONE, Machine
+from .expand import Expander
+from .replay import trace_of
+from .result import Violation
 
-__all__ = ["find_starvation", "shutdown_progress"]
+__all__ = ["Lasso", "find_starvation", "shutdown_progress", "starvation"]
 
 
-def _policy_moves(machine: Machine, state: tuple) -> list[tuple[tuple[int, int], tuple]]:
-    succ = [(c, n) for c, n in machine.successors(state) if n.__class__ is tuple]
+@dataclass(frozen=True)
+class Lasso:
+    """A path into a cycle the scheduler may repeat forever while ``thread`` never progresses."""
+
+    #: The starved thread's name.
+    thread: str
+    #: One line for people.
+    message: str
+    #: The states of the whole lasso, initial state first; the last equals ``states[cycle_start]``.
+    states: list
+    #: The ``(thread, branch)`` choices between them.
+    choices: list
+    #: The number of steps before the cycle.
+    cycle_start: int
+
+
+def starvation(machine: Machine) -> Violation | None:
+    """The ``starvation`` violation of ``machine`` (a lasso), or None. Only models with progress steps pay."""
+    lasso = find_starvation(machine)
+    if lasso is None:
+        return None
+    trace = trace_of(machine, lasso.states, lasso.choices)
+    return Violation("starvation", lasso.message, trace, lasso.states[-1], on_step=False,
+                     cycle_start=lasso.cycle_start, step=len(trace))
+
+
+def _policy_moves(machine: Machine, expander: Expander, state: tuple) -> list[tuple[tuple[int, int], tuple]]:
+    succ = [(c, n) for c, n in expander.successors(state)[0] if n.__class__ is tuple]
     if machine.config.get("policy") == "priority" and succ:
         prio = machine.priorities
         top = max(prio[t] for (t, _), _ in succ)
@@ -113,30 +146,31 @@ def _sccs(nodes: list[tuple], edges: dict[tuple, list]) -> Iterable[list[tuple]]
                     yield comp
 
 
-def find_starvation(machine: Machine, states: Iterable[tuple] = (), path_to=None) -> tuple[str, Any, Any] | None:
-    """Look for a fair cycle in which some thread never progresses.
+def find_starvation(machine: Machine) -> Lasso | None:
+    """Look for a fair cycle in which some thread never progresses; return its :class:`Lasso`, or None.
 
     The search walks the states the scheduling policy can reach from the
-    initial state itself (``states`` and ``path_to`` are accepted for
-    compatibility and ignored). Returns ``(message, path_states, choices)`` of
-    a lasso, or None.
+    initial state itself: only those count, and paths into a cycle must obey
+    the policy too, so the explorer's (policy-free, maybe reduced) graph
+    would not do.
     """
     if not machine.progress_labels:
         return None
     # Only what the scheduling policy can reach counts, and paths into a cycle must obey it too.
+    expander = Expander(machine)  # the explorer's expansion, without reduction
     parent: dict[tuple, Any] = {machine.init: None}
     moves: dict[tuple, list] = {}
     queue = deque([machine.init])
     while queue:
         s = queue.popleft()
-        ms = moves[s] = _policy_moves(machine, s)
+        ms = moves[s] = _policy_moves(machine, expander, s)
         for c, nx in ms:
             if nx not in parent:
                 parent[nx] = (s, c)
                 queue.append(nx)
     nodes = list(moves)
 
-    def path_to(target):  # noqa: F811 - the policy's own BFS paths replace the caller's
+    def path_to(target):
         states_, choices_ = [target], []
         while parent[states_[-1]] is not None:
             prev, c = parent[states_[-1]]
@@ -181,7 +215,8 @@ def find_starvation(machine: Machine, states: Iterable[tuple] = (), path_to=None
                        f"({'strict priority' if machine.config.get('policy') == 'priority' else 'weakly fair'}) "
                        f"can repeat a cycle of {len(cycle_choices)} steps forever; the cycle starts after step "
                        f"{len(prefix_choices)}")
-            return message, prefix_states + cycle_states, prefix_choices + cycle_choices
+            return Lasso(who, message, prefix_states + cycle_states, prefix_choices + cycle_choices,
+                         len(prefix_choices))
     return None
 
 
@@ -250,7 +285,8 @@ def shutdown_progress_detail(machine: Machine, states: Iterable[tuple]) -> dict[
     n = len(machine.thread_names)
     pcs = machine.pc_index
     after = [s for s in states if pred(machine.view(s))]
-    succ = {s: [(c, nx) for c, nx in machine.successors(s) if nx.__class__ is tuple] for s in after}
+    successors = Expander(machine).successors
+    succ = {s: [(c, nx) for c, nx in successors(s)[0] if nx.__class__ is tuple] for s in after}
     result: dict[str, tuple[int | None, Any]] = {}
     for t in range(n):
         memo: dict[tuple, int | None] = {}

@@ -2,7 +2,7 @@
 
 Why sample schedules at all
 ---------------------------
-The explorer in :mod:`._explore` stores every distinct state, so it proves
+The explorer in :mod:`.explore` stores every distinct state, so it proves
 things; but the state space of a buffer grows roughly exponentially in the
 number of threads and items, and past a few million states the proof no
 longer fits in memory or in the patience of a user. Concurrency bugs are
@@ -72,21 +72,17 @@ The strategies here exploit that, each with a different promise:
 
 Shared semantics
 ----------------
-Every run is judged exactly as the explorer judges a path, using its own
-helpers: the initial state and every new state are checked against the
-invariants; a step that raises :class:`~._model.StepViolation` is a
-violation *on* that step; a state whose only moves are spurious wakeups (or
-none) is terminal -- if every thread is done the end-of-run checks run,
-otherwise :func:`~._explore.classify_hang` names it ``shutdown_hang``,
-``lost_wakeup`` or ``deadlock`` from the run's own history. So
-:func:`~._explore.final_verdict` on the returned trace gives back the
-reported violation, and ``python -m safeprefetch replay`` re-runs it.
+Every run is judged exactly as the explorer judges a path, with the
+explorer's own expansion and terminal classifier: :mod:`.schedules` holds
+the runner and the four ways of choosing runs, and says how. So
+:func:`~.replay.final_verdict` on the returned trace gives back the reported
+violation, and ``python -m safeprefetch replay`` re-runs it.
 
 Every strategy is deterministic given its seed: the enabled choices come in
 the explorer's canonical order and all randomness flows from one
 ``random.Random(seed)``. Same seed, same schedules, same result.
 
-The result is a :class:`StrategyResult`: a :class:`~._explore.CheckResult`
+The result is a :class:`StrategyResult`: a :class:`~.result.CheckResult`
 (so the CLI renders it and ``--json`` prints it as usual) with the search
 statistics added under a ``"search"`` key. ``exhaustive`` keeps the
 explorer's meaning -- the verdict is final: a violation was found, or every
@@ -95,33 +91,29 @@ exhaustive. A preemption-bounded search that finds nothing reports
 ``bound_covered=True`` when it covered every schedule within the bound, and
 is exhaustive only if no schedule was cut by the bound at all.
 
-:func:`compare` runs every strategy (and BFS under a state cap) on a list of
-models and configurations and returns the rows of the table in
-``docs/strategies.md``; ``python -m safeprefetch._check.strategies`` regenerates it.
+The comparison table of ``docs/strategies.md`` (every strategy and BFS under a
+state cap, on catalog models at large configurations) is benchmark code, in
+``safeprefetch._harness.strategies_table``, which regenerates it.
 """
 
 from __future__ import annotations
 
 import math
 import random as _random
-import statistics
-import sys
-import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
-from .explore import (CheckResult, Trace, Violation, _end_violation, choice_step, classify_hang, explore,
-                       replay_choices)
-from .._dsl.model import Machine, Model, ModelError, StepViolation
+from .._dsl.model import Machine, Model, ModelError
+from .replay import replay_choices
+from .result import CheckResult
+from .schedules import SPURIOUS_RATE, Clock, Runner, hypothesis_search, pct, preempt, random_walk
 
 __all__ = [
     "DEFAULT_MAX_STEPS",
     "SPURIOUS_RATE",
     "STRATEGIES",
     "StrategyResult",
-    "compare",
     "count_preemptions",
-    "format_comparison",
     "pct_probability",
     "pct_runs_needed",
     "search",
@@ -139,26 +131,6 @@ DEFAULT_MAX_STEPS = 2_000
 #: Cap on the ``(state, last thread)`` nodes one preemption-bounded search may
 #: store, the same order as the explorer's own default cap.
 DEFAULT_MAX_NODES = 2_000_000
-
-#: Under ``random`` and ``pct``, the chance per step of taking a spurious
-#: wakeup instead of a real move, when one is possible. Counted as one choice
-#: among the others, sleepers wake so often that a walk rarely reaches the
-#: state where every thread sleeps; under PCT's priorities a high-priority
-#: sleeper would spin through wake/recheck/sleep until the step cap. Real
-#: spurious wakeups are rare, and a bug that needs one needs it at one moment,
-#: so a small rate that recurs every step is enough.
-SPURIOUS_RATE = 0.05
-
-#: Hypothesis draws schedule entries from ``0.._HYP_CHOICE_MAX`` and takes them
-#: modulo the number of enabled choices. 255 is far above any catalog state's
-#: choice count (threads times branches), so the modulo bias is small, and it
-#: is small enough that the shrinker gets to 0 ("keep running") in a few steps.
-_HYP_CHOICE_MAX = 255
-
-#: Schedule entries from here up pick a spurious wakeup, when one is possible
-#: (1/16 of the range, near :data:`SPURIOUS_RATE`); smaller entries pick a real
-#: move, so shrinking toward 0 also removes needless spurious wakeups.
-_HYP_SPURIOUS_FROM = 240
 
 
 def pct_probability(n: int, k: int, d: int) -> float:
@@ -251,370 +223,6 @@ class StrategyResult(CheckResult):
         return d
 
 
-@dataclass
-class _Run:
-    """One schedule: the states it visited, the choices it took, and what it found."""
-
-    states: list
-    choices: list
-    violation: Violation | None = None
-    cut: bool = False
-
-
-class _Runner:
-    """Runs schedules on one machine, judging them exactly as the explorer does."""
-
-    def __init__(self, machine: Machine, max_steps: int):
-        if max_steps < 1:
-            raise ModelError("max_steps must be at least 1")
-        self.m = machine
-        self.max_steps = max_steps
-        #: Hashes of the distinct states seen (hashes, not states: a sampler may
-        #: visit millions, and it only reports how many).
-        self.seen: set[int] = {hash(machine.init)}
-        self.transitions = 0
-        self.max_depth = 0
-        self.schedules = 0
-        self.truncated = 0
-        self.init_bad = machine.invariant_violation(machine.init)
-
-    def trace(self, states: Sequence[tuple], choices: Sequence[tuple[int, int]]) -> Trace:
-        m = self.m
-        return Trace(tuple(choice_step(m, s, c) for s, c in zip(states, choices)))
-
-    def at(self, states: list, choices: list, kind_msg: tuple[str, str] | None = None) -> Violation:
-        """A violation holding in ``states[-1]`` (a hang is classified from this run's history)."""
-        if kind_msg is None:
-            kind_msg = classify_hang(self.m, states, choices)
-        kind, msg = kind_msg
-        return Violation(kind, msg, self.trace(states, choices), states[-1], False)
-
-    def on(self, states: list, choices: list, choice: tuple[int, int], v: StepViolation) -> Violation:
-        trace = self.trace(states, choices + [choice])
-        return Violation(v.kind, v.message, trace, states[-1], True)
-
-    def terminal(self, states: list, choices: list) -> Violation | None:
-        """Judge a state with no (non-spurious) move: the end checks, or a hang."""
-        m = self.m
-        state = states[-1]
-        if m.all_done(state):
-            bad = _end_violation(m, state)
-            return self.at(states, choices, bad) if bad else None
-        return self.at(states, choices)
-
-    def run(self, pick: Callable[[tuple, list, list], int]) -> _Run:
-        """Run one schedule from the initial state; ``pick(state, successors, choices)`` chooses."""
-        m = self.m
-        state = m.init
-        states = [state]
-        choices: list[tuple[int, int]] = []
-        seen = self.seen
-        check_inv = m.invariant_violation if m.invariants else None
-        self.schedules += 1
-        try:
-            if self.init_bad:
-                return _Run(states, choices, self.at(states, choices, self.init_bad))
-            for step in range(self.max_steps + 1):
-                succ = m.successors(state)
-                self.transitions += len(succ)
-                if m.is_stuck(state, succ):
-                    return _Run(states, choices, self.terminal(states, choices))
-                if step == self.max_steps:
-                    self.truncated += 1
-                    return _Run(states, choices, None, cut=True)
-                ch, nxt = succ[pick(state, succ, choices)]
-                if nxt.__class__ is not tuple:
-                    return _Run(states, choices, self.on(states, choices, ch, nxt))
-                choices.append(ch)
-                states.append(nxt)
-                seen.add(hash(nxt))
-                if check_inv is not None:
-                    bad = check_inv(nxt)
-                    if bad:
-                        return _Run(states, choices, self.at(states, choices, bad))
-                state = nxt
-            raise AssertionError("unreachable")  # pragma: no cover
-        finally:
-            self.max_depth = max(self.max_depth, len(choices))
-
-
-def _runnable(machine: Machine, state: tuple, succ: list) -> tuple[list[int], list[int]]:
-    """Indices into ``succ`` of real moves and of spurious wakeups."""
-    sp, pcs = machine.spurious_pcs, machine.pc_index
-    real, spurious = [], []
-    for i, ((t, _b), _n) in enumerate(succ):
-        (spurious if state[pcs[t]] in sp[t] else real).append(i)
-    return real, spurious
-
-
-# --------------------------------------------------------------------------
-# The strategies
-# --------------------------------------------------------------------------
-
-
-class _Clock:
-    def __init__(self, time_limit: float | None):
-        self.t0 = time.perf_counter()
-        self.deadline = None if time_limit is None else self.t0 + time_limit
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.t0
-
-    def out(self) -> bool:
-        return self.deadline is not None and time.perf_counter() >= self.deadline
-
-
-def _uniform(m: Machine, rng: _random.Random) -> Callable[[tuple, list, list], int]:
-    """The random walk's chooser: uniform over the moves, spurious wakeups at :data:`SPURIOUS_RATE`."""
-    if not any(m.spurious_pcs):
-        return lambda state, succ, choices: rng.randrange(len(succ))
-
-    def pick(state, succ, choices):
-        real, spurious = _runnable(m, state, succ)
-        if spurious:
-            if rng.random() < SPURIOUS_RATE:
-                return spurious[rng.randrange(len(spurious))]
-            return real[rng.randrange(len(real))]
-        return rng.randrange(len(succ))
-    return pick
-
-
-def _random_walk(runner: _Runner, rng: _random.Random, budget: int, clock: _Clock) -> dict[str, Any]:
-    pick = _uniform(runner.m, rng)
-
-    for _ in range(budget):
-        r = runner.run(pick)
-        if r.violation is not None:
-            return {"run": r, "to_bug": runner.schedules, "t_bug": clock.elapsed()}
-        if clock.out():
-            break
-    return {"run": None}
-
-
-def _pct(runner: _Runner, rng: _random.Random, seed: int, budget: int, d: int, k: int | None,
-         clock: _Clock) -> dict[str, Any]:
-    m = runner.m
-    n = len(m.thread_names)
-    found: dict[str, Any] = {"run": None}
-    if k is None:
-        # Estimate k from one uniform random run; it counts as a schedule, and may find the bug.
-        est = _random.Random(f"pct-k/{seed}")
-        first = runner.run(_uniform(m, est))
-        k = max(1, len(first.choices))
-        if first.violation is not None:
-            found = {"run": first, "to_bug": 1, "t_bug": clock.elapsed()}
-            return {**found, "k": k}
-    while runner.schedules < budget and found["run"] is None and not clock.out():
-        prio = rng.sample(range(d, d + n), n)
-        change = {}
-        if d > 1:
-            points = rng.sample(range(1, k + 1), d - 1) if k >= d - 1 else list(range(1, d))
-            change = {step: j for j, step in enumerate(points, start=1)}
-
-        def pick(state, succ, choices, prio=prio, change=change):
-            real, spurious = _runnable(m, state, succ)
-            if spurious and rng.random() < SPURIOUS_RATE:
-                return spurious[rng.randrange(len(spurious))]
-            threads = {succ[i][0][0] for i in real}
-            t = max(threads, key=prio.__getitem__)
-            j = change.get(len(choices) + 1)
-            if j is not None:
-                prio[t] = j
-                t = max(threads, key=prio.__getitem__)
-            mine = [i for i in real if succ[i][0][0] == t]
-            return mine[0] if len(mine) == 1 else mine[rng.randrange(len(mine))]
-
-        r = runner.run(pick)
-        k = max(k, len(r.choices))
-        if r.violation is not None:
-            found = {"run": r, "to_bug": runner.schedules, "t_bug": clock.elapsed()}
-    return {**found, "k": k}
-
-
-def _hypothesis(runner: _Runner, seed: int, budget: int, clock: _Clock) -> dict[str, Any]:
-    try:
-        import hypothesis
-        from hypothesis import strategies as st
-    except ImportError:  # pragma: no cover - depends on the environment
-        raise ModelError("--strategy hypothesis needs the 'hypothesis' package "
-                         "(pip install hypothesis, or the 'test' extra)") from None
-    m = runner.m
-    n = len(m.thread_names)
-    spurious_on = any(m.spurious_pcs)
-    first: dict[str, Any] = {}
-    last: dict[str, Any] = {}
-
-    class _Failed(Exception):
-        pass
-
-    def schedule(xs: list[int]):
-        pos = 0
-
-        def pick(state, succ, choices):
-            nonlocal pos
-            if len(succ) == 1:
-                return 0
-            x = xs[pos] if pos < len(xs) else 0
-            pos += 1
-            real, spurious = _runnable(m, state, succ) if spurious_on else (range(len(succ)), ())
-            if spurious and x >= _HYP_SPURIOUS_FROM:
-                return spurious[x % len(spurious)]
-            prev = choices[-1][0] if choices else 0
-            order = sorted(real, key=lambda i: ((succ[i][0][0] - prev) % n, succ[i][0][1]))
-            return order[x % len(order)]
-
-        if not first and clock.out():
-            return  # out of time: let Hypothesis run out its examples without work
-        r = runner.run(pick)
-        v = r.violation
-        if v is None:
-            return
-        if not first:
-            first.update(run=r, to_bug=runner.schedules, t_bug=clock.elapsed(), kind=v.kind, length=len(v.trace))
-        # The property shrunk: "fails like the first failure, with a trace no longer than it".
-        if v.kind == first["kind"] and len(v.trace) <= first["length"]:
-            last["run"] = r
-            raise _Failed
-
-    test = hypothesis.given(st.lists(st.integers(0, _HYP_CHOICE_MAX), max_size=runner.max_steps))(schedule)
-    test = hypothesis.settings(
-        database=None,
-        max_examples=budget,
-        deadline=None,
-        derandomize=False,
-        phases=[hypothesis.Phase.generate, hypothesis.Phase.shrink],
-        suppress_health_check=list(hypothesis.HealthCheck),
-        report_multiple_bugs=False,
-        verbosity=hypothesis.Verbosity.quiet,
-        print_blob=False,
-    )(test)
-    test = hypothesis.seed(seed)(test)
-    try:
-        test()
-    except _Failed:
-        pass
-    if not first:
-        return {"run": None}
-    return {"run": last.get("run", first["run"]), "to_bug": first["to_bug"], "t_bug": first["t_bug"],
-            "shrunk_from": first["length"]}
-
-
-def _preempt(runner: _Runner, bound: int, max_nodes: int, clock: _Clock) -> dict[str, Any]:
-    """Iterative preemption bounding: DFS with bound 0, 1, ..., ``bound``."""
-    out: dict[str, Any] = {"run": None, "covered": False, "complete": False, "searched": -1}
-    for b in range(bound + 1):
-        found, pruned, cut = _preempt_dfs(runner, b, max_nodes, clock)
-        out["searched"] = b
-        if found is not None:
-            out.update(run=found, to_bug=runner.schedules, t_bug=clock.elapsed(), bound_used=b)
-            return out
-        if cut:
-            return out
-        if not pruned:
-            # No schedule needed more than b preemptions: every schedule was covered.
-            out.update(covered=True, complete=True)
-            return out
-    out["covered"] = True
-    return out
-
-
-def _preempt_dfs(runner: _Runner, bound: int, max_nodes: int,
-                 clock: _Clock) -> tuple[_Run | None, bool, bool]:
-    """One DFS within ``bound`` preemptions. Returns (failing run, bound pruned a move, search was cut)."""
-    m = runner.m
-    seen = runner.seen
-    check_inv = m.invariant_violation if m.invariants else None
-    sp, pcs = m.spurious_pcs, m.pc_index
-    if runner.init_bad:
-        runner.schedules += 1
-        return _Run([m.init], [], runner.at([m.init], [], runner.init_bad)), False, False
-    best: dict[tuple, int] = {}
-    pruned = False
-    states: list[tuple] = []
-    choices: list[tuple[int, int]] = []
-    # Each frame: (children iterator, preemptions used at this node).
-    stack: list[tuple[Iterable, int]] = []
-    max_steps = runner.max_steps
-    check_every = 0
-
-    def enter(state: tuple, last: int, used: int) -> tuple[_Run | None, bool]:
-        """Visit a node; return (violation run, whether it is a leaf)."""
-        nonlocal pruned
-        key = (state, last)
-        prev = best.get(key)
-        if prev is not None and prev <= used:
-            runner.schedules += 1
-            return None, True
-        best[key] = used
-        succ = m.successors(state)
-        runner.transitions += len(succ)
-        runner.max_depth = max(runner.max_depth, len(choices))
-        if m.is_stuck(state, succ):
-            runner.schedules += 1
-            v = runner.terminal(states, choices)
-            return (_Run(list(states), list(choices), v) if v else None), True
-        if len(choices) >= max_steps:
-            runner.schedules += 1
-            runner.truncated += 1
-            return None, True
-        last_runs = last >= 0 and any(t == last and state[pcs[t]] not in sp[t] for (t, _b), _n in succ)
-        free, costly = [], []
-        for ch, nxt in succ:
-            if not last_runs or ch[0] == last:
-                free.append((ch, nxt, used))
-            elif used < bound:
-                costly.append((ch, nxt, used + 1))
-            else:
-                pruned = True
-        stack.append((iter(free + costly), used))
-        return None, False
-
-    states.append(m.init)
-    found, leaf = enter(m.init, -1, 0)
-    if found:
-        return found, pruned, False
-    while stack:
-        children, _used = stack[-1]
-        nxt_item = next(children, None)
-        if nxt_item is None:
-            stack.pop()
-            if choices:
-                choices.pop()
-                states.pop()
-            continue
-        ch, nxt, used = nxt_item
-        if nxt.__class__ is not tuple:
-            runner.schedules += 1
-            return _Run(list(states), list(choices), runner.on(states, choices, ch, nxt)), pruned, False
-        seen.add(hash(nxt))
-        states.append(nxt)
-        choices.append(ch)
-        if check_inv is not None:
-            bad = check_inv(nxt)
-            if bad:
-                runner.schedules += 1
-                return _Run(list(states), list(choices), runner.at(states, choices, bad)), pruned, False
-        found, leaf = enter(nxt, ch[0], used)
-        if found:
-            return found, pruned, False
-        if leaf:
-            states.pop()
-            choices.pop()
-        if len(best) >= max_nodes:
-            return None, pruned, True
-        check_every += 1
-        if check_every >= 4096:
-            check_every = 0
-            if clock.out():
-                return None, pruned, True
-    return None, pruned, False
-
-
-# --------------------------------------------------------------------------
-# The entry point
-# --------------------------------------------------------------------------
-
-
 def search(model: Machine | type[Model], strategy: str, *, seed: int = 0, budget: int = 1000, depth: int = 3,
            preemptions: int = 2, max_steps: int = DEFAULT_MAX_STEPS, k: int | None = None,
            max_nodes: int = DEFAULT_MAX_NODES, time_limit: float | None = None,
@@ -630,65 +238,37 @@ def search(model: Machine | type[Model], strategy: str, *, seed: int = 0, budget
       ``(state, last thread)`` nodes stored.
     * ``time_limit`` (seconds) stops any strategy early.
     """
-    if isinstance(model, Machine):
-        if config:
-            raise ModelError("config cannot be given with an already compiled machine")
-        machine = model
-    else:
-        machine = model.compile(config)
-    if strategy not in STRATEGIES:
-        raise ModelError(f"unknown strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
-    if budget < 1:
-        raise ModelError("budget must be at least 1")
-    if depth < 1:
-        raise ModelError("PCT depth must be at least 1")
-    if preemptions < 0:
-        raise ModelError("the preemption bound must be at least 0")
-    if k is not None and k < 1:
-        raise ModelError("k must be at least 1")
-    runner = _Runner(machine, max_steps)
-    clock = _Clock(time_limit)
+    machine = _machine(model, config)
+    _check_arguments(strategy, budget, depth, preemptions, k)
+    runner = Runner(machine, max_steps)
+    clock = Clock(time_limit)
     rng = _random.Random(seed)
     extra: dict[str, Any] = {"seed": seed}
     if strategy == "random":
-        out = _random_walk(runner, rng, budget, clock)
+        out = random_walk(runner, rng, budget, clock)
     elif strategy == "pct":
-        out = _pct(runner, rng, seed, budget, depth, k, clock)
+        out = pct(runner, rng, seed, budget, depth, k, clock)
     elif strategy == "hypothesis":
-        out = _hypothesis(runner, seed, budget, clock)
+        out = hypothesis_search(runner, seed, budget, clock)
     else:
         extra["seed"] = None
-        out = _preempt(runner, preemptions, max_nodes, clock)
+        out = preempt(runner, preemptions, max_nodes, clock)
     seconds = clock.elapsed()
-    run: _Run | None = out["run"]
+    run = out["run"]
     violation = run.violation if run is not None else None
     exhaustive = violation is not None
-    n = len(machine.thread_names)
-
     if violation is not None:
         states, choices = replay_choices(machine, violation.trace)
         extra["preemptions"] = count_preemptions(machine, states, choices)
     if strategy == "pct":
+        n = len(machine.thread_names)
         extra.update(k=out["k"], depth=depth, guarantee=_guarantee_text(n, out["k"], depth, runner.schedules))
         note = extra["guarantee"]
     elif strategy == "preempt":
         extra["bound"] = preemptions
         extra["bound_covered"] = bool(out["covered"]) and runner.truncated == 0
-        if violation is not None:
-            note = (f"preemption-bounded DFS: a bug needing {out['bound_used']} preemption(s); "
-                    f"no bug within {out['bound_used'] - 1} preemption(s)" if out["bound_used"] else
-                    "preemption-bounded DFS: a bug with no preemption at all")
-        elif out["complete"] and runner.truncated == 0:
-            exhaustive = True
-            note = (f"preemption-bounded DFS: no schedule needs more than {out['searched']} preemption(s), "
-                    f"so every schedule was covered: no violation in any reachable state")
-        elif extra["bound_covered"]:
-            note = (f"preemption-bounded DFS: every schedule with at most {preemptions} preemption(s) "
-                    f"is violation-free (schedules needing more were not searched)")
-        else:
-            why = "time limit" if clock.out() else ("step cap" if runner.truncated else "node cap")
-            note = (f"preemption-bounded DFS cut short by the {why} at bound {max(out['searched'], 0)}: "
-                    f"no violation among the schedules searched")
+        note, exhaustive = _preempt_note(out, runner, clock, preemptions, violation is not None,
+                                         extra["bound_covered"])
     else:
         note = f"{strategy}: {runner.schedules} schedule(s) of at most {max_steps} steps, seed {seed}"
         if violation is None:
@@ -717,6 +297,45 @@ def search(model: Machine | type[Model], strategy: str, *, seed: int = 0, budget
     )
 
 
+def _machine(model: Machine | type[Model], config: Mapping[str, Any] | None) -> Machine:
+    if isinstance(model, Machine):
+        if config:
+            raise ModelError("config cannot be given with an already compiled machine")
+        return model
+    return model.compile(config)
+
+
+def _check_arguments(strategy: str, budget: int, depth: int, preemptions: int, k: int | None) -> None:
+    if strategy not in STRATEGIES:
+        raise ModelError(f"unknown strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
+    if budget < 1:
+        raise ModelError("budget must be at least 1")
+    if depth < 1:
+        raise ModelError("PCT depth must be at least 1")
+    if preemptions < 0:
+        raise ModelError("the preemption bound must be at least 0")
+    if k is not None and k < 1:
+        raise ModelError("k must be at least 1")
+
+
+def _preempt_note(out: dict[str, Any], runner: Runner, clock: Clock, preemptions: int, found: bool,
+                  covered: bool) -> tuple[str, bool]:
+    """What a preemption-bounded search covered, in words, and whether that makes it exhaustive."""
+    if found:
+        return (f"preemption-bounded DFS: a bug needing {out['bound_used']} preemption(s); "
+                f"no bug within {out['bound_used'] - 1} preemption(s)" if out["bound_used"] else
+                "preemption-bounded DFS: a bug with no preemption at all"), True
+    if out["complete"] and runner.truncated == 0:
+        return (f"preemption-bounded DFS: no schedule needs more than {out['searched']} preemption(s), "
+                f"so every schedule was covered: no violation in any reachable state"), True
+    if covered:
+        return (f"preemption-bounded DFS: every schedule with at most {preemptions} preemption(s) "
+                f"is violation-free (schedules needing more were not searched)"), False
+    why = "time limit" if clock.out() else ("step cap" if runner.truncated else "node cap")
+    return (f"preemption-bounded DFS cut short by the {why} at bound {max(out['searched'], 0)}: "
+            f"no violation among the schedules searched"), False
+
+
 def _guarantee_text(n: int, k: int, d: int, runs: int) -> str:
     p = pct_probability(n, k, d)
     got = 1.0 - (1.0 - p) ** runs if p < 1.0 else 1.0
@@ -725,138 +344,3 @@ def _guarantee_text(n: int, k: int, d: int, runs: int) -> str:
             f"(n={n} threads, k={k} steps); {pct_runs_needed(p, 0.9):,} runs give 90% and "
             f"{pct_runs_needed(p, 0.99):,} give 99% confidence; these {runs:,} runs would have found it with "
             f"probability >= {got:.3g}")
-
-
-# --------------------------------------------------------------------------
-# The comparison behind docs/strategies.md
-# --------------------------------------------------------------------------
-
-#: The rows of the table in docs/strategies.md: broken catalog models at
-#: configurations whose state spaces are far beyond the catalog defaults.
-BENCH_CASES: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("one_cond_signal", {"producers": 2, "consumers": 4, "capacity": 1, "items": 4}),
-    ("no_predicate_wait", {"producers": 4, "consumers": 4, "capacity": 3, "items": 3}),
-    ("no_space_guard", {"producers": 4, "consumers": 4, "capacity": 8, "items": 9}),
-    ("racy_counter", {"producers": 4, "consumers": 2, "capacity": 2, "items": 3}),
-    ("close_without_wake", {"producers": 3, "consumers": 3, "capacity": 1, "items": 3}),
-    ("notify_one_on_close", {"producers": 3, "consumers": 4, "capacity": 1, "items": 2}),
-    ("shared_handle_close", {"producers": 4, "consumers": 3, "capacity": 2, "items": 2}),
-    ("non_idempotent_close", {"producers": 4, "consumers": 3, "capacity": 2, "items": 2}),
-    ("if_not_while", {"producers": 4, "consumers": 4, "capacity": 3, "items": 3}),
-    ("unlocked_check", {"producers": 5, "consumers": 5, "capacity": 4, "items": 3}),
-    # Small, but the bug window is one step wide: where the strategies differ most.
-    ("double_buffer_swap", {}),
-)
-
-#: The strategies compared, with the parameters used for each.
-BENCH_STRATEGIES: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("random", {}),
-    ("pct", {"depth": 2}),
-    ("pct", {"depth": 3}),
-    ("preempt", {"preemptions": 2}),
-    ("hypothesis", {}),
-)
-
-
-def compare(models_and_configs: Iterable[tuple[Any, Mapping[str, Any]]], budget: int = 1000,
-            seeds: Sequence[int] = (0, 1, 2), *, strategies: Sequence[tuple[str, Mapping[str, Any]]] = BENCH_STRATEGIES,
-            bfs_cap: int = 200_000, time_limit: float | None = 60.0,
-            log: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
-    """Time every strategy (and BFS under ``bfs_cap`` states) to the first bug.
-
-    ``models_and_configs`` holds ``(model, config)`` pairs, the model as a
-    catalog name or a :class:`Model` class. Returns one row per (model,
-    method): how many seeds found a bug, and the median schedules and seconds
-    to the first bug over those seeds. ``preempt`` and BFS are deterministic
-    and run once.
-    """
-    from . import explore as _explore
-    from .._tools.catalog import load_model
-
-    reduce = getattr(_explore, "DEFAULT_REDUCE", "none")  # what `check` does by default
-    rows: list[dict[str, Any]] = []
-    for model, config in models_and_configs:
-        cls = load_model(model) if isinstance(model, str) else model
-        machine = cls.compile(config)
-        bfs = explore(machine, max_states=bfs_cap)
-        base = {"model": machine.name, "config": dict(config), "threads": len(machine.thread_names)}
-        rows.append({**base, "method": f"bfs, reduce={reduce} (cap {bfs_cap:,} states)",
-                     "found": int(bfs.violation is not None), "runs": 1, "verdict": bfs.verdict, "schedules": None, "seconds": bfs.seconds,
-                     "states": bfs.states, "exhaustive": bfs.exhaustive,
-                     "trace": len(bfs.trace) if bfs.violation else None})
-        if log:
-            log(f"{machine.name}: bfs {bfs.verdict} {bfs.states} states {bfs.seconds:.2f}s")
-        for name, params in strategies:
-            label = name + "".join(f" {'d' if p == 'depth' else p}={v}" for p, v in params.items())
-            results = []
-            for s in (seeds[:1] if name == "preempt" else seeds):
-                r = search(machine, name, seed=s, budget=budget, time_limit=time_limit, **params)
-                results.append(r)
-                if log:
-                    log(f"{machine.name}: {label} seed {s}: {r.verdict} after {r.schedules_to_bug} schedules "
-                        f"{r.seconds:.2f}s")
-            hits = [r for r in results if r.violation is not None]
-            rows.append({
-                **base, "method": label, "found": len(hits), "runs": len(results),
-                "verdict": ", ".join(sorted({r.verdict for r in hits})) or "ok",
-                "schedules": statistics.median(r.schedules_to_bug for r in hits) if hits else None,
-                "seconds": statistics.median(r.seconds_to_bug for r in hits) if hits else
-                statistics.median(r.seconds for r in results),
-                "states": statistics.median(r.states for r in results),
-                "exhaustive": False,
-                "trace": statistics.median(len(r.trace) for r in hits) if hits else None,
-            })
-    return rows
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 1.0:
-        return f"{seconds * 1000:.2g} ms" if seconds < 0.01 else f"{seconds * 1000:.0f} ms"
-    return f"{seconds:.1f} s"
-
-
-def format_comparison(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The rows of :func:`compare` as a Markdown table."""
-    head = ("| model (config) | method | found | schedules to bug | time to bug | states seen | trace |\n"
-            "|---|---|---|---:|---:|---:|---:|")
-    lines = [head]
-    for r in rows:
-        cfg = " ".join(f"{k}={v}" for k, v in r["config"].items()) or "defaults"
-        found = f"{r['found']}/{r['runs']} {r['verdict']}" if r["found"] else f"0/{r['runs']}"
-        sched = "" if r["schedules"] is None else f"{r['schedules']:g}"
-        secs = _duration(r["seconds"]) if r["found"] else f"none in {_duration(r['seconds'])}"
-        trace = "" if r["trace"] is None else f"{r['trace']:g}"
-        lines.append(f"| {r['model']} ({cfg}) | {r['method']} | {found} | {sched} | {secs} | "
-                     f"{r['states']:,.0f} | {trace} |")
-    return "\n".join(lines)
-
-
-def _main(argv: Sequence[str] | None = None) -> int:  # pragma: no cover - a documentation helper
-    import argparse
-    import json
-
-    p = argparse.ArgumentParser(prog="python -m safeprefetch._check.strategies",
-                                description="Regenerate the strategy comparison table of docs/strategies.md.")
-    p.add_argument("--budget", type=int, default=1000)
-    p.add_argument("--seeds", type=int, default=5)
-    p.add_argument("--bfs-cap", type=int, default=200_000)
-    p.add_argument("--time-limit", type=float, default=60.0)
-    p.add_argument("--case", action="append", metavar="MODEL:NAME=V,NAME=V",
-                   help="a model and config to add (default: BENCH_CASES)")
-    p.add_argument("--json", action="store_true")
-    args = p.parse_args(argv)
-    cases: list[tuple[str, dict[str, Any]]] = list(BENCH_CASES)
-    if args.case:
-        cases = []
-        for c in args.case:
-            name, _, rest = c.partition(":")
-            cfg = dict(item.split("=", 1) for item in rest.split(",") if item)
-            cases.append((name, cfg))
-    rows = compare(cases, args.budget, tuple(range(args.seeds)), bfs_cap=args.bfs_cap,
-                   time_limit=args.time_limit, log=lambda s: print(s, file=sys.stderr, flush=True))
-    print(json.dumps(rows, indent=2) if args.json else format_comparison(rows))
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(_main())

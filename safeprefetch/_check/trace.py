@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from .explore import CheckResult, Trace, Violation, replay
+from .replay import replay
+from .result import CheckResult, Trace, Violation
 from .._dsl.model import DONE, Machine, StepViolation
 
 __all__ = ["changes", "format_table", "format_value", "render_result"]

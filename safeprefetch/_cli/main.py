@@ -25,6 +25,7 @@ from typing import Any, Sequence
 
 from .._tools.catalog import catalog, load_model
 from .._check.explore import DEFAULT_MAX_STATES, CheckResult, ReplayDivergence, Trace, TraceError, check, final_verdict
+from .._dsl.graph import format_graph, graph_json
 from .._dsl.model import ModelError
 from .._check.trace import format_table, render_result
 from .._harness import bench as _bench_commands
@@ -56,15 +57,19 @@ class _Progress:
 
 
 def _cmd_list(args) -> int:
+    """The catalog, one model a line; ``--graph`` adds each program's graph, ``--json`` always has it
+    (``"programs"``: role -> label -> kind and declared targets, at the model's default config)."""
     models = catalog()
     if args.json:
-        print(json.dumps([_describe(m) for m in models.values()], indent=2))
+        print(json.dumps([{**_describe(m), "programs": graph_json(m.graph())} for m in models.values()], indent=2))
         return 0
     width = max(len(n) for n in models)
     for name, m in models.items():
         summary = (m.__doc__ or "").strip().split("\n")[0]
         summary = summary.split(": ", 1)[-1] if summary.startswith(name) else summary
         print(f"{name.ljust(width)}  {m.expected.ljust(14)}  {summary}")
+        if args.graph:
+            print(format_graph(m.graph(), indent="    ") + "\n")
     return 0
 
 
@@ -90,7 +95,7 @@ def _cmd_check(args) -> int:
             raise UsageError("--processes needs --strategy bfs")
         from .._check.distributed import explore_parallel  # the frontier partitioned by state hash
 
-        result = explore_parallel(args.model, overrides, processes=args.processes, max_states=args.max_states,
+        result = explore_parallel(model, overrides, processes=args.processes, max_states=args.max_states,
                                   reduce=args.reduce, progress=_Progress(), progress_every=args.progress_seconds)
     elif args.strategy in ("bfs", "dfs"):
         result = check(machine, strategy=args.strategy, max_states=args.max_states,
@@ -176,7 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m safeprefetch", description="Model-check and run the safeprefetch prefetcher.")
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
     ls = sub.add_parser("list", help="list the catalog models")
-    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--json", action="store_true", help="one object per model, with its program graph")
+    ls.add_argument("--graph", action="store_true",
+                    help="also draw each model's programs: every step and the labels it may go to")
     ck = sub.add_parser("check", help="check a model exhaustively")
     ck.add_argument("model", nargs="?", help="catalog name or path to a .py file")
     ck.add_argument("--all", action="store_true", help="check every catalog model at its declared config")

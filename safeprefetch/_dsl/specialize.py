@@ -15,8 +15,10 @@ not rebind a captured variable after building, which no model has a reason
 to do). Anything the rewriter is not sure about -- no source available,
 ``s`` or ``me`` rebound inside the function, a nested function or lambda that
 captures them -- makes it return None, and the caller keeps the original
-function with views. The two paths are interchangeable; the test suite runs
-the oracle against the specialized explorer to keep them so.
+function with views. The two paths are interchangeable, and checked to be:
+``tests/test_model_fire_parts.py`` explores every catalog model with
+specialization on and off (:data:`ENABLED`) and compares every reachable
+state and verdict.
 """
 
 from __future__ import annotations
@@ -25,10 +27,15 @@ import ast
 import copy
 import inspect
 import linecache
+import os
 import textwrap
 from typing import Any, Callable, Mapping
 
-__all__ = ["specialize", "uses_arg"]
+__all__ = ["ENABLED", "function_node", "specialize", "uses_arg"]
+
+#: Whether the compiler specializes step functions at all. Set SAFEPREFETCH_SPECIALIZE=0 to run
+#: every user function through views only (slower, same meaning); read at each compile.
+ENABLED = os.environ.get("SAFEPREFETCH_SPECIALIZE", "1") != "0"
 
 _cache: dict[tuple, Any] = {}
 
@@ -49,7 +56,8 @@ def _loaded_names(code) -> set[str]:
     return {ins.argval for ins in dis.get_instructions(code) if ins.opname.startswith("LOAD_FAST")}
 
 
-def _function_node(fn: Callable) -> ast.AST | None:
+def function_node(fn: Callable) -> ast.AST | None:
+    """The ``def`` or ``lambda`` node ``fn`` was compiled from, or None when it cannot be told for sure."""
     code = fn.__code__
     try:
         filename = inspect.getsourcefile(fn)
@@ -182,7 +190,7 @@ def specialize(fn: Callable, shared: Mapping[str, int], local: Mapping[str, int]
         return None
     if code.co_argcount < 1 or code.co_kwonlyargcount or code.co_flags & 0x0C:  # *args / **kwargs
         return None
-    node = _function_node(fn)
+    node = function_node(fn)
     if node is None:
         return None
     node = copy.deepcopy(node)  # the parsed tree is cached and shared: never rewrite it in place
@@ -279,7 +287,7 @@ def bare_uses(fn: Callable, position: int = 0) -> bool:
     """Whether a specialized ``fn`` still uses its parameter ``position`` other than by subscript."""
     code = fn.__code__
     name = code.co_varnames[position]
-    node = _function_node(getattr(fn, "__wrapped__", fn))
+    node = function_node(getattr(fn, "__wrapped__", fn))
     if node is None:
         return True
     import dis

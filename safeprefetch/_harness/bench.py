@@ -17,6 +17,13 @@ in a test: the machines this runs on are shared and noisy.
   to a comparable state space (``models/spin/prefetcher.pml`` with its
   ``LENGTH`` raised), from pan's own "elapsed time" line, next to
   safeprefetch on exactly that configuration -- and the ratio.
+
+Two more benchmarks of the checker live next to this one and are run as
+modules, since each regenerates a table of the docs:
+``python -m safeprefetch._harness.bench_parallel`` (the distributed
+explorer against the sequential one, docs/parallel.md) and
+``python -m safeprefetch._harness.strategies_table`` (each sampling strategy
+against BFS to the first bug, docs/strategies.md).
 """
 
 from __future__ import annotations

@@ -9,10 +9,7 @@ wake.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
-
-if TYPE_CHECKING:
-    from .kernel import Runtime
+from typing import Any, Callable
 
 __all__ = ["ActionContext", "Entry", "never"]
 
@@ -27,7 +24,7 @@ class ActionContext:
 
     __slots__ = ("runtime", "thread", "state", "label", "_me")
 
-    def __init__(self, runtime: "Runtime", thread: int, state: tuple, label: str):
+    def __init__(self, runtime: Any, thread: int, state: tuple, label: str):
         self.runtime = runtime
         self.thread = thread
         self.state = state

@@ -20,7 +20,9 @@ table's "what changed". The primitives' events are drawn, not just listed:
 The violation is red. A violation raised *by* a step (an underflow on a
 take, say) marks that step's box. A violation that holds *in* a state (a
 deadlock, a failed invariant) adds a last row, the final state, where every
-thread that is not done shows where it is stuck.
+thread that is not done shows where it is stuck. A starvation lasso marks
+the steps from its ``Violation.cycle_start`` on as the cycle that repeats
+forever (the field, never the message, says where it starts).
 
 Like the text table, the picture is computed by replaying the trace through
 the model, so it cannot disagree with what the model does. The output is
@@ -30,12 +32,12 @@ trace, and every piece of model text is XML-escaped.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Sequence
 from xml.sax.saxutils import escape
 
-from .._check.explore import CheckResult, Trace, Violation, replay_choices
+from .._check.replay import replay_choices
+from .._check.result import CheckResult, Trace, Violation
 from .._dsl.model import DONE, Machine, StepViolation
 from .._check.trace import changes
 
@@ -63,7 +65,6 @@ _RED = "#c62828"
 _HANGS = ("deadlock", "lost_wakeup", "shutdown_hang")
 #: Violations of a state (or a cycle of states) whose stuck threads the final row explains.
 _STUCK_KINDS = _HANGS + ("starvation",)
-_CYCLE_RE = re.compile(r"cycle starts after step (\d+)")
 
 
 def _x(text: Any) -> str:
@@ -161,10 +162,7 @@ def svg_for(machine: Machine, trace: Trace, violation: Violation | None = None) 
     # A starvation trace is a lasso: the steps after the stem repeat forever.
     cycle_from = None
     if violation is not None and violation.kind == "starvation":
-        start = getattr(violation, "cycle_start", None)
-        if start is None:
-            found = _CYCLE_RE.search(violation.message)
-            start = int(found.group(1)) if found else None
+        start = violation.cycle_start
         if start is not None and 0 <= start < len(steps):
             cycle_from = start
     final_text = "<== " + violation.kind if violation is not None else ""

@@ -8,7 +8,9 @@ in the two ways that make concurrency bugs click:
 
 * ``explain`` tells the story of one catalog model: the bug in one
   sentence (from the model's own docstring), where it comes from, the
-  shortest trace as the OSTEP-style table, and the fix -- the docstring's
+  shortest trace as the OSTEP-style table, each program's graph (every
+  step and the labels it declares it may go to, drawn from the ``to=``
+  declarations, never by running it), and the fix -- the docstring's
   description of it, and the verdict of the fixed design re-checked at the
   same configuration, so the claim "this fixes it" is itself checked.
   ``--diff`` adds a unified diff of the two model classes.
@@ -50,17 +52,12 @@ from pathlib import Path
 from typing import IO, Any, Mapping, Sequence
 
 from .catalog import catalog, load_model
-from .._check.explore import (
-    CheckResult,
-    Trace,
-    TraceStep,
-    _end_violation,
-    check,
-    choice_step,
-    classify_hang,
-    replay_choices,
-)
+from .._check.explore import check
+from .._check.replay import choice_step, replay_choices
+from .._check.result import CheckResult, Trace, TraceStep
+from .._check.verdict import HANG, classify_hang, terminal
 from .._dsl.model import DONE, Machine, Model, StepViolation
+from .._dsl.graph import format_graph
 from .svg import blocked_reason
 from .._check.trace import changes, format_table, format_value
 
@@ -75,6 +72,7 @@ __all__ = [
     "fix_name",
     "fix_report",
     "model_doc",
+    "programs_text",
     "register",
     "source_diff",
     "trace_table",
@@ -186,6 +184,11 @@ def trace_table(machine: Machine, trace: Trace, violation: Any = None) -> str:
 
 def config_text(config: Mapping[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in config.items())
+
+
+def programs_text(machine: Machine, indent: str = "") -> str:
+    """Each program's graph, from its declarations (``label  kind  -> targets``), with the threads that run it."""
+    return format_graph(machine.graph, {role: machine.threads_of(role) for role in machine.graph}, indent)
 
 
 # --------------------------------------------------------------------------
@@ -307,6 +310,8 @@ def explain(model: type[Model], overrides: Mapping[str, Any] | None = None, *, d
     if result.violation is not None:
         out += ["", f"Shortest trace ({len(result.trace)} steps)",
                 trace_table(machine, result.trace, result.violation)]
+    out += ["", "The programs (each step, its kind, and the labels it declares it may go to)",
+            programs_text(machine, indent="  ")]
     if reference:
         for title, text in doc.sections:
             out += ["", title, _reflow(text)]
@@ -377,11 +382,11 @@ def play_status(machine: Machine, states: Sequence[Any], choices: Sequence[tuple
     succ = machine.successors(last)
     if not machine.is_stuck(last, succ):
         return PlayStatus(None, "running")
-    if machine.all_done(last):
-        end = _end_violation(machine, last)
-        if end:
-            return PlayStatus(end[0], f"all threads done: {end[0]}", end[1])
+    end = terminal(machine, last)  # the explorer's own classifier
+    if end is None:
         return PlayStatus("ok", "all threads done: ok")
+    if end is not HANG:
+        return PlayStatus(end[0], f"all threads done: {end[0]}", end[1])
     kind, msg = classify_hang(machine, list(states), list(choices))
     return PlayStatus(kind, f"all threads blocked: {kind}", msg)
 

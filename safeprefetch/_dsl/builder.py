@@ -1,0 +1,133 @@
+"""The builder: what a model's ``build`` method talks to.
+
+``build(m, **config)`` declares, on a :class:`Builder` ``m``, the model's
+shared variables and primitives, one :class:`Program` per role, the threads
+that run them, and the checks (invariants, end-of-run checks, when a hang
+counts as a shutdown hang, progress steps, symmetry, priorities). The builder
+only collects; it checks names as they arrive (a name declared twice, a
+local a program does not have) and leaves everything that needs the whole
+model -- labels, targets, primitive names -- to the compiler.
+
+Every initial value must be hashable: it becomes a field of the state tuple.
+"""
+
+from __future__ import annotations
+
+import keyword
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from .program import Program
+from .violations import VIOLATION_KINDS, ModelError
+
+__all__ = ["Builder"]
+
+
+@dataclass
+class _Thread:
+    name: str
+    program: Program
+    locals: dict[str, Any]
+
+
+class Builder:
+    """Collects the shared variables, primitives, threads and checks of a model."""
+
+    def __init__(self, settings: Mapping[str, Any]):
+        self.settings = dict(settings)
+        self.shared_vars: dict[str, Any] = {}
+        self.mutexes: list[str] = []
+        self.condvars: list[str] = []
+        self.semaphores: dict[str, tuple[int, int | None]] = {}
+        self.flags: dict[str, bool] = {}
+        self.programs: dict[str, Program] = {}
+        self.threads: list[_Thread] = []
+        self.invariants: list[tuple[str, str, Callable]] = []
+        self.end_checks: list[Callable] = []
+        self.shutdown_pred: Callable | None = None
+        self.progress_labels: set[str] = set()
+        self.priorities: dict[str, int] = {}
+        self.symmetry: list[tuple[str, ...]] = []
+
+    def _name(self, name: str) -> str:
+        if not name.isidentifier() or keyword.iskeyword(name):
+            raise ModelError(f"{name!r} is not a valid variable name")
+        if name in self._all_names():
+            raise ModelError(f"name {name!r} is declared twice")
+        return name
+
+    def _all_names(self) -> set[str]:
+        return (set(self.shared_vars) | set(self.mutexes) | set(self.condvars)
+                | set(self.semaphores) | set(self.flags))
+
+    def shared(self, **variables: Any) -> None:
+        """Declare shared variables with their initial (hashable) values."""
+        for name, value in variables.items():
+            hash(value)
+            self.shared_vars[self._name(name)] = value
+
+    def mutex(self, name: str) -> None:
+        self.mutexes.append(self._name(name))
+
+    def condvar(self, name: str) -> None:
+        self.condvars.append(self._name(name))
+
+    def semaphore(self, name: str, initial: int, bound: int | None = None) -> None:
+        """A counting semaphore; releasing past ``bound`` is an overflow."""
+        self.semaphores[self._name(name)] = (initial, bound)
+
+    def flag(self, name: str, initial: bool = False) -> None:
+        self.flags[self._name(name)] = bool(initial)
+
+    def program(self, role: str, **locals: Any) -> Program:
+        """A new program (a role) whose threads have these locals and defaults."""
+        if role in self.programs:
+            raise ModelError(f"program {role!r} declared twice")
+        p = Program(role, locals)
+        self.programs[role] = p
+        return p
+
+    def thread(self, name: str, program: Program, **locals: Any) -> None:
+        """Start a thread named ``name`` running ``program``."""
+        if any(t.name == name for t in self.threads):
+            raise ModelError(f"thread {name!r} declared twice")
+        unknown = set(locals) - set(program.locals)
+        if unknown:
+            raise ModelError(f"thread {name!r}: unknown locals {sorted(unknown)}")
+        values = {**program.locals, **locals}
+        for v in values.values():
+            hash(v)
+        self.threads.append(_Thread(name, program, values))
+
+    def invariant(self, name: str, predicate: Callable, kind: str = "invariant") -> None:
+        """``predicate(s)`` must hold in every reachable state."""
+        if kind not in VIOLATION_KINDS:
+            raise ModelError(f"unknown violation kind {kind!r}")
+        self.invariants.append((name, kind, predicate))
+
+    def at_end(self, check: Callable) -> None:
+        """``check(s)`` runs when every thread is done; it returns None or ``(kind, message)``."""
+        self.end_checks.append(check)
+
+    def shutdown_when(self, predicate: Callable) -> None:
+        """``predicate(s)``: close, an error or an abandon was requested.
+
+        A hang in such a state is reported as ``shutdown_hang``.
+        """
+        self.shutdown_pred = predicate
+
+    def progress(self, *labels: str) -> None:
+        """Mark steps whose execution counts as progress (for liveness checks)."""
+        self.progress_labels.update(labels)
+
+    def symmetric(self, *threads: str) -> None:
+        """Declare threads interchangeable (same program and locals; nothing depends on which is which).
+
+        The explorer may then store one state per permutation class (symmetry reduction).
+        """
+        self.symmetry.append(tuple(threads))
+
+    def priority(self, thread: str, level: int) -> None:
+        """Strict scheduling priority of a thread (higher runs first) for liveness checks."""
+        self.priorities[thread] = level
+

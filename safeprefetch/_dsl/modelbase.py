@@ -1,0 +1,135 @@
+"""The Model base class: a configuration space, a ``build`` method, and the way to compile them.
+
+A model is a class. Its ``params`` are its configuration space (with
+defaults), every model also takes the condvar *settings* (``notify``,
+``spurious``, ``policy``), and its ``build(m, **config)`` declares the
+machine on a :class:`Builder`. :meth:`Model.compile` builds it at one
+configuration and compiles it (``compiler.py``); :meth:`Model.graph` builds
+it and reads only its program graph, which is cheap: nothing is compiled.
+
+Configuration values usually arrive as text (``--set capacity=2``), so
+:meth:`Model.configure` converts each one to the type of its default and
+refuses, with a :class:`ModelError` naming the parameter, what does not fit.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from .builder import Builder
+from .compiler import builder_graph, compile_model
+from .graph import GRAPH_PENDING, GraphStep
+from .machine import Machine
+from .violations import ModelError
+
+__all__ = ["Model"]
+
+
+class Model:
+    """Base class of every model. Subclass it and implement :meth:`build`.
+
+    Class attributes:
+
+    * ``name``: the catalog name (``list`` prints it).
+    * ``expected``: the verdict this model expects at its default config.
+    * ``params``: the config parameters and their defaults.
+    * ``sweep``: for reference designs, ``{param: [values]}`` to prove over.
+    * ``graph_checked``: whether compiling requires every computed step to
+      declare its targets (``to=``); see graph.py. Leave it True.
+    """
+
+    name: str = ""
+    expected: str = "ok"
+    params: Mapping[str, Any] = {}
+    sweep: Mapping[str, Sequence[Any]] | None = None
+
+    #: Settings that every model accepts; they change condvar semantics.
+    SETTINGS: Mapping[str, tuple[str, ...]] = {"notify": ("fifo", "any"), "spurious": ("off", "on"),
+                                               "policy": ("fair", "priority")}
+
+    #: Defaults for the settings above that this model changes (e.g. ``{"policy": "priority"}``).
+    settings: Mapping[str, str] = {}
+
+    #: Every step whose next label is computed must declare ``to=`` (graph.py). False lets a model
+    #: compile with undeclared computed steps while its declarations are being written.
+    graph_checked: bool = True
+
+    def build(self, m: Builder, **config: Any) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # -- configuration -----------------------------------------------------
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        return {**dict(cls.params), "notify": "fifo", "spurious": "off", "policy": "fair", **dict(cls.settings)}
+
+    @classmethod
+    def configure(cls, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The full config: defaults updated with ``overrides``, each checked and converted."""
+        config = cls.defaults()
+        for key, raw in (overrides or {}).items():
+            if key not in config:
+                known = ", ".join(sorted(config))
+                raise ModelError(f"model {cls.name!r} has no parameter {key!r} (known: {known})")
+            config[key] = _convert(key, raw, config[key], cls.SETTINGS.get(key))
+        return config
+
+    @classmethod
+    def _built(cls, overrides: Mapping[str, Any] | None) -> tuple[dict[str, Any], Builder]:
+        config = cls.configure(overrides)
+        b = Builder({k: config[k] for k in cls.SETTINGS})
+        model = cls()
+        model.build(b, **{k: v for k, v in config.items() if k not in cls.SETTINGS})
+        return config, b
+
+    @classmethod
+    def _graph_strict(cls) -> bool:
+        """Whether undeclared computed steps are refused: ``graph_checked``, unless the model (or a model
+        it extends) is still listed in GRAPH_PENDING."""
+        pending = any(vars(k).get("name") in GRAPH_PENDING for k in cls.__mro__)
+        return bool(cls.graph_checked) and not pending
+
+    @classmethod
+    def compile(cls, overrides: Mapping[str, Any] | None = None) -> Machine:
+        """Build this model at ``overrides`` (on top of its defaults) and compile it."""
+        config, b = cls._built(overrides)
+        return compile_model(cls.name or cls.__name__, config, b, cls._graph_strict())
+
+    @classmethod
+    def graph(cls, overrides: Mapping[str, Any] | None = None) -> dict[str, dict[str, GraphStep]]:
+        """The program graph at ``overrides``, checked, without compiling: ``compile(...).graph``."""
+        _config, b = cls._built(overrides)
+        return builder_graph(b, cls._graph_strict())
+
+
+def _convert(key: str, raw: Any, default: Any, choices: tuple[str, ...] | None) -> Any:
+    """``raw`` (often text) as the type of ``default``, or one of ``choices`` for a setting."""
+    if choices is not None:
+        value = str(raw).lower()
+        aliases = {"true": "on", "1": "on", "false": "off", "0": "off"}
+        if choices == ("off", "on"):
+            value = aliases.get(value, value)
+        if value not in choices:
+            raise ModelError(f"{key} must be one of {'|'.join(choices)}, not {raw!r}")
+        return value
+    if isinstance(default, bool):
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).lower()
+        if text in ("1", "true", "on", "yes"):
+            return True
+        if text in ("0", "false", "off", "no"):
+            return False
+        raise ModelError(f"{key} must be a boolean (on/off), not {raw!r}")
+    if isinstance(default, int):
+        if isinstance(raw, bool):
+            raise ModelError(f"{key} must be an integer, not {raw!r}")
+        if isinstance(raw, int):
+            return raw
+        try:
+            return int(str(raw), 10)
+        except ValueError:
+            raise ModelError(f"{key} must be an integer, not {raw!r}") from None
+    if isinstance(default, str):
+        return str(raw)
+    raise ModelError(f"parameter {key} cannot be set from {raw!r}")

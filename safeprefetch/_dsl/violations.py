@@ -1,0 +1,92 @@
+"""What a model can report, and how a malformed model is refused.
+
+Two kinds of error leave a model, and they must never be confused:
+
+* :class:`StepViolation` -- the *design* is wrong. A step found a bug while
+  it ran (a take from an empty buffer, a release of a mutex it does not
+  hold). It carries one of the stable :data:`VIOLATION_KINDS`, and the
+  explorer turns it into a violation whose trace ends at that step.
+* :class:`ModelError` -- the *model* is wrong: an unknown label, a step that
+  goes somewhere it did not declare, a bad setting or config. The checker
+  cannot say anything about such a model, so this is an exception the CLI
+  reports in one line with exit code 2, never a verdict.
+
+:func:`delivery_violation` is the end-of-run check most catalog models share:
+what the consumer received against what was produced.
+
+This module is a leaf: every other DSL module imports it, it imports none.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+__all__ = ["VIOLATION_KINDS", "ModelError", "StepViolation", "delivery_violation", "violate"]
+
+#: Stable names of every violation kind (part of the CLI contract).
+VIOLATION_KINDS = (
+    "deadlock",
+    "lost_wakeup",
+    "overflow",
+    "underflow",
+    "lost_item",
+    "duplicate_item",
+    "out_of_order",
+    "use_after_close",
+    "shutdown_hang",
+    "error_lost",
+    "starvation",
+    "invariant",
+)
+
+
+class ModelError(Exception):
+    """A model is malformed: an unknown label, an undeclared target, a bad setting, a bad config."""
+
+
+class StepViolation(Exception):
+    """Raised inside a step to report a bug found while taking that step."""
+
+    def __init__(self, kind: str, message: str):
+        if kind not in VIOLATION_KINDS:
+            raise ModelError(f"unknown violation kind {kind!r}")
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+        self.message = message
+
+
+def violate(kind: str, message: str) -> None:
+    """Report a violation from inside a step (for example a take from an empty buffer)."""
+    raise StepViolation(kind, message)
+
+
+def delivery_violation(expected: Sequence[Any], received: Sequence[Any], ordered: bool = True,
+                       complete: bool = True) -> tuple[str, str] | None:
+    """Compare what a consumer received with what was produced.
+
+    Returns ``("duplicate_item" | "lost_item" | "out_of_order", message)`` or
+    None. With ``complete=False`` (the consumer left early), only duplicates,
+    items never produced, and order are checked: ``received`` must be a
+    prefix of ``expected`` when ordered, a subset otherwise.
+    """
+    seen: set[Any] = set()
+    for item in received:
+        if item in seen:
+            return "duplicate_item", f"item {item!r} was delivered twice"
+        seen.add(item)
+    unknown = [x for x in received if x not in set(expected)]
+    if unknown:
+        return "duplicate_item", f"item {unknown[0]!r} was delivered but never produced"
+    if complete:
+        missing = [x for x in expected if x not in seen]
+        if missing:
+            return "lost_item", f"item {missing[0]!r} was produced but never delivered"
+    if ordered:
+        order = {x: i for i, x in enumerate(expected)}
+        pos = [order[x] for x in received]
+        if pos != sorted(pos):
+            return "out_of_order", f"items arrived as {list(received)!r}, expected {list(expected)[:len(pos)]!r}"
+        if not complete and pos != list(range(len(pos))):
+            gap = next(expected[i] for i, p in enumerate(pos) if p != i)
+            return "lost_item", f"item {gap!r} was skipped in an ordered stream"
+    return None
