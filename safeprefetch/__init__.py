@@ -17,15 +17,15 @@ The public surface:
 
 from ._tools.catalog import catalog as catalog
 from ._tools.catalog import load_model as load_model
-from ._check.explore import CheckResult as CheckResult
-from ._check.explore import ReplayDivergence as ReplayDivergence
-from ._check.explore import Trace as Trace
-from ._check.explore import TraceError as TraceError
-from ._check.explore import TraceStep as TraceStep
-from ._check.explore import Violation as Violation
+from ._check.result import CheckResult as CheckResult
+from ._check.result import ReplayDivergence as ReplayDivergence
+from ._check.result import Trace as Trace
+from ._check.result import TraceError as TraceError
+from ._check.result import TraceStep as TraceStep
+from ._check.result import Violation as Violation
 from ._check.explore import check as check
 from ._check.explore import explore as explore
-from ._check.explore import replay as replay
+from ._check.replay import replay as replay
 from ._dsl.model import Model as Model
 from ._dsl.model import ModelError as ModelError
 from ._prefetcher.api import Prefetcher as Prefetcher

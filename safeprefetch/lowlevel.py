@@ -1,9 +1,14 @@
-"""The supported lower layers: the live runtime, conformance, and interrupt injection.
+"""The supported lower layers: search strategies, distributed search, the live runtime, conformance, injection.
 
 Everything here is public and stays importable from this module; the
 private modules behind it may move. (trio keeps its own such surface in
 ``trio.lowlevel``.)
 
+* **Search beyond BFS:** :func:`search` samples schedules (random, PCT,
+  preemption-bounded, Hypothesis) for configurations too big to exhaust,
+  returning a :class:`StrategyResult`; :func:`explore_parallel` explores
+  exhaustively with several processes, the frontier partitioned by state hash
+  (docs/strategies.md, docs/parallel.md).
 * **The runtime:** :class:`Runtime` runs any compiled model on real threads
   (one kernel lock, parking, exact wakeups, external steps outside the lock);
   :func:`run_live` runs every thread of a model live; :func:`verify_record`
@@ -21,6 +26,11 @@ private modules behind it may move. (trio keeps its own such surface in
 
 from __future__ import annotations
 
+from ._check.distributed import explore_parallel as explore_parallel
+from ._check.strategies import STRATEGIES as STRATEGIES
+from ._check.strategies import StrategyResult as StrategyResult
+from ._check.strategies import pct_probability as pct_probability
+from ._check.strategies import search as search
 from ._runtime.conformance import ConformanceReport as ConformanceReport
 from ._runtime.conformance import LiveRunResult as LiveRunResult
 from ._runtime.conformance import run_live as run_live
@@ -40,6 +50,7 @@ from ._runtime.errors import StepTimeout as StepTimeout
 from ._runtime.kernel import Runtime as Runtime
 
 __all__ = [
+    "STRATEGIES",
     "ActionContext",
     "ConformanceReport",
     "InjectionOutcome",
@@ -50,11 +61,15 @@ __all__ = [
     "LiveViolation",
     "Runtime",
     "StepTimeout",
+    "StrategyResult",
     "deliver_sigint",
+    "explore_parallel",
     "package_files",
+    "pct_probability",
     "raise_keyboard_interrupt",
     "record_points",
     "run_live",
     "run_with_injection",
+    "search",
     "verify_record",
 ]

@@ -28,7 +28,7 @@ import contextlib
 from typing import Iterator
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from ._check.expand import Expander
 from ._check.explore import CheckResult, check
@@ -116,10 +116,6 @@ def enumerate_schedules(machine: Machine, depth: int, limit: int = 2_000_000) ->
 
     walk([machine.init], [])
     return OracleResult(frozenset(states), frozenset(violations), count)
-
-
-def config_of(model: type[Model], **overrides: Any) -> Mapping[str, Any]:
-    return model.configure(overrides)
 
 
 @contextlib.contextmanager

@@ -1,6 +1,6 @@
 """Interrupt safety, checked systematically: every point where CPython can raise an asynchronous exception.
 
-The harness (``safeprefetch/_harness/hardening.py``, on ``safeprefetch/_runtime/inject.py``)
+The harness (``safeprefetch/_harness/injection_sweep.py``, on ``safeprefetch/_runtime/inject.py``)
 records every eval-breaker point -- function entry, the return of a call into
 C, a loop's back-edge -- that one consumer, lease, copy, release or close
 call executes, in safeprefetch's own files (the kernel included), and then,
@@ -22,7 +22,8 @@ import threading
 import pytest
 
 from safeprefetch import lowlevel as _inject
-from safeprefetch._harness.hardening import Scenario, ctrl_c_soak, default_scenarios, points, sweep
+from safeprefetch._harness.ctrl_c_soak import ctrl_c_soak
+from safeprefetch._harness.injection_sweep import Scenario, default_scenarios, points, sweep
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(300)]
 

@@ -9,7 +9,8 @@ import pytest
 
 from safeprefetch import ModelError, catalog, load_model, replay
 from safeprefetch._check.explore import Explorer, final_verdict
-from safeprefetch._check.distributed import _Pool, explore_parallel, explore_parallel_timed
+from safeprefetch._check.distributed import _Pool, explore_parallel_timed
+from safeprefetch.lowlevel import explore_parallel
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -1,6 +1,6 @@
 """Hypothesis-driven fault scenarios on real threads, real arrays and real .npy files.
 
-Each scenario (see ``safeprefetch/_harness/soak.py``) draws a configuration and at
+Each scenario (see ``safeprefetch/_harness/soak_scenarios.py``) draws a configuration and at
 most one fault -- a source error at some item, a close from the consumer or
 from another thread, an abandoned prefetcher, a slow or bursty consumer, a
 slow source, small timeouts -- and asserts: no hang, exactly-once delivery
@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 import safeprefetch._harness.soak as soak_module
 from safeprefetch import Prefetcher
-from safeprefetch._harness.soak import (CONSUMERS, ERRORS, SOURCES, STOPS, Scenario, generate, random_scenario, run_scenario,
-                                soak)
+from safeprefetch._harness.soak import run_scenario, soak
+from safeprefetch._harness.soak_scenarios import CONSUMERS, ERRORS, SOURCES, STOPS, Scenario, generate, random_scenario
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(120)]
 

@@ -8,8 +8,8 @@ import pytest
 from safeprefetch import load_model
 from safeprefetch._cli.main import main
 from safeprefetch._check.explore import Explorer, final_verdict, replay_choices
-from safeprefetch._check.strategies import (STRATEGIES, StrategyResult, count_preemptions, pct_probability,
-                                           pct_runs_needed, search)
+from safeprefetch._check.strategies import count_preemptions, pct_runs_needed
+from safeprefetch.lowlevel import STRATEGIES, StrategyResult, pct_probability, search
 from safeprefetch._harness.strategies_table import compare, format_comparison
 from safeprefetch.model import DONE, Model, ModelError, violate
 

@@ -123,7 +123,7 @@ def _progress_line(message: str) -> None:
 def _cmd_inject(args) -> int:
     from dataclasses import asdict
 
-    from .._harness.hardening import default_scenarios, sweep
+    from .._harness.injection_sweep import default_scenarios, sweep
 
     report = sweep(default_scenarios(full=args.full), progress=_progress_line)
     if args.json:
@@ -143,7 +143,7 @@ def _cmd_ctrl_c(args) -> int:
     from dataclasses import asdict
 
     from .._tools.cliargs import UsageError
-    from .._harness.hardening import ctrl_c_soak
+    from .._harness.ctrl_c_soak import ctrl_c_soak
 
     if args.ctrl_c < 1 or args.storm < 1:
         raise UsageError("--ctrl-c and --storm must be at least 1")

@@ -28,7 +28,6 @@ import copy
 import inspect
 import linecache
 import os
-import textwrap
 from typing import Any, Callable, Mapping
 
 __all__ = ["ENABLED", "function_node", "specialize", "uses_arg"]
@@ -303,7 +302,3 @@ def bare_uses(fn: Callable, position: int = 0) -> bool:
                 return True
     return False
 
-
-def textual(fn: Callable) -> str:
-    """The source of ``fn`` (for debugging specializations)."""
-    return textwrap.dedent(inspect.getsource(fn))

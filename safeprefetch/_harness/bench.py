@@ -28,6 +28,8 @@ against BFS to the first bug, docs/strategies.md).
 
 from __future__ import annotations
 
+import argparse
+
 import json
 import os
 import re
@@ -191,18 +193,32 @@ def _cmd_bench(args) -> int:
                       f"(SPIN is {1 / result.ratio_to_spin:.1f}x faster)")
         return 0
     if args.what == "live":
-        try:
-            from .bench_live import cmd_bench_live
-        except ImportError:
-            raise UsageError("bench live is not available in this version") from None
+        from .bench_live import cmd_bench_live
+
         return cmd_bench_live(args)
+    if args.what == "parallel":
+        from .bench_parallel import main
+
+        return main(args.rest)
+    if args.what == "strategies":
+        from .strategies_table import main
+
+        return main(args.rest)
     raise UsageError(f"unknown benchmark {args.what!r}")
 
 
 def register(sub) -> dict[str, Any]:
     p = sub.add_parser("bench", help="benchmarks with baselines measured in the same run")
-    p.add_argument("what", choices=["explore", "live"])
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--quick", action="store_true", help="small settings (seconds, for tests)")
-    p.add_argument("--spin-items", type=int, default=None, help="items in the scaled SPIN twin")
+    which = p.add_subparsers(dest="what", required=True)
+    for name, text in (("explore", "explorer speed and memory, and SPIN's rate on the same model"),
+                       ("live", "the live Prefetcher against queue.Queue & co. (docs/performance.md)")):
+        b = which.add_parser(name, help=text)
+        b.add_argument("--json", action="store_true")
+        b.add_argument("--quick", action="store_true", help="small settings (seconds, for tests)")
+        if name == "explore":
+            b.add_argument("--spin-items", type=int, default=None, help="items in the scaled SPIN twin")
+    for name, text in (("parallel", "multi-process search against the sequential one (docs/parallel.md)"),
+                       ("strategies", "the sampling strategies on big broken models (docs/strategies.md)")):
+        b = which.add_parser(name, help=f"{text}; the arguments after it go to that benchmark")
+        b.add_argument("rest", nargs=argparse.REMAINDER)
     return {"bench": _cmd_bench}

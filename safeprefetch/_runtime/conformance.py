@@ -17,7 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
-from .._check.explore import Trace
+from .._check.result import Trace
+from .._check.verdict import end_violation
 from .._dsl.model import Machine, StepViolation
 from .kernel import LiveError, Runtime
 
@@ -128,9 +129,7 @@ def run_live(machine: Machine, *, actions: Mapping[str, Callable] | None = None,
         return LiveRunResult(machine.name, "error", repr(other[0]), len(record), seconds, trace, report.ok,
                              schedule is not None)
     if machine.all_done(rt.state):
-        from .._check.explore import _end_violation
-
-        bad = _end_violation(machine, rt.state)
+        bad = end_violation(machine, rt.state)
         if bad:
             return LiveRunResult(machine.name, bad[0], bad[1], len(record), seconds, trace, report.ok,
                                  schedule is not None)

@@ -75,7 +75,9 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-from .._check.explore import Trace, choice_step, classify_hang
+from .._check.replay import choice_step
+from .._check.result import Trace
+from .._check.verdict import classify_hang
 from .interrupts import deliver, guard, interruptible, outermost, protected
 from .._dsl.model import DONE, Machine
 from .entries import ActionContext, Entry, never

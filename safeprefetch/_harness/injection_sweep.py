@@ -1,4 +1,4 @@
-"""The Prefetcher under interrupts: injection at every eval-breaker point, and a kernel-timer Ctrl-C soak.
+"""The Prefetcher under interrupts: an injection at every eval-breaker point of one call.
 
 What is checked
 ---------------
@@ -29,17 +29,15 @@ lost (the drain does not time out); the prefetcher stays usable, closes
 within its timeout without a stuck worker, and every thread it started is
 gone.
 
-The soak (:func:`ctrl_c_soak`) is the same contract under real signals: a
-kernel interval timer (``setitimer``) fires SIGALRM at a random moment, and
-its handler hands the interpreter a SIGINT on the spot, so the Ctrl-C lands
-wherever the main thread happens to be -- inside a call, between calls, in
-the consumer's own code.
+The same contract under real signals, delivered by a kernel timer at random
+moments rather than at chosen points, is the Ctrl-C soak
+(``ctrl_c_soak.py``). This module's own frames are left out of the recorded
+points (see ``_files``): the scenario's setup and checks are not the code
+under test.
 """
 
 from __future__ import annotations
 
-import random
-import signal
 import threading
 import time
 import warnings
@@ -54,8 +52,8 @@ from .._prefetcher.lifecycle import thread_count
 from .._prefetcher.api import Prefetcher
 from .._prefetcher.errors import PrefetcherClosed, PrefetcherWarning, PrefetchTimeout
 
-__all__ = ["EFFECTS", "Problem", "Scenario", "InjectionRun", "SoakResult", "ctrl_c_soak", "default_scenarios",
-           "points", "run_point", "sweep"]
+__all__ = ["EFFECTS", "Problem", "Scenario", "InjectionRun", "SweepReport", "default_scenarios", "points",
+           "run_point", "sweep"]
 
 SHAPE = (3,)
 N = 6
@@ -503,279 +501,3 @@ def sweep(pairs: Iterable[tuple[Scenario, str]], progress: Callable[[str], None]
         if progress is not None:
             progress(f"{sc} / {effect}: {len(pts)} points")
     return SweepReport(runs, fired, tuple(problems), time.perf_counter() - t0, tuple(per))
-
-
-# --------------------------------------------------------------------------
-# The kernel-timer Ctrl-C soak
-# --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SoakResult:
-    """The Ctrl-C soak's figures."""
-
-    #: Runs (one prefetcher, one stream, one Ctrl-C each; several with ``storm``).
-    runs: int
-    #: SIGINTs delivered by the kernel timer.
-    interrupts: int
-    #: Of those, how many surfaced as a KeyboardInterrupt raised inside a safeprefetch call.
-    inside_calls: int
-    #: ... how many landed in the consumer's own code, between calls.
-    between_calls: int
-    #: ... and how many landed right after ``next(pf)`` returned, before the caller stored its result
-    #: (``next`` is a C function: the check after it can drop the value; excluded from ``lost``).
-    after_return: int
-    #: Runs that did not finish (a hang, caught by the per-run timeout).
-    hangs: int
-    #: Runs after which a lock was still held.
-    leaked_locks: int
-    #: Batches lost or duplicated, over all runs.
-    lost: int
-    duplicated: int
-    #: Runs with any other contract violation (threads left, a bad close).
-    other: int
-    seconds: float
-    problems: tuple[str, ...] = ()
-
-    @property
-    def clean(self) -> bool:
-        return not (self.hangs or self.leaked_locks or self.lost or self.duplicated or self.other)
-
-
-def _raise_sigint_here(signum: int, frame: FrameType | None) -> None:
-    # The kernel timer fired: hand the interpreter a SIGINT at this very point (signal.raise_signal
-    # runs the SIGINT handler at the next eval-breaker check, right here).
-    signal.raise_signal(signal.SIGINT)
-
-
-def ctrl_c_soak(runs: int = 500, seed: int = 0, storm: int = 1, n: int = 40,
-                progress: Callable[[str], None] | None = None) -> SoakResult:
-    """Ctrl-C from a kernel interval timer at a random moment of each run; the stream must survive intact.
-
-    Each run drains ``n`` batches through a random mix of ``get``,
-    ``copy_prefetched``, ``lease`` and iteration, doing a little work between
-    calls; ``storm`` SIGINTs per run arrive at random moments of it. Every
-    KeyboardInterrupt is caught by the consumer loop, which carries on.
-    Main thread only (signals are delivered there).
-    """
-    if threading.current_thread() is not threading.main_thread():
-        raise RuntimeError("the Ctrl-C soak runs on the main thread (signals are delivered there)")
-    rng = random.Random(seed)
-    t0 = time.perf_counter()
-    interrupts = inside = between = after = hangs = leaked = lost = dup = other = 0
-    problems: list[str] = []
-    old_alrm = signal.signal(signal.SIGALRM, _raise_sigint_here)
-    durations: dict = {}
-    try:
-        for r in range(runs):
-            res = _soak_run(rng, storm, n, durations)
-            interrupts += res["interrupts"]
-            inside += res["inside"]
-            between += res["between"]
-            after += res["after_return"]
-            hangs += res["hang"]
-            leaked += res["leaked"]
-            lost += res["lost"]
-            dup += res["dup"]
-            other += bool(res["other"])
-            problems += [f"run {r}: {p}" for p in res["problems"]]
-            if progress is not None and (r + 1) % 50 == 0:
-                progress(f"ctrl-c soak: {r + 1}/{runs} runs, {interrupts} interrupts")
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old_alrm)
-    return SoakResult(runs, interrupts, inside, between, after, hangs, leaked, lost, dup, other,
-                      time.perf_counter() - t0, tuple(problems[:50]))
-
-
-def _soak_run(rng: random.Random, storm: int, n: int, durations: dict) -> dict[str, Any]:
-    baseline = thread_count()
-    workers = rng.choice((1, 2, 3))
-    capacity = rng.choice((1, 2, 4))
-    work = rng.choice((0.0, 0.00005, 0.0002))
-    fetch = rng.choice((0.0, 0.0001))
-    config = (workers, capacity, work, fetch)
-
-    class Src:
-        def __len__(self) -> int:
-            return n
-
-        def __getitem__(self, i: int) -> np.ndarray:
-            if fetch:
-                time.sleep(fetch)
-            return np.full(SHAPE, i, np.float32)
-
-    res: dict[str, Any] = {"interrupts": 0, "inside": 0, "between": 0, "after_return": 0, "hang": 0, "leaked": 0,
-                           "lost": 0, "dup": 0, "other": [], "problems": []}
-    pf = Prefetcher(Src(), capacity=capacity, workers=workers, close_timeout=5.0)
-    seen: list[Any] = []  # what reached the consumer: arrays, or ints read from ``out``
-    out = np.empty(SHAPE, np.float32)
-    # When to fire: uniformly within this configuration's measured stream duration (so most
-    # interrupts land mid-stream); the first run of a configuration uses an estimate.
-    expected_seconds = durations.get(config, n * (work + fetch / workers + 2e-5))
-    fire_at = sorted(rng.uniform(0, expected_seconds) for _ in range(storm))
-    fired = 0
-    start = time.monotonic()
-    arm: float | None = fire_at[0]  # armed inside the try: a timer firing at once lands there
-    deadline = start + 20
-    step = None
-    pos = recorded = -1
-    done = False
-    # Two loops, so that every point where a SIGINT can land is inside the ``try``: the inner
-    # loop's back-edge too. The handler itself arms nothing, so no signal can land outside.
-    while True:
-        try:
-            while not done:
-                if arm is not None:
-                    delay, arm = arm, None
-                    signal.setitimer(signal.ITIMER_REAL, max(delay - (time.monotonic() - start), 1e-6))
-                if time.monotonic() > deadline:
-                    res["hang"] = 1
-                    res["problems"].append("the stream did not finish in 20 s")
-                    break
-                # A call into a Python function returns with no interruption point before the caller's
-                # next instruction, so ``seen.append(pf.get())`` records every batch that left get().
-                # ``next(pf)`` is different: ``next`` is C, and the check after it can drop the batch it
-                # returned; ``step`` marks that window.
-                api = rng.random()
-                if api < 0.25:
-                    seen.append(pf.get(timeout=10))
-                elif api < 0.45:
-                    recorded, step = len(seen), "copy"
-                    if not pf.copy_prefetched(out, timeout=10):
-                        done = True
-                    else:
-                        seen.append(int(out[0]))
-                elif api < 0.65:
-                    lease = pf.lease(timeout=10)  # a Python call: nothing can land before ``lease`` is bound
-                    pos, recorded, step = lease.position, len(seen), "lease"
-                    with lease as view:
-                        del lease  # as in ``with pf.lease() as view``: only the with holds the Lease
-                        seen.append(int(view[0]))
-                elif api < 0.8:
-                    step = "next"
-                    seen.append(next(pf))
-                else:
-                    for b in pf:  # FOR_ITER stores the batch with no interruption point
-                        seen.append(b)
-                        if rng.random() < 0.2:
-                            break
-                    else:
-                        done = True
-                step = None
-                if work:
-                    t = time.perf_counter() + work
-                    while time.perf_counter() < t:  # the consumer's own work (a Ctrl-C may land here too)
-                        pass
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            break
-        except StopIteration:
-            done = True
-        except KeyboardInterrupt as e:
-            fired += 1
-            res["interrupts"] += 1
-            if _landed_inside(e):
-                res["inside"] += 1  # a call was interrupted: its batch comes with the next call
-            elif step == "copy" and _raised_here(e):
-                # In the consumer's own code, after copy_prefetched returned True (a Python call
-                # returns with no check) and before it recorded the batch: the batch is in ``out``.
-                res["between"] += 1
-                if len(seen) == recorded:
-                    seen.append(int(out[0]))
-            elif step == "lease" and _raised_here(e):
-                # In the consumer's own code, inside ``with lease as view``, before it recorded the
-                # batch: the batch was delivered (it is bound to ``view``); its position says which.
-                res["between"] += 1
-                if len(seen) == recorded:
-                    seen.append(pos)
-            elif step == "next" and _raised_here(e):
-                # next() had returned, and the check right after that C call raised before the
-                # caller stored the result: the caller dropped that batch (with ``for`` there is
-                # no such window).
-                res["after_return"] += 1
-                seen.append(None)  # position unknown: accounted below
-            else:
-                res["between"] += 1
-            step = None
-            if fired < storm:
-                arm = fire_at[fired]
-        except PrefetchTimeout:
-            res["hang"] = 1
-            res["problems"].append("a call timed out: a lost wakeup or a hang")
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            break
-    took = time.monotonic() - start
-    durations[config] = took if config not in durations else 0.5 * (durations[config] + took)
-    # A SIGINT the timer raised after the loop's last check may still be pending: let it land here.
-    try:
-        time.sleep(0)
-    except KeyboardInterrupt:
-        res["interrupts"] += 1
-        res["between"] += 1
-    for name in ("gate", "close_lock"):
-        if not _lock_free(getattr(pf._core, name)):
-            res["leaked"] = 1
-            res["problems"].append(f"{name} held after the run")
-    if not _lock_free(pf._core.rt._lock):
-        res["leaked"] = 1
-        res["problems"].append("kernel lock held after the run")
-    if not res["hang"]:
-        ids = [int(x[0]) if isinstance(x, np.ndarray) else x for x in seen]
-        known = [i for i in ids if i is not None]
-        dropped_by_caller = len(ids) - len(known)
-        missing = sorted(set(range(n)) - set(known))
-        res["dup"] = len(known) - len(set(known))
-        res["lost"] = max(0, len(missing) - dropped_by_caller)
-        if known != sorted(known):
-            res["other"].append(f"out of order: {known[:12]}")
-        if res["lost"] or res["dup"]:
-            res["problems"].append(f"delivered {known[:12]}... ({len(known)}), missing {missing[:8]}, "
-                                   f"{dropped_by_caller} dropped by the caller after return")
-    try:
-        pf.close(timeout=5)
-    except BaseException as e:  # noqa: BLE001 - reported
-        res["other"].append(f"close raised {type(e).__name__}")
-    deadline = time.monotonic() + 5
-    while thread_count() > baseline and time.monotonic() < deadline:
-        time.sleep(0.001)
-    if thread_count() > baseline:
-        res["other"].append("threads left")
-    res["problems"] += res["other"]
-    return res
-
-
-def _raised_here(e: BaseException) -> bool:
-    """Whether the exception was raised in the frame that caught it (not inside a call it made).
-
-    The timer's own handler frame (``_raise_sigint_here``), where the SIGINT handler runs, does not count.
-    """
-    from .._runtime import interrupts as _interrupts
-
-    handlers = {_raise_sigint_here.__code__, _interrupts._on_sigint.__code__}
-    tb = e.__traceback__
-    if tb is None:
-        return False
-    tb = tb.tb_next
-    while tb is not None:
-        if tb.tb_frame.f_code not in handlers:
-            return False
-        tb = tb.tb_next
-    return True
-
-
-def _landed_inside(e: BaseException) -> bool:
-    """Whether the KeyboardInterrupt was raised inside a safeprefetch call (not this harness's own frames)."""
-    import os
-
-    from .._runtime import interrupts
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # the safeprefetch package
-    harness = {os.path.abspath(__file__), os.path.abspath(interrupts.__file__)}  # the timer's and the wrapper's
-    tb = e.__traceback__
-    while tb is not None:
-        f = os.path.abspath(tb.tb_frame.f_code.co_filename)
-        if f.startswith(root) and f not in harness:
-            return True
-        tb = tb.tb_next
-    return False
-

@@ -1,0 +1,192 @@
+"""What every ``bench live`` figure shares: the Figure record, the baselines, the sources.
+
+A figure is a ratio: the Prefetcher against a baseline measured in the same
+run, on the same data and the same machine, so a noisy shared machine cannot
+fake it (both sides saw the same neighbours). Each figure is the median over
+repeats (:func:`median`).
+
+The baselines, written here for the bench
+------------------------------------------
+* **queue.Queue** (:func:`queue_run`) -- a plain prefetch thread:
+  ``for i: q.put(source[i])`` into ``queue.Queue(depth)``, and ``q.get()`` in
+  the loop.
+* **BackgroundGenerator-style** (:class:`Background`) -- the shape of
+  ``prefetch_generator``'s ``BackgroundGenerator``: a daemon thread runs an
+  iterator ahead into a ``Queue(max_prefetch)``, the consumer iterates.
+  Written from that description (its code is not copied).
+* **torchdata** ``nodes.Prefetcher`` (:func:`torchdata_run`) -- only when
+  ``torchdata`` is importable; otherwise the figure says so
+  (``TORCHDATA_SKIP``).
+
+The sources: :class:`Trivial` (one tiny array, nothing to read: the handoff
+alone) and :class:`Sleepy` (a GIL-free sleep per item that records how long
+it really took, so an overshooting sleep is not counted against anyone).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import queue
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+__all__ = ["BASELINES", "TORCHDATA_SKIP", "Background", "Figure", "Sleepy", "Trivial", "background_run", "median",
+           "queue_run", "torchdata_available", "torchdata_run"]
+
+TORCHDATA_SKIP = "skipped: torchdata not installed"
+
+
+@dataclass
+class Figure:
+    """One measured figure: ours, the baselines, and the ratio to the main baseline."""
+
+    #: Which figure ("handoff", "overlap", ...).
+    figure: str
+    #: What was varied (depth, work times, sizes).
+    params: dict
+    #: Unit of ``ours`` and the baselines.
+    unit: str
+    #: The Prefetcher's value (median over repeats).
+    ours: float
+    #: Name of the baseline the ratio is taken against.
+    baseline: str
+    #: Every baseline's value (a string when it was skipped).
+    baselines: dict
+    #: ``ours / baselines[baseline]`` (for efficiencies and bandwidths, higher is better).
+    ratio: float
+    #: The target, as text ("ratio <= 1.5"), or "" when there is none.
+    target: str = ""
+    #: Whether the target holds (None when there is none).
+    met: bool | None = None
+    #: Anything else measured alongside (CPU time, trajectories, raw repeats).
+    extra: dict = field(default_factory=dict)
+
+
+def median(xs: list[float]) -> float:
+    return float(statistics.median(xs)) if xs else float("nan")
+
+
+# --------------------------------------------------------------------------
+# Baselines (written for this bench)
+# --------------------------------------------------------------------------
+
+_END = object()
+
+
+def queue_run(produce: Callable[[int], Any], n: int, depth: int, consume: Callable[[Any], None]) -> None:
+    """The plain baseline: one producer thread putting ``produce(i)`` into Queue(depth)."""
+    q: queue.Queue = queue.Queue(depth)
+
+    def producer() -> None:
+        for i in range(n):
+            q.put(produce(i))
+        q.put(_END)
+
+    th = threading.Thread(target=producer, daemon=True)
+    th.start()
+    get = q.get
+    while True:
+        item = get()
+        if item is _END:
+            break
+        consume(item)
+    th.join()
+
+
+class Background:
+    """BackgroundGenerator-style: a daemon thread runs ``iterable`` ahead into Queue(max_prefetch)."""
+
+    def __init__(self, iterable: Any, max_prefetch: int):
+        self._queue: queue.Queue = queue.Queue(max_prefetch)
+        self._it = iter(iterable)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        for item in self._it:
+            self._queue.put(item)
+        self._queue.put(_END)
+
+    def __iter__(self) -> "Background":
+        return self
+
+    def __next__(self) -> Any:
+        item = self._queue.get()
+        if item is _END:
+            raise StopIteration
+        return item
+
+
+def background_run(produce: Callable[[int], Any], n: int, depth: int, consume: Callable[[Any], None]) -> None:
+    for item in Background((produce(i) for i in range(n)), depth):
+        consume(item)
+
+
+def torchdata_run(produce: Callable[[int], Any], n: int, depth: int, consume: Callable[[Any], None]) -> None:
+    from torchdata.nodes import IterableWrapper, Loader
+    from torchdata.nodes import Prefetcher as TDPrefetcher
+
+    node = TDPrefetcher(IterableWrapper(produce(i) for i in range(n)), prefetch_factor=depth)
+    for item in Loader(node):
+        consume(item)
+
+
+def torchdata_available() -> bool:
+    return importlib.util.find_spec("torchdata") is not None
+
+
+BASELINES: dict[str, Callable] = {"queue.Queue": queue_run, "BackgroundGenerator-style": background_run}
+
+
+# --------------------------------------------------------------------------
+# Sources
+# --------------------------------------------------------------------------
+
+
+class Trivial:
+    """n copies of one tiny array; ``fetch_into`` leaves the slot as it is (nothing to read)."""
+
+    def __init__(self, n: int, shape: tuple[int, ...] = (4,), dtype: Any = np.float32):
+        self.n = n
+        self.item = np.zeros(shape, dtype)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.item
+
+    def fetch_into(self, i: int, out: np.ndarray) -> None:
+        pass
+
+
+class Sleepy:
+    """A source whose fetch of item i sleeps ``times[i]`` seconds (GIL-free) and records how long it took."""
+
+    def __init__(self, times: list[float], shape: tuple[int, ...] = (16,)):
+        self.times = times
+        self.item = np.zeros(shape, np.float32)
+        self.work = 0.0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    def _sleep(self, i: int) -> None:
+        t0 = time.perf_counter()
+        time.sleep(self.times[i])
+        dt = time.perf_counter() - t0
+        with self._lock:
+            self.work += dt
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        self._sleep(i)
+        return self.item
+
+    def fetch_into(self, i: int, out: np.ndarray) -> None:
+        self._sleep(i)

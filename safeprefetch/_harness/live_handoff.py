@@ -1,0 +1,158 @@
+"""The ``handoff`` and ``protocol_cpu`` figures: what one item costs to hand over, and the protocol's floor.
+
+* ``handoff`` -- per-item cost for trivial items (a 16-byte array) at depths
+  1, 2 and 8: wall time, process CPU time and model steps per item. The
+  Prefetcher runs its checked model (claim, fetch, take, release: four
+  steps per item, fewer when the consumer takes runs) and hands the item
+  over with ``copy_prefetched``; the queues pass a reference. Target: at
+  most 1.5x queue.Queue. The depths are matched by batches in flight: a
+  ``queue.Queue(depth)`` holds one more batch than ``depth`` slots (the one
+  its producer is blocked putting), so capacity ``depth + 1`` is measured too.
+* ``protocol_cpu`` -- the same model steps driven from one thread (no
+  handoff at all), one batch per take and in consumer runs, against
+  ``queue.Queue`` put + get in one thread: the protocol's CPU floor, which
+  explains the handoff figures.
+
+The cyclic GC is paused while a loop is timed (:func:`_time_loop`): it is not
+what is measured.
+"""
+
+from __future__ import annotations
+
+import gc
+import queue
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from .._prefetcher.api import Prefetcher
+from .live_common import BASELINES, TORCHDATA_SKIP, Figure, Trivial, median, torchdata_available, torchdata_run
+
+__all__ = ["bench_handoff", "bench_protocol_cpu"]
+
+
+def _time_loop(run: Callable[[], None]) -> tuple[float, float]:
+    """Wall and process-CPU seconds of ``run()``, with the cyclic GC paused (it is not what we measure)."""
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        c0, t0 = time.process_time(), time.perf_counter()
+        run()
+        return time.perf_counter() - t0, time.process_time() - c0
+    finally:
+        if was:
+            gc.enable()
+
+
+def _handoff_ours(n: int, depth: int, steps: list[int] | None = None) -> tuple[float, float]:
+    src = Trivial(n)
+    out = np.empty_like(src.item)
+
+    def run() -> None:
+        with Prefetcher(src, capacity=depth, shape=src.item.shape, dtype=src.item.dtype) as pf:
+            copy = pf.copy_prefetched
+            while copy(out):
+                pass
+            if steps is not None:
+                steps.append(pf._core.rt.steps)  # kernel steps the checked model took
+
+    return _time_loop(run)
+
+
+def _handoff_baseline(kind: str, n: int, depth: int) -> tuple[float, float]:
+    src = Trivial(n)
+    runner = BASELINES[kind] if kind != "torchdata" else torchdata_run
+
+    def consume(item: Any) -> None:
+        pass
+
+    return _time_loop(lambda: runner(src.__getitem__, n, depth, consume))
+
+
+def bench_handoff(n: int, repeats: int, depths: tuple[int, ...]) -> list[Figure]:
+    figs = []
+    _handoff_ours(min(n, 200), 2)  # warm-up: compile the machine, start-up paths
+    for depth in depths:
+        runs: dict[str, list[tuple[float, float]]] = {"ours": [], "queue.Queue": [],
+                                                       "BackgroundGenerator-style": []}
+        if torchdata_available():
+            runs["torchdata"] = []
+        inflight: list[tuple[float, float]] = []
+        steps: list[int] = []
+        for _ in range(repeats):  # interleaved, so drift on the machine hits every side alike
+            runs["ours"].append(_handoff_ours(n, depth, steps))
+            for kind in runs:
+                if kind != "ours":
+                    runs[kind].append(_handoff_baseline(kind, n, depth))
+            # queue.Queue(depth) holds depth batches plus the one its producer is blocked putting;
+            # a Prefetcher slot counts every batch, so depth + 1 slots hold as many in flight.
+            inflight.append(_handoff_ours(n, depth + 1))
+        per = {k: median([w for w, _c in v]) / n * 1e6 for k, v in runs.items()}
+        cpu = {k: median([c for _w, c in v]) / n * 1e6 for k, v in runs.items()}
+        baselines: dict[str, Any] = {k: round(per[k], 2) for k in runs if k != "ours"}
+        if "torchdata" not in runs:
+            baselines["torchdata"] = TORCHDATA_SKIP
+        ratio = per["ours"] / per["queue.Queue"]
+        figs.append(Figure(
+            "handoff", {"depth": depth, "items": n, "item": "float32[4]"}, "us/item", round(per["ours"], 2),
+            "queue.Queue", baselines, round(ratio, 3), "ratio <= 1.5", ratio <= 1.5,
+            {"cpu_us_per_item": {k: round(v, 2) for k, v in cpu.items()},
+             "model_steps_per_item": round(median([float(s) for s in steps]) / n, 3),
+             "cpu_ratio": round(cpu["ours"] / cpu["queue.Queue"], 3),
+             "ours_capacity_depth_plus_1_us_per_item": round(median([w for w, _c in inflight]) / n * 1e6, 2),
+             "ratio_capacity_depth_plus_1": round(median([w for w, _c in inflight]) / n * 1e6 / per["queue.Queue"],
+                                                  3),
+             "repeats_us_per_item": {k: [round(w / n * 1e6, 2) for w, _c in v] for k, v in runs.items()}}))
+    return figs
+
+
+def bench_protocol_cpu(items: int, repeats: int, depth: int = 8) -> Figure:
+    """The model's CPU cost per item with no thread handoff at all, against queue.Queue's put + get.
+
+    One thread drives the Prefetcher's own compiled machine through the live
+    runtime, as its threads do: a worker's "fetch into slot" (its fetch a
+    no-op) chained with its next "claim index and slot", the consumer's
+    "take next batch" and "release lease". Once a batch per take (four steps
+    per item) and once in runs of ``depth`` (the "take up to" branch the live
+    Prefetcher takes for a fast caller: two steps per item for the worker,
+    two per run for the consumer). That is the protocol's floor: what the
+    handoff figures cost beyond it is waking threads.
+    """
+    from .._runtime.kernel import Runtime
+    from .._prefetcher.machine import machine_for as _machine
+
+    m = _machine(depth, 1, items + 1, True, True, 0, depth)
+    w, c = m.thread_names.index("worker0"), m.thread_names.index("consumer")
+
+    def ours(run: int) -> float:
+        take = f"take up to {run}"
+        rt = Runtime(m, {"fetch": lambda ctx: "ok"})
+        rt.step(w)  # the first claim
+        t0 = time.perf_counter()
+        for _ in range(items // run):
+            for _ in range(run):
+                rt.step(w, chain=True)  # fetch (a no-op) and publish, then claim the next slot
+            rt.step(c, take)
+            rt.step(c)  # release
+        return time.perf_counter() - t0
+
+    def base() -> float:
+        q: queue.Queue = queue.Queue(depth)
+        put, get = q.put, q.get
+        t0 = time.perf_counter()
+        for i in range(items):
+            put(i)
+            get()
+        return time.perf_counter() - t0
+
+    a = [ours(1) for _ in range(repeats)]
+    r = [ours(depth - 1) for _ in range(repeats)]
+    b = [base() for _ in range(repeats)]
+    us, ur, ub = (median(x) / items * 1e6 for x in (a, r, b))
+    return Figure("protocol_cpu", {"items": items, "depth": depth, "threads": 1}, "us/item", round(us, 3),
+                  "queue.Queue put + get", {"queue.Queue put + get": round(ub, 3)}, round(us / ub, 3), "", None,
+                  {"model_steps_per_item": 4, "critical_sections_per_item": 3,
+                   "runs": {"run": depth - 1, "us_per_item": round(ur, 3), "ratio": round(ur / ub, 3),
+                            "model_steps_per_item": round(2 + 2 / (depth - 1), 3)}})
