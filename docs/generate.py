@@ -629,6 +629,8 @@ def index_page(models: Mapping[str, type[Model]], results: Mapping[str, CheckRes
             "schedules for configurations too big to exhaust.",
             "- [parallel.md](parallel.md): exploration across processes, partitioned by state hash.",
             "- [soak.md](soak.md): the live Prefetcher under 10,000 random fault scenarios.",
+            "- [architecture.md](architecture.md): the layers and what each may import, where new work "
+            "goes, and one batch from the source to your loop.",
             "- [hardening.md](hardening.md): Ctrl-C, signal handlers, finalizers, fork and exit: what is "
             "guaranteed, and the injection harness and Ctrl-C soak that check it.",
             "- [performance.md](performance.md): the live Prefetcher against its baselines.", ""]
