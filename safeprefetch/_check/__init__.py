@@ -3,7 +3,9 @@
 Every search in this layer asks the same two functions what a state means:
 :mod:`.expand` (a state's moves, in canonical order, and whether it is
 stuck) and :mod:`.verdict` (what a stuck state means). A search is a
-visiting order around them -- :mod:`.explore` (BFS, DFS), :mod:`.schedules`
+visiting order around them -- :mod:`.explorer` (BFS, DFS over every state),
+:mod:`.fpsearch` (BFS over fingerprints), :mod:`.bitstate` (DFS over bits),
+chosen by :func:`.explore.check`'s ``store``; :mod:`.schedules`
 (the sampling strategies of :mod:`.strategies`), :mod:`.shard` with
 :mod:`.distributed` (the parallel BFS), and the oracle in
 :mod:`safeprefetch.testing` -- so searches can differ in what they visit,

@@ -1,75 +1,39 @@
-"""The exhaustive explorer: every reachable state, breadth first.
+"""Searching a model: :func:`check` and :func:`explore`, over the store the caller picks.
 
 What it guarantees
 ------------------
-*Shortest counterexamples.* The default search is level-synchronous BFS
-over distinct states. A violation is found either *at* a state (a failed
-invariant, a terminal state that is not a clean finish) or *on* a step (a
-step that calls :func:`violate`). All states of depth ``d`` are processed
-before any state of depth ``d + 1``; a violation on a step out of depth
-``d`` has length ``d + 1``, so once one is seen the explorer still finishes
-level ``d``, in case a terminal violation of length ``d`` is there. The
-reported trace is therefore of minimal length, and the first such one in
-canonical order. ``strategy="dfs"`` uses a stack instead: less frontier
-memory, same verdict on exhaustive runs, traces not minimal.
-
-*Honest bounds.* ``max_states`` caps the number of distinct states stored.
-If the cap cuts the search short, the result says ``exhaustive=False``: an
-``ok`` verdict then means only "no violation among the states seen".
-
-*Determinism and replay* are the scheduler's (:mod:`.replay`): a reported
-trace names its choices, and replaying it reproduces the states.
-
-Theory of operation
--------------------
-The explorer is a search order and a visited set, nothing more. What a
-state's moves are, and whether it is stuck, comes from the one expansion
-function (:class:`~.expand.Expander`), which also applies the reductions;
-what a terminal state means comes from the one classifier
-(:mod:`.verdict`). The distributed workers, the sampling strategies and the
-oracle in :mod:`safeprefetch.testing` consume the same two, so they cannot
-disagree with the explorer about a state.
-
-Checks
-------
-Invariants (model-declared, plus the primitives' own: releasing a mutex one
-does not own) run on every new state; a state that fails one is reported
-and never expanded. A terminal state -- no thread can step -- is classified
-by :mod:`.verdict`: the end-of-run checks when every thread is done,
-otherwise ``shutdown_hang``, ``lost_wakeup`` or ``deadlock``. The
-lost-wakeup test needs history, not just the final state; it walks the
-counterexample path (which BFS keeps anyway) rather than widening every
-state with bookkeeping bits. Models that declare progress steps are checked
-for starvation afterwards (:mod:`.liveness`).
-
-Memory
-------
-``parents`` maps every stored state to the state it was first reached
-from; that map is the visited set, and paths are rebuilt from it only for
-the violation reported. States are tuples, which CPython's cyclic GC
-tracks; they cannot form cycles, so the GC is paused while searching.
+Every store gives the same verdict, the same shortest counterexample and the
+same counts, on a search that finishes: ``"full"`` keeps every state
+(:class:`~.explorer.Explorer`, exact), ``"fingerprint"`` keeps 64-bit
+fingerprints (:class:`~.fpsearch.FingerprintExplorer`, a collision could
+hide a state, and the result says so with TLC's estimate of the chance).
+The guarantees of the search itself -- shortest traces, honest bounds,
+determinism -- are the explorer's (:mod:`.explorer`).
 """
 
 from __future__ import annotations
 
-import gc
-import time
 from dataclasses import replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
-from .._dsl.model import Machine, Model, ModelError, StepViolation
-from .expand import Expander, check_max_states, counted_at_cut
-from .liveness import starvation
-from .replay import choice_step, final_verdict, replay, replay_choices, trace_of
+from .._dsl.model import Machine, Model, ModelError
+from .bitstate import BitstateExplorer
+from .explorer import DEFAULT_MAX_STATES, DEFAULT_REDUCE, Explorer
+from .fpsearch import FingerprintExplorer
+from .replay import choice_step, final_verdict, replay, replay_choices
 from .result import CheckResult, ReplayDivergence, Trace, TraceError, TraceStep, Violation
-from .verdict import HANG, classify_hang, end_violation, terminal
+from .verdict import classify_hang, end_violation
 
 # Re-exported: callers outside this layer (the runtime, the tools, the docs generator and the
 # public package) import these from here, where they lived before the layer was split.
 _end_violation = end_violation
 __all__ = [
     "CheckResult",
+    "DEFAULT_MAX_STATES",
+    "DEFAULT_REDUCE",
+    "Explorer",
     "ReplayDivergence",
+    "STORES",
     "Trace",
     "TraceError",
     "TraceStep",
@@ -83,300 +47,43 @@ __all__ = [
     "replay_choices",
 ]
 
-#: Default cap on stored states. A million states of a catalog model take
-#: roughly 0.3-0.5 GB in CPython; this keeps a runaway config from eating the
-#: machine while leaving every catalog default far below it.
-DEFAULT_MAX_STATES = 2_000_000
-
-#: Reductions are on by default: both preserve every verdict (the test suite checks each
-#: catalog model under each setting), and symmetry also preserves trace lengths.
-DEFAULT_REDUCE = "all"
-
-#: A progress report is considered every this many expanded states (a power of two minus
-#: one, as a mask): checking the clock per state would cost more than the report is worth.
-_PROGRESS_MASK = 1023
-
-
-class Explorer:
-    """Exhaustive search over the distinct states of one machine.
-
-    After :meth:`run`, ``parents`` maps every stored state to its BFS parent
-    (``None`` for the initial state); tests use it as the reachable set.
-    """
-
-    def __init__(self, machine: Machine, *, strategy: str = "bfs", max_states: int = DEFAULT_MAX_STATES,
-                 progress: Callable[[int, int, float], None] | None = None, stop_at_first: bool = True,
-                 reduce: str = "none", progress_every: float = 3.0):
-        self.expander = Expander(machine, reduce)
-        self.reduce = reduce
-        #: The symmetry reduction in force (canonical representatives), or None.
-        self.canon = self.expander.symmetry
-        self.ample = self.expander.ample
-        #: Seconds between progress reports (TLC prints one about every minute; a few seconds
-        #: is kinder to someone watching a check that takes half a minute).
-        self.progress_every = progress_every
-        if strategy not in ("bfs", "dfs"):
-            raise ModelError(f"unknown strategy {strategy!r} (known: bfs, dfs)")
-        self.machine = machine
-        self.strategy = strategy
-        self.max_states = check_max_states(max_states)
-        self.progress = progress
-        self.stop_at_first = stop_at_first
-        self.parents: dict[tuple, tuple | None] = {}
-        self.transitions = 0
-        self.violations: list[Violation] = []
-        self._max_depth = 0
-
-    @property
-    def por_reduced(self) -> int:
-        """States where partial-order reduction explored only an ample subset."""
-        return self.expander.por_reduced
-
-    # -- path reconstruction ---------------------------------------------
-
-    def path_to(self, state: tuple) -> tuple[list[tuple], list[tuple[int, int]]]:
-        """The real states and choices from the initial state to the stored ``state``."""
-        states = [state]
-        parents = self.parents
-        while (p := parents[states[-1]]) is not None:
-            states.append(p)
-        states.reverse()
-        choices = []
-        m = self.machine
-        canon = self.expander.canon or (lambda x: x)
-        # With symmetry the stored states are representatives; walk the real states alongside.
-        real = [m.init]
-        for b in states[1:]:
-            a = real[-1]
-            for ch, nxt in m.successors(a):
-                if nxt.__class__ is tuple and canon(nxt) == b:
-                    choices.append(ch)
-                    real.append(nxt)
-                    break
-            else:  # pragma: no cover - would mean successors() is not pure
-                raise RuntimeError("successor function is not deterministic")
-        return real, choices
-
-    def _trace(self, states: Sequence[tuple], choices: Sequence[tuple[int, int]]) -> Trace:
-        return trace_of(self.machine, states, choices)
-
-    def violation_at(self, state: tuple, found: Any = HANG) -> Violation:
-        """The violation holding in the stored ``state``: ``found`` is ``(kind, message)``, or HANG to classify."""
-        states, choices = self.path_to(state)
-        if found is HANG or found is None:
-            found = classify_hang(self.machine, states, choices)
-        elif self.canon is not None:
-            # The message may name threads: take it from the real state, not the representative.
-            found = (self.machine.invariant_violation(states[-1]) or end_violation(self.machine, states[-1])
-                     or found)
-        kind, msg = found
-        trace = self._trace(states, choices)
-        return Violation(kind, msg, trace, states[-1], on_step=False, step=len(trace))
-
-    def violation_on(self, state: tuple, choice: tuple[int, int], v: StepViolation) -> Violation:
-        """The violation raised by taking ``choice`` in the stored ``state``."""
-        states, choices = self.path_to(state)
-        real = states[-1]
-        if self.canon is not None and real != state:
-            _, order = self.canon.canon_with_order(real)
-            choice = (order[choice[0]], choice[1])  # the representative's thread j is real thread order[j]
-            for ch, nxt in self.machine.successors(real):
-                if ch == choice and isinstance(nxt, StepViolation):
-                    v = nxt
-                    break
-        trace = self._trace(states + [real], choices + [choice])
-        return Violation(v.kind, v.message, trace, real, on_step=True, step=len(trace))
-
-    # -- search -------------------------------------------------------------
-
-    def run(self) -> CheckResult:
-        # The cyclic GC would rescan every stored tuple on each collection; none can be in a cycle.
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            return self._run()
-        finally:
-            if enabled:
-                gc.enable()
-
-    def _run(self) -> CheckResult:
-        m = self.machine
-        t0 = time.perf_counter()
-        self._root = self.expander.root()
-        self.parents = {self._root: None}
-        self.expander.known = self.parents
-        found: list[tuple[int, Violation]] = []  # (length, violation)
-        exhaustive = True
-        bad = m.invariant_violation(m.init)
-        if bad:
-            found.append((0, self.violation_at(self._root, bad)))
-        elif self.strategy == "bfs":
-            exhaustive = self._bfs(found)
-        else:
-            exhaustive = self._dfs(found)
-        if found and self.ample is not None and self.strategy == "bfs" and self.stop_at_first:
-            # POR keeps the verdict but may lengthen the path: search again without it, which
-            # stops at the first (shortest) violation, no deeper than the one just found.
-            again = Explorer(m, strategy="bfs", max_states=self.max_states, progress=self.progress,
-                             reduce="symmetry" if self.canon is not None else "none",
-                             progress_every=self.progress_every).run()
-            if again.violation is not None:
-                return replace(again, seconds=time.perf_counter() - t0)
-        if not found and exhaustive and m.progress_labels:
-            lasso = starvation(m)  # it searches the scheduling policy's own graph
-            if lasso is not None:
-                found.append((len(lasso.trace), lasso))
-        violation = min(found, key=lambda x: x[0])[1] if found else None
-        self.violations = [v for _, v in found]
-        return CheckResult(
-            model=m.name,
-            config=dict(m.config),
-            strategy=self.strategy,
-            exhaustive=exhaustive or violation is not None,
-            verdict=violation.kind if violation else "ok",
-            states=len(self.parents),
-            transitions=self.transitions,
-            seconds=time.perf_counter() - t0,
-            violation=violation,
-            max_depth=self._max_depth,
-        )
-
-    def _reporter(self) -> Callable[[int, int, int], None] | None:
-        """A progress callback that reports at most every ``progress_every`` seconds (None: no progress)."""
-        progress, every = self.progress, self.progress_every
-        if progress is None:
-            return None
-        due = [time.perf_counter() + every]
-
-        def report(states: int, frontier: int, transitions: int) -> None:
-            if time.perf_counter() >= due[0]:
-                progress(states, frontier, transitions)
-                due[0] = time.perf_counter() + every
-        return report
-
-    def _stopped(self, depth: int, transitions: int, exhaustive: bool) -> bool:
-        self.transitions = transitions
-        self._max_depth = depth
-        return exhaustive
-
-    def _bfs(self, found: list) -> bool:
-        """Level-synchronous BFS from the root; False when the state cap cut it short.
-
-        The hot loop of the checker: one frame, locals only, no call per transition.
-        """
-        parents = self.parents
-        setdefault = parents.setdefault
-        expand, check_inv = self.expander.expand, self.expander.invariant
-        max_states, stop, report = self.max_states, self.stop_at_first, self._reporter()
-        level = [self._root]
-        depth = transitions = counter = 0
-        while level:
-            nxt_level: list[tuple] = []
-            append = nxt_level.append
-            on_step_found = False
-            for state in level:
-                before = transitions
-                moves, stuck = expand(state)
-                for t, res in moves:
-                    transitions += len(res)
-                    for b, nxt in res:
-                        if nxt.__class__ is not tuple:
-                            if not on_step_found or not stop:
-                                found.append((depth + 1, self.violation_on(state, (t, b), nxt)))
-                                on_step_found = True
-                            continue
-                        # One hash per successor: setdefault inserts only if new.
-                        n_before = len(parents)
-                        setdefault(nxt, state)
-                        if len(parents) == n_before:
-                            continue
-                        if n_before >= max_states:
-                            del parents[nxt]
-                            cut = counted_at_cut(moves, transitions - before - 1, self.expander.reduced)
-                            return self._stopped(depth, before + cut, False)
-                        if check_inv is not None:
-                            bad = check_inv(nxt)
-                            if bad:  # an error state: report it, never expand it
-                                if not on_step_found or not stop:
-                                    found.append((depth + 1, self.violation_at(nxt, bad)))
-                                    on_step_found = True
-                                continue
-                        append(nxt)
-                if stuck and self._terminal(state, depth, found) and stop:
-                    return self._stopped(depth, transitions, True)
-                counter += 1
-                if report is not None and not counter & _PROGRESS_MASK:
-                    report(len(parents), len(nxt_level) + len(level), transitions)
-            self._stopped(depth, transitions, True)
-            if on_step_found and stop:
-                return True
-            level = nxt_level
-            depth += 1
-        self.transitions = transitions
-        return True
-
-    def _terminal(self, state: tuple, depth: int, found: list) -> bool:
-        """Judge a stuck ``state`` with the shared classifier; record and return True if it is a violation."""
-        bad = terminal(self.machine, state)
-        if bad is None:
-            return False
-        found.append((depth, self.violation_at(state, bad)))
-        return True
-
-    def _dfs(self, found: list) -> bool:
-        """Depth-first search from the root; False when the state cap cut it short."""
-        parents = self.parents
-        expand, check_inv = self.expander.expand, self.expander.invariant
-        max_states, stop = self.max_states, self.stop_at_first
-        stack = [(self._root, 0)]
-        transitions = max_depth = 0
-        while stack:
-            state, depth = stack.pop()
-            max_depth = max(max_depth, depth)
-            moves, stuck = expand(state)
-            succ = [((t, b), n) for t, res in moves for b, n in res]
-            transitions += len(succ)
-            if stuck:
-                if self._terminal(state, depth, found) and stop:
-                    break
-                if not succ:
-                    continue
-            hit = False
-            for ch, nxt in reversed(succ):
-                if nxt.__class__ is not tuple:
-                    found.append((depth + 1, self.violation_on(state, ch, nxt)))
-                    hit = True
-                    continue
-                if nxt in parents:
-                    continue
-                if len(parents) >= max_states:
-                    return self._stopped(max_depth, transitions, False)
-                parents[nxt] = state
-                if check_inv is not None:
-                    bad = check_inv(nxt)
-                    if bad:
-                        found.append((depth + 1, self.violation_at(nxt, bad)))
-                        hit = True
-                        continue
-                stack.append((nxt, depth + 1))
-            if hit and stop:
-                break
-        return self._stopped(max_depth, transitions, True)
+#: How a search may keep its visited states.
+STORES = ("full", "fingerprint", "bitstate")
 
 
 def explore(machine: Machine, *, strategy: str = "bfs", max_states: int = DEFAULT_MAX_STATES,
             progress: Callable[[int, int, float], None] | None = None, reduce: str = DEFAULT_REDUCE,
-            progress_every: float = 3.0) -> CheckResult:
-    """Search every reachable state of ``machine``; return the verdict and the shortest trace."""
+            progress_every: float = 3.0, store: str = "full", memory: int | None = None) -> CheckResult:
+    """Search every reachable state of ``machine``; return the verdict and the shortest trace.
+
+    ``store="fingerprint"`` keeps 64-bit fingerprints instead of states (BFS only): the same
+    result at a fraction of the memory, probabilistically (``result.collision_probability``).
+    ``store="bitstate"`` is SPIN's supertrace, a depth-first search over a bit array: a last
+    resort whose "ok" is not a proof (``result.coverage`` estimates what it saw).
+    ``memory`` is a budget in bytes: a search that would pass it stops early, not exhaustive,
+    with ``stop_reason="memory"``, instead of raising MemoryError.
+    """
+    if store not in STORES:
+        raise ModelError(f"unknown store {store!r} (known: {', '.join(STORES)})")
+    if memory is not None and memory <= 0:
+        raise ModelError("memory must be a positive number of bytes")
+    if store == "bitstate":  # depth first by design: its trace is the stack
+        return BitstateExplorer(machine, max_states=max_states, progress=progress, reduce=reduce,
+                                progress_every=progress_every, memory=memory).run()
+    if store == "fingerprint":
+        if strategy != "bfs":
+            raise ModelError("store='fingerprint' searches breadth first: use strategy='bfs'")
+        return FingerprintExplorer(machine, max_states=max_states, progress=progress, reduce=reduce,
+                                   progress_every=progress_every, memory=memory).run()
     return Explorer(machine, strategy=strategy, max_states=max_states, progress=progress, reduce=reduce,
-                    progress_every=progress_every).run()
+                    progress_every=progress_every, memory=memory).run()
 
 
 def check(model: type[Model] | Machine, config: Mapping[str, Any] | None = None, *, strategy: str = "bfs",
           max_states: int = DEFAULT_MAX_STATES,
           progress: Callable[[int, int, float], None] | None = None, reduce: str = DEFAULT_REDUCE,
-          progress_every: float = 3.0) -> CheckResult:
-    """Compile ``model`` at ``config`` (defaults updated with it) and explore it.
+          progress_every: float = 3.0, store: str = "full", memory: int | None = None) -> CheckResult:
+    """Compile ``model`` at ``config`` (defaults updated with it) and explore it (see :func:`explore`).
 
     This is the function to call from pytest::
 
@@ -392,7 +99,7 @@ def check(model: type[Model] | Machine, config: Mapping[str, Any] | None = None,
         machine = model.compile(config)
         expected = model.expected if not config or _is_default(model, machine.config) else None
     result = explore(machine, strategy=strategy, max_states=max_states, progress=progress, reduce=reduce,
-                     progress_every=progress_every)
+                     progress_every=progress_every, store=store, memory=memory)
     if expected is not None:
         result = replace(result, expected=expected)
     return result

@@ -155,6 +155,25 @@ class CheckResult:
     expected: str | None = None
     #: Depth of the deepest state reached.
     max_depth: int = 0
+    #: How visited states were stored: "full" (exact), "fingerprint" (64-bit fingerprints: a collision
+    #: could hide a state) or "bitstate" (bits: states are missed by design; a last resort).
+    store: str = "full"
+    #: For the probabilistic stores, the estimated chance of a collision: fingerprint, that any
+    #: state was missed (TLC's optimistic n * (m - n) / 2**64); bitstate, that a new state met at
+    #: the end was taken for a visited one (bits set ** hashes). None for "full".
+    collision_probability: float | None = None
+    #: Why a search that is not exhaustive stopped: "max_states" (the state cap) or "memory" (the
+    #: ``memory`` budget); None when it finished. ``stop_message`` says it in a sentence.
+    stop_reason: str | None = None
+    stop_message: str = ""
+    #: Bitstate only: bits of the array per stored state (SPIN: above 100, coverage is very likely
+    #: complete).
+    hash_factor: float | None = None
+
+    @property
+    def probabilistic(self) -> bool:
+        """True when states were stored as fingerprints or bits: "ok" is then very likely, not certain."""
+        return self.store != "full"
 
     @property
     def ok(self) -> bool:
@@ -183,4 +202,9 @@ class CheckResult:
             "cycle_start": v.cycle_start if v else None,
             "trace_length": len(self.trace),
             "trace": self.trace.to_json(),
+            "store": self.store,
+            "probabilistic": self.probabilistic,
+            "collision_probability": self.collision_probability,
+            "stop_reason": self.stop_reason,
+            "hash_factor": self.hash_factor,
         }

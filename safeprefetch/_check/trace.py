@@ -84,11 +84,18 @@ def render_result(result: CheckResult, machine: Machine) -> str:
     elif result.exhaustive:
         scope = "exhaustive"
     else:
-        scope = "NOT exhaustive (state bound reached)"
+        scope = "NOT exhaustive (" + (result.stop_message or "state bound reached") + ")"
     lines.append(f"verdict: {result.verdict}"
                  + (f" (expected {result.expected})" if result.expected is not None else "")
                  + f"; {result.states} states, {result.transitions} transitions, "
                  f"{result.seconds:.3f} s, {scope}")
+    if result.store == "fingerprint" and result.collision_probability is not None:
+        lines.append(f"probabilistic: states stored as fingerprints; estimated chance that a collision "
+                     f"hid a state: {result.collision_probability:.2g}")
+    elif result.store == "bitstate" and result.hash_factor is not None:
+        lines.append(f"bitstate (not a proof): hash factor {result.hash_factor:,.1f} (SPIN: best if > 100); "
+                     f"chance a new state was taken for a visited one at the end: "
+                     f"{result.collision_probability:.2g}")
     note = getattr(result, "note", None)
     if note:
         lines.append(note)

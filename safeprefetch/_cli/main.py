@@ -44,16 +44,30 @@ class _Parser(argparse.ArgumentParser):
 
 
 class _Progress:
-    """TLC-style progress lines on stderr: states, frontier, states per second."""
+    """TLC-style progress lines on stderr: states, frontier, states per second, and memory: the
+    resident set, its growth per stored state, and when the ``--memory`` budget would be reached."""
 
-    def __init__(self):
+    def __init__(self, memory: int | None = None):
+        from .._check.budget import resident_bytes
+
         self.t0 = time.perf_counter()
+        self.rss0 = resident_bytes()
+        self.memory = memory
 
     def __call__(self, states: int, frontier: int, transitions: int) -> None:
+        from .._check.budget import format_bytes, resident_bytes
+
         elapsed = time.perf_counter() - self.t0
         rate = states / max(elapsed, 1e-9)
+        rss = resident_bytes()
+        per = max(rss - self.rss0, 0) / max(states, 1)
+        mem = f"  memory {format_bytes(rss)} ({per:,.0f} B/state)" if rss else ""
+        if rss and self.memory and per > 0 and rate > 0:
+            room = (self.memory - rss) / per  # states that still fit at the current growth
+            mem += (f", budget {format_bytes(self.memory)} reached at ~{states + room:,.0f} states "
+                    f"(in ~{room / rate:,.0f} s)" if room > 0 else f", over the budget {format_bytes(self.memory)}")
         print(f"progress: {elapsed:6.1f} s  {states:,} states  frontier {frontier:,}  {transitions:,} transitions  "
-              f"{rate:,.0f} states/s", file=sys.stderr, flush=True)
+              f"{rate:,.0f} states/s{mem}", file=sys.stderr, flush=True)
 
 
 def _cmd_list(args) -> int:
@@ -98,8 +112,12 @@ def _cmd_check(args) -> int:
         result = explore_parallel(model, overrides, processes=args.processes, max_states=args.max_states,
                                   reduce=args.reduce, progress=_Progress(), progress_every=args.progress_seconds)
     elif args.strategy in ("bfs", "dfs"):
+        memory = _memory_arg(args.memory)
+        if args.store == "fingerprint" and args.strategy != "bfs":
+            raise UsageError("--store fingerprint searches breadth first: drop --strategy dfs")
         result = check(machine, strategy=args.strategy, max_states=args.max_states,
-                       progress=_Progress(), reduce=args.reduce, progress_every=args.progress_seconds)
+                       progress=_Progress(memory), reduce=args.reduce, progress_every=args.progress_seconds,
+                       store=args.store, memory=memory)
     else:
         from .._check.strategies import search  # schedule-sampling strategies for configs too big to exhaust
 
@@ -124,6 +142,17 @@ def _cmd_check(args) -> int:
     else:
         print(render_result(result, machine))
     return 0 if result.ok else 1
+
+
+def _memory_arg(text: str | None) -> int | None:
+    from .._check.budget import parse_memory
+
+    if text is None:
+        return None
+    try:
+        return parse_memory(text)
+    except ValueError as e:
+        raise UsageError(f"--memory: {e}") from None
 
 
 def _check_all(args) -> int:
@@ -202,6 +231,13 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("--preemptions", type=int, default=2, help="preemption bound for --strategy preempt")
     ck.add_argument("--json", action="store_true")
     ck.add_argument("--max-states", type=int, default=DEFAULT_MAX_STATES)
+    ck.add_argument("--store", default="full", choices=["full", "fingerprint", "bitstate"],
+                    help="keep visited states whole (exact), as 64-bit fingerprints (TLC's way: about 24 "
+                         "bytes a state; the result reports the chance of a collision), or as bits (SPIN's "
+                         "supertrace, depth first: a last resort, not a proof)")
+    ck.add_argument("--memory", metavar="SIZE",
+                    help="memory budget, e.g. 8G: a search that would pass it stops early with its partial "
+                         "result (not exhaustive) instead of dying of MemoryError")
     ck.add_argument("--seed", type=int, default=0, help="seed for randomized strategies")
     ck.add_argument("--svg", metavar="FILE", help="also draw the counterexample as an SVG swimlane diagram")
     rp = sub.add_parser("replay", help="re-run a saved trace and print it")

@@ -1,0 +1,320 @@
+"""Fingerprint storage: the visited set as 64-bit fingerprints, TLC's design.
+
+What it guarantees
+------------------
+The full explorer stores every state (a tuple of a few hundred bytes); this
+mode stores, per state, its 64-bit fingerprint and its BFS parent's, in an
+open-addressing table of two ``numpy.uint64`` arrays kept at most 3/4 full:
+about 16 to 43 bytes a state, 24 on average, whatever the state's size. The
+search is the same level-synchronous BFS over the same expansion
+(:mod:`.expand`) and classifier (:mod:`.verdict`), and it reports the same
+first shortest violation: successors are deduplicated in the order the full
+explorer meets them, and their invariant and step violations are replayed in
+that order. A counterexample is rebuilt from the chain of parent
+fingerprints, by re-expanding each state on the path and picking the
+successor whose fingerprint is the next link, so it is a real, shortest
+trace.
+
+What it gives up is certainty: two distinct states with one fingerprint are
+taken for one, and the second is never explored. The result says
+``probabilistic``, and reports TLC's optimistic estimate of the chance that
+any collision happened, ``n * (m - n) / 2**64`` for ``n`` distinct states and
+``m`` generated ones.
+
+The frontier (the states of the level being expanded and of the next) is
+the other memory cost; past ``frontier_limit`` states a level is written to
+a temporary file in chunks and read back in order (TLC's disk queue).
+
+Decisions, and why
+------------------
+* The fingerprint is the 64-bit SipHash that Python keeps for bytes and
+  strings, over the state's ``marshal`` bytes (or its ``repr``): computed
+  in C, stable within a process, which is all one search needs. It is not
+  ``hash(state)``, which is faster but maps -1 and -2 to one value, so
+  would merge distinct states for certain (:func:`fingerprint`). SipHash
+  is keyed per process, so fingerprints are not comparable across
+  processes.
+* Insertion is vectorized per chunk of expanded states: the candidates'
+  fingerprints go through ``numpy.unique`` (first occurrences, in encounter
+  order) and a few rounds of linear probing over the whole batch at once.
+  Only the states found new are kept as tuples.
+* 0 marks an empty slot; a fingerprint of 0 is stored as 1.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import pickle
+import tempfile
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+_dumps = marshal.dumps
+
+__all__ = ["FingerprintTable", "Frontier", "collision_probability", "fingerprint", "fingerprinter"]
+
+_MASK = (1 << 64) - 1
+#: Fibonacci hashing multiplier: spreads fingerprints that differ in low bits over the table.
+_MULT = np.uint64(0x9E3779B97F4A7C15)
+#: The table grows (doubles) before it is more than this full: linear probing stays short.
+_MAX_LOAD = 0.75
+
+
+def fingerprint(state: tuple) -> int:
+    """The 64-bit fingerprint of ``state`` (never 0): the hash of its bytes, not ``hash(state)``.
+
+    ``hash`` cannot serve: CPython hashes -1 as -2 (-1 is its error code), so
+    two states that differ only by a -1 where the other has a -2 would share
+    every fingerprint, a certain collision rather than a chance one. The
+    bytes are ``marshal`` format 2, which has no back-references, so equal
+    states give equal bytes whatever objects they share. States holding
+    values marshal does not take (the named ints states print with) go by
+    ``repr``, which for those names the value; :func:`fingerprinter` picks
+    the encoding once per search, so the choice costs nothing per state.
+    """
+    try:
+        fp = hash(_dumps(state, 2)) & _MASK
+    except ValueError:
+        fp = hash(repr(state)) & _MASK
+    return fp or 1
+
+
+def _by_repr(state: tuple) -> int:
+    return (hash(repr(state)) & _MASK) or 1
+
+
+def _by_cached_repr(positions: tuple[int, ...]) -> Callable[[tuple], int]:
+    """Marshal bytes with the values at ``positions`` replaced by their (cached) ``repr``.
+
+    For states whose unmarshalable values sit in a few top-level fields, as
+    the prefetcher's named slot states sit in ``slots``: those fields repeat
+    across states, so their ``repr`` is computed once per distinct value (the
+    cache is a dict, so its keys are told apart by ``==``, as the full
+    explorer tells states apart). Any other field that marshal refuses sends
+    that state, always that state, to :func:`_by_repr`.
+    """
+    caches = [{} for _ in positions]
+    bounds = list(zip(positions, caches))
+
+    def fp(state: tuple) -> int:
+        out = []
+        start = 0
+        for p, cache in bounds:
+            out.append(state[start:p])
+            v = state[p]
+            e = cache.get(v)
+            if e is None:
+                e = cache[v] = repr(v)
+            out.append(e)
+            start = p + 1
+        out.append(state[start:])
+        try:
+            return (hash(_dumps(tuple(out), 2)) & _MASK) or 1
+        except ValueError:
+            return _by_repr(state)
+
+    return fp
+
+
+def fingerprinter(sample: tuple) -> Callable[[tuple], int]:
+    """The fingerprint function for a search whose states look like ``sample`` (its root).
+
+    :func:`fingerprint` when ``sample`` marshals. Otherwise marshal with the
+    refused top-level fields taken by a cached ``repr``, or, when there is no
+    such field, ``repr`` for the whole state. Each is a function of the
+    state's value alone, so one search never gives one state two
+    fingerprints.
+    """
+    try:
+        _dumps(sample, 2)
+    except ValueError:
+        pass
+    else:
+        return fingerprint
+    refused = []
+    for i, v in enumerate(sample):
+        try:
+            _dumps(v, 2)
+        except ValueError:
+            refused.append(i)
+    if 0 < len(refused) <= 4:
+        return _by_cached_repr(tuple(refused))
+    return _by_repr
+
+
+def collision_probability(states: int, generated: int) -> float:
+    """TLC's optimistic estimate that some fingerprint collision happened: n * (m - n) / 2**64."""
+    return states * max(generated - states, 0) / 2.0 ** 64
+
+
+class FingerprintTable:
+    """Fingerprint -> parent fingerprint, in open addressing with linear probing (0 is empty)."""
+
+    def __init__(self, capacity: int = 1 << 16):
+        size = 1 << max(4, (capacity - 1).bit_length())
+        self._alloc(size)
+        self.count = 0
+
+    def _alloc(self, size: int) -> None:
+        self.size = size
+        self.shift = np.uint64(64 - (size.bit_length() - 1))
+        self.mask = np.uint64(size - 1)
+        self.keys = np.zeros(size, np.uint64)
+        self.parents = np.zeros(size, np.uint64)
+
+    @property
+    def nbytes(self) -> int:
+        return self.keys.nbytes + self.parents.nbytes
+
+    def __len__(self) -> int:
+        return self.count
+
+    def _home(self, keys: np.ndarray) -> np.ndarray:
+        with np.errstate(over="ignore"):
+            return (keys * _MULT) >> self.shift
+
+    def growth_soon(self, margin: int) -> int:
+        """Bytes the table will allocate if it grows within ``margin`` more entries (else 0): the doubled
+        arrays, and the copies of the old entries re-placed into them, while the old arrays live."""
+        if self.count + margin <= self.size * _MAX_LOAD:
+            return 0
+        return 3 * self.nbytes
+
+    def _grow(self, need: int) -> None:
+        size = self.size
+        while need > size * _MAX_LOAD:
+            size *= 2
+        if size == self.size:
+            return
+        keys, parents = self.keys, self.parents
+        used = keys != 0
+        self._alloc(size)
+        self.count = 0
+        self._place(keys[used], parents[used])
+
+    def _probe(self, keys: np.ndarray, insert: bool, parents: np.ndarray | None = None) -> np.ndarray:
+        """For unique ``keys``: True where the key was absent (and, with ``insert``, is now stored)."""
+        n = len(keys)
+        absent = np.zeros(n, bool)
+        if not n:
+            return absent
+        pos = self._home(keys)
+        pending = np.arange(n)
+        table = self.keys
+        mask = self.mask
+        while pending.size:
+            p = pos[pending]
+            cur = table[p]
+            k = keys[pending]
+            empty = cur == 0
+            if insert:
+                e = pending[empty]
+                table[pos[e]] = keys[e]                # colliding claims: the last write wins
+                won = table[pos[e]] == keys[e]
+                winners = e[won]
+                absent[winners] = True
+                self.parents[pos[winners]] = parents[winners]
+                retry = np.concatenate((pending[~empty & (cur != k)], e[~won]))
+            else:
+                absent[pending[empty]] = True
+                retry = pending[~empty & (cur != k)]
+            pos[retry] = (pos[retry] + np.uint64(1)) & mask
+            pending = retry
+        if insert:
+            self.count += int(absent.sum())
+        return absent
+
+    def _place(self, keys: np.ndarray, parents: np.ndarray) -> None:
+        self._probe(keys, True, parents)
+
+    def add_new(self, fps: Sequence[int] | np.ndarray, parents: Sequence[int] | np.ndarray,
+                limit: int | None = None) -> np.ndarray:
+        """Store the fingerprints not yet known (first occurrence in list order); return the mask of those.
+
+        With ``limit``, at most that many are stored: the first ones, in list order.
+        """
+        if not len(fps):
+            return np.zeros(0, bool)
+        arr = fps if isinstance(fps, np.ndarray) else np.fromiter(fps, np.uint64, len(fps))
+        _, first = np.unique(arr, return_index=True)
+        first.sort()
+        keys = arr[first]
+        if limit is not None:
+            absent = self._probe(keys, False)
+            if int(absent.sum()) > limit:
+                keep = np.flatnonzero(absent)[:limit]
+                first, keys = first[keep], keys[keep]
+        self._grow(self.count + len(keys))
+        par = (parents if isinstance(parents, np.ndarray) else np.fromiter(parents, np.uint64, len(parents)))[first]
+        absent = self._probe(keys, True, par)
+        new = np.zeros(len(fps), bool)
+        new[first[absent]] = True
+        return new
+
+    def add_root(self, fp: int) -> None:
+        self._grow(self.count + 1)
+        self._probe(np.array([fp], np.uint64), True, np.zeros(1, np.uint64))
+
+    def __contains__(self, fp: int) -> bool:
+        return not bool(self._probe(np.array([fp], np.uint64), False)[0])
+
+    def parent(self, fp: int) -> int:
+        """The parent fingerprint of a stored ``fp`` (0 for the root)."""
+        pos = int(self._home(np.array([fp], np.uint64))[0])
+        mask = self.size - 1
+        while True:
+            k = int(self.keys[pos])
+            if k == fp:
+                return int(self.parents[pos])
+            if k == 0:
+                raise KeyError(fp)
+            pos = (pos + 1) & mask
+
+
+class Frontier:
+    """A BFS level: appended in order, read back in order; written to disk in chunks past ``limit`` states."""
+
+    def __init__(self, limit: int):
+        self.limit = max(1, limit)
+        self.memory: list[tuple] = []
+        self.file: Any = None
+        self.chunks = 0
+        self.count = 0
+        self.spilled = 0
+
+    def append(self, state: tuple) -> None:
+        self.memory.append(state)
+        self.count += 1
+        if len(self.memory) >= self.limit:
+            self._spill()
+
+    def extend(self, states: list[tuple]) -> None:
+        self.memory.extend(states)
+        self.count += len(states)
+        if len(self.memory) >= self.limit:
+            self._spill()
+
+    def _spill(self) -> None:
+        if self.file is None:
+            self.file = tempfile.TemporaryFile(prefix="safeprefetch-frontier-")
+        pickle.dump(self.memory, self.file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.spilled += len(self.memory)
+        self.chunks += 1
+        self.memory = []
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[tuple]:
+        if self.file is not None:
+            self.file.seek(0, os.SEEK_SET)
+            for _ in range(self.chunks):
+                yield from pickle.load(self.file)
+        yield from self.memory
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
