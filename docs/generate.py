@@ -37,18 +37,10 @@ from safeprefetch import catalog, check, load_model  # noqa: E402
 from safeprefetch._check.explore import CheckResult, Trace, choice_step  # noqa: E402
 from safeprefetch.model import VIOLATION_KINDS, Machine, Model  # noqa: E402
 from safeprefetch._tools.svg import svg_for  # noqa: E402
-from safeprefetch._tools.teach import (  # noqa: E402
-    Play,
-    choice_numbers,
-    config_text,
-    fix_name,
-    fix_report,
-    model_doc,
-    programs_text,
-    sentence,
-    source_diff,
-    trace_table,
-)
+from safeprefetch._tools.fix import fix_name, fix_report, source_diff  # noqa: E402
+from safeprefetch._tools.modeldoc import model_doc  # noqa: E402
+from safeprefetch._tools.play import Play, choice_numbers  # noqa: E402
+from safeprefetch._tools.plaintext import config_text, programs_text, sentence, trace_table  # noqa: E402
 from safeprefetch._check.trace import render_result  # noqa: E402
 
 __all__ = ["SEMANTICS", "generate", "render_all", "semantics_rows", "uses_condvars"]

@@ -8,7 +8,9 @@ import sys
 import pytest
 
 from safeprefetch import catalog, check
-from safeprefetch._tools.teach import Play, choice_numbers, explain, model_doc
+from safeprefetch._tools.explain import explain
+from safeprefetch._tools.modeldoc import model_doc
+from safeprefetch._tools.play import Play, choice_numbers
 from safeprefetch.model import DONE, Model, violate
 
 
