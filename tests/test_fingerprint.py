@@ -106,11 +106,11 @@ def test_fingerprint_ignores_object_sharing():
     assert all(fingerprint((i,)) != 0 for i in range(1000))
 
 
-def test_named_slot_states_go_by_cached_repr_and_stay_sound():
+def test_named_slot_states_go_by_field_ids_and_stay_sound():
     from models._protocol import EMPTY, FILLING, FREE
     by = fingerprinter(((EMPTY, -1), 0))  # marshal refuses the named int in field 0
     assert by is not fingerprint
-    assert by(((EMPTY, -1), 0)) != by(((EMPTY, -2), 0))      # inside the cached field
+    assert by(((EMPTY, -1), 0)) != by(((EMPTY, -2), 0))      # inside the field taken by id
     assert by(((EMPTY, -1), -1)) != by(((EMPTY, -1), -2))    # outside it
     assert by(((EMPTY, -1), 0)) != by(((FILLING, -1), 0))
     assert by((FREE, 0)) == by(((EMPTY, -1), 0))              # a shared constant or a fresh tuple
@@ -172,10 +172,11 @@ def test_table_grows_and_stays_small():
 def test_frontier_spills_and_reads_back_in_order(tmp_path):
     f = Frontier(7)
     states = [(i, "s", (i, -i)) for i in range(100)]
-    for s in states:
-        f.append(s)
+    for i, s in enumerate(states[:50]):
+        f.append(s, i + 1)
+    f.extend(states[50:], list(range(51, 101)))
     assert len(f) == 100 and f.spilled > 0
-    assert list(f) == states
+    assert list(f) == [(s, i + 1) for i, s in enumerate(states)]
     f.close()
 
 

@@ -85,45 +85,47 @@ def _by_repr(state: tuple) -> int:
     return (hash(repr(state)) & _MASK) or 1
 
 
-def _by_cached_repr(positions: tuple[int, ...]) -> Callable[[tuple], int]:
-    """Marshal bytes with the values at ``positions`` replaced by their (cached) ``repr``.
+def _by_field_ids(positions: tuple[int, ...]) -> Callable[[tuple], int]:
+    """Marshal bytes with the values at ``positions`` replaced by small ids, one per distinct value.
 
     For states whose unmarshalable values sit in a few top-level fields, as
     the prefetcher's named slot states sit in ``slots``: those fields repeat
-    across states, so their ``repr`` is computed once per distinct value (the
-    cache is a dict, so its keys are told apart by ``==``, as the full
-    explorer tells states apart). Any other field that marshal refuses sends
-    that state, always that state, to :func:`_by_repr`.
+    across states, so each distinct value gets an id the first time it is
+    met (a dict, so values are told apart by ``==``, as the full explorer
+    tells states apart) and the state is marshalled with the ids in their
+    place. The function is generated for ``positions``, straight-line: this
+    is the per-successor hot path of the search. Any other field that
+    marshal refuses sends that state, always that state, to :func:`_by_repr`.
     """
-    caches = [{} for _ in positions]
-    bounds = list(zip(positions, caches))
-
-    def fp(state: tuple) -> int:
-        out = []
-        start = 0
-        for p, cache in bounds:
-            out.append(state[start:p])
-            v = state[p]
-            e = cache.get(v)
-            if e is None:
-                e = cache[v] = repr(v)
-            out.append(e)
-            start = p + 1
-        out.append(state[start:])
-        try:
-            return (hash(_dumps(tuple(out), 2)) & _MASK) or 1
-        except ValueError:
-            return _by_repr(state)
-
-    return fp
+    names = {"dumps": _dumps, "by_repr": _by_repr, "MASK": _MASK}
+    lines = ["def fp(state):"]
+    parts = []
+    start = 0
+    for k, p in enumerate(positions):
+        names[f"ids{k}"] = {}
+        if p > start:
+            parts.append(f"state[{start}:{p}]")
+        lines += [f"    v = state[{p}]",
+                  f"    i{k} = ids{k}.get(v)",
+                  f"    if i{k} is None:",
+                  f"        i{k} = ids{k}[v] = len(ids{k})"]
+        parts.append(f"i{k}")
+        start = p + 1
+    parts.append(f"state[{start}:]")
+    lines += ["    try:",
+              f"        return (hash(dumps(({', '.join(parts)},), 2)) & MASK) or 1",
+              "    except ValueError:",
+              "        return by_repr(state)"]
+    exec("\n".join(lines), names)  # the source is built above from integers only
+    return names["fp"]
 
 
 def fingerprinter(sample: tuple) -> Callable[[tuple], int]:
     """The fingerprint function for a search whose states look like ``sample`` (its root).
 
     :func:`fingerprint` when ``sample`` marshals. Otherwise marshal with the
-    refused top-level fields taken by a cached ``repr``, or, when there is no
-    such field, ``repr`` for the whole state. Each is a function of the
+    refused top-level fields replaced by ids (:func:`_by_field_ids`), or,
+    when there are many such fields, ``repr`` for the whole state. Each is a function of the
     state's value alone, so one search never gives one state two
     fingerprints.
     """
@@ -140,7 +142,7 @@ def fingerprinter(sample: tuple) -> Callable[[tuple], int]:
         except ValueError:
             refused.append(i)
     if 0 < len(refused) <= 4:
-        return _by_cached_repr(tuple(refused))
+        return _by_field_ids(tuple(refused))
     return _by_repr
 
 
@@ -274,24 +276,28 @@ class FingerprintTable:
 
 
 class Frontier:
-    """A BFS level: appended in order, read back in order; written to disk in chunks past ``limit`` states."""
+    """A BFS level of states with their fingerprints: appended in order, read back in order as
+    ``(state, fingerprint)`` pairs; written to disk in chunks past ``limit`` states."""
 
     def __init__(self, limit: int):
         self.limit = max(1, limit)
         self.memory: list[tuple] = []
+        self.fps: list[int] = []
         self.file: Any = None
         self.chunks = 0
         self.count = 0
         self.spilled = 0
 
-    def append(self, state: tuple) -> None:
+    def append(self, state: tuple, fp: int) -> None:
         self.memory.append(state)
+        self.fps.append(fp)
         self.count += 1
         if len(self.memory) >= self.limit:
             self._spill()
 
-    def extend(self, states: list[tuple]) -> None:
+    def extend(self, states: list[tuple], fps: list[int]) -> None:
         self.memory.extend(states)
+        self.fps.extend(fps)
         self.count += len(states)
         if len(self.memory) >= self.limit:
             self._spill()
@@ -299,20 +305,21 @@ class Frontier:
     def _spill(self) -> None:
         if self.file is None:
             self.file = tempfile.TemporaryFile(prefix="safeprefetch-frontier-")
-        pickle.dump(self.memory, self.file, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.dump((self.memory, self.fps), self.file, protocol=pickle.HIGHEST_PROTOCOL)
         self.spilled += len(self.memory)
         self.chunks += 1
-        self.memory = []
+        self.memory, self.fps = [], []
 
     def __len__(self) -> int:
         return self.count
 
-    def __iter__(self) -> Iterator[tuple]:
+    def __iter__(self) -> Iterator[tuple[tuple, int]]:
         if self.file is not None:
             self.file.seek(0, os.SEEK_SET)
             for _ in range(self.chunks):
-                yield from pickle.load(self.file)
-        yield from self.memory
+                states, fps = pickle.load(self.file)
+                yield from zip(states, fps)
+        yield from zip(self.memory, self.fps)
 
     def close(self) -> None:
         if self.file is not None:

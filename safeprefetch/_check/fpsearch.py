@@ -58,11 +58,10 @@ class _Known:
     def __init__(self, table: FingerprintTable, fingerprint: Any):
         self.table = table
         self.fingerprint = fingerprint
-        self.pending: set[int] = set()
+        self.pending: dict[tuple, int] = {}
 
     def __contains__(self, state: tuple) -> bool:
-        fp = self.fingerprint(state)
-        return fp in self.pending or fp in self.table
+        return state in self.pending or self.fingerprint(state) in self.table
 
 
 class FingerprintExplorer(Explorer):
@@ -131,15 +130,15 @@ class FingerprintExplorer(Explorer):
         expand, check_inv = self.expander.expand, self.expander.invariant
         stop, report, table = self.stop_at_first, self._reporter(), self.table
         level = nxt_level = Frontier(self.frontier_states)
-        level.append(self._root)
+        level.append(self._root, self.fingerprint(self._root))
         depth = transitions = 0
         try:
             while len(level):
                 nxt_level = Frontier(self.frontier_states)
                 self.on_step_found = False
-                chunk: list[tuple] = []
-                for state in level:
-                    chunk.append(state)
+                chunk: list[tuple[tuple, int]] = []
+                for item in level:
+                    chunk.append(item)
                     if len(chunk) == _CHUNK:
                         if self.budget is not None and self._over_budget(len(table), table.growth_soon(_MARGIN)):
                             return self._stopped(depth, transitions, False)
@@ -170,44 +169,45 @@ class FingerprintExplorer(Explorer):
             level.close()
             nxt_level.close()
 
-    def _chunk(self, chunk: list[tuple], depth: int, transitions: int, nxt_level: Frontier, found: list,
-               check_inv: Any, expand: Any) -> tuple[int, bool | None]:
-        """Expand ``chunk`` (states of one level, in order); returns (transitions, None or the search's result)."""
+    def _chunk(self, chunk: list[tuple[tuple, int]], depth: int, transitions: int, nxt_level: Frontier,
+               found: list, check_inv: Any, expand: Any) -> tuple[int, bool | None]:
+        """Expand ``chunk`` (states of one level with their fingerprints, in order); returns
+        (transitions, None or the search's result)."""
         stop = self.stop_at_first
-        succ: list[tuple] = []        # the chunk's successor states, in encounter order
-        owner: list[int] = []         # for each, the index in ``chunk`` of the state it came from
-        # Step violations and stuck states, rare, with the number of successors met before them:
-        # the replay below puts them back in encounter order.
+        # The chunk's distinct successors, in encounter order, each with the index in ``chunk`` of
+        # the first state that reached it. A later duplicate can never be new, so only these are
+        # fingerprinted; the dict compares states by ==, exactly.
+        seen: dict[tuple, int] = {}
+        setdefault = seen.setdefault
+        # Step violations and stuck states, rare, with the number of distinct successors met
+        # before them: the replay below puts them back in encounter order.
         specials: list[tuple] = []
         machine = self.machine
-        fingerprint = self.fingerprint
-        known = self.known if self.ample is not None else None
-        if known is not None:
-            known.pending.clear()
-        for k, state in enumerate(chunk):
+        if self.ample is not None:
+            self.known.pending = seen  # the cycle proviso asks about these before they are stored
+        for k, (state, _) in enumerate(chunk):
             moves, stuck = expand(state)
             for t, res in moves:
                 transitions += len(res)
                 for b, nxt in res:
                     if nxt.__class__ is not tuple:
-                        specials.append((len(succ), state, (t, b), nxt))
+                        specials.append((len(seen), state, (t, b), nxt))
                         continue
-                    succ.append(nxt)
-                    owner.append(k)
-                if known is not None:  # the cycle proviso asks about these before the chunk is stored
-                    known.pending.update(map(fingerprint, res_states(res)))
+                    setdefault(nxt, k)
             if stuck:
-                specials.append((len(succ), state, None, None))
+                specials.append((len(seen), state, None, None))
                 if stop and terminal(machine, state) is not None:
                     break  # the full explorer stops right after this state: so does the chunk
-        fps = fingerprints(succ, fingerprint)
-        parents = fingerprints(chunk, fingerprint)[np.asarray(owner, np.intp)] if succ else fps
+        succ = list(seen)
+        fps = fingerprints(succ, self.fingerprint)
+        parents = np.fromiter((chunk[k][1] for k in seen.values()), np.uint64, len(succ))
         room = self.max_states - len(self.table)
         limit = room if len(succ) > room else None
         new = self.table.add_new(fps, parents, limit)
         cut = limit is not None and int(new.sum()) >= room and len(succ) > 0
         if check_inv is None and not specials:
-            nxt_level.extend([succ[i] for i in np.flatnonzero(new).tolist()])
+            idx = np.flatnonzero(new)
+            nxt_level.extend([succ[i] for i in idx.tolist()], fps[idx].tolist())
         else:
             specials.append((len(succ), None, None, None))
             at = 0
@@ -221,7 +221,7 @@ class FingerprintExplorer(Explorer):
                                 found.append((depth + 1, self.violation_at(nxt, bad)))
                                 self.on_step_found = True
                             continue
-                    nxt_level.append(nxt)
+                    nxt_level.append(nxt, int(fps[at + i]))
                 at = upto
                 if state is None:
                     break
@@ -234,11 +234,6 @@ class FingerprintExplorer(Explorer):
         if cut:
             return transitions, self._stopped(depth, transitions, False)
         return transitions, None
-
-
-def res_states(res: Any) -> list[tuple]:
-    """The successor states among one move's results (not its step violations)."""
-    return [nxt for _, nxt in res if nxt.__class__ is tuple]
 
 
 def fingerprints(states: list[tuple], fingerprint: Any) -> np.ndarray:

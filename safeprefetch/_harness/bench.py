@@ -13,6 +13,9 @@ in a test: the machines this runs on are shared and noisy.
 * the memory each stored state costs: the growth of the process's resident
   set across the search, divided by the states stored (it includes the
   parent map, the state tuples and what they share);
+* the same search with ``store="fingerprint"`` (TLC's 64-bit fingerprints):
+  its resident-set growth per state, the table's own bytes per state, and
+  its rate over the full store's, measured back to back;
 * SPIN's rate, in the same run, on the prefetcher's Promela twin scaled up
   to a comparable state space (``models/spin/prefetcher.pml`` with its
   ``LENGTH`` raised), from pan's own "elapsed time" line, next to
@@ -69,6 +72,12 @@ class ExploreRun:
     states_per_second: float
     #: Resident-set growth per stored state, in bytes (approximate).
     bytes_per_state: float | None
+    #: How visited states were kept: "full" or "fingerprint".
+    store: str = "full"
+    #: Fingerprint store only: the table's own bytes per stored state (its two uint64 arrays).
+    table_bytes_per_state: float | None = None
+    #: Fingerprint store only: the collision estimate the result reports.
+    collision_probability: float | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +89,8 @@ class ExploreBench:
     spin: dict | None
     #: safeprefetch's rate over SPIN's on the same configuration.
     ratio_to_spin: float | None
+    #: The fingerprint store's rate over the full store's, on the same model, in this run.
+    fingerprint_speed_ratio: float | None = None
 
 
 def _rss() -> int:
@@ -90,16 +101,18 @@ def _rss() -> int:
         return 0
 
 
-def _measure(label: str, config: dict, reduce: str) -> ExploreRun:
+def _measure(label: str, config: dict, reduce: str, store: str = "full") -> ExploreRun:
     from .._tools.catalog import load_model
     from .._check.explore import Explorer
+    from .._check.fpsearch import FingerprintExplorer
 
     machine = load_model("prefetcher").compile(config)
     import gc
 
     gc.collect()
     rss0 = _rss()
-    e = Explorer(machine, reduce=reduce, max_states=50_000_000)
+    cls = FingerprintExplorer if store == "fingerprint" else Explorer
+    e = cls(machine, reduce=reduce, max_states=50_000_000)
     w0, c0 = time.perf_counter(), time.process_time()
     r = e.run()
     cpu, wall = time.process_time() - c0, time.perf_counter() - w0
@@ -108,8 +121,10 @@ def _measure(label: str, config: dict, reduce: str) -> ExploreRun:
         raise RuntimeError(f"benchmark model is not ok: {r.verdict}")
     # Resident-set growth is only meaningful for a search big enough to dwarf allocator noise.
     per = (rss1 - rss0) / r.states if rss0 and rss1 > rss0 and r.states >= 100_000 else None
+    table = e.table.nbytes / r.states if store == "fingerprint" else None
     del e
-    return ExploreRun(label, config, reduce, r.states, r.transitions, cpu, wall, r.states / max(cpu, 1e-9), per)
+    return ExploreRun(label, config, reduce, r.states, r.transitions, cpu, wall, r.states / max(cpu, 1e-9), per,
+                      store, table, r.collision_probability)
 
 
 def _spin_run(items: int) -> tuple[dict, dict] | None:
@@ -142,8 +157,12 @@ def _spin_run(items: int) -> tuple[dict, dict] | None:
 
 def bench_explore(quick: bool = False, spin_items: int | None = None) -> ExploreBench:
     big = QUICK if quick else BIG
-    runs = [_measure("prefetcher, no reduction", big, "none"),
+    # The fingerprint run goes first: RSS never shrinks back, so a search measured after a bigger
+    # one would show no growth.
+    fp = _measure("prefetcher, no reduction, fingerprints", big, "none", "fingerprint")
+    runs = [_measure("prefetcher, no reduction", big, "none"), fp,
             _measure("prefetcher, default reductions", big, "all")]
+    fp_ratio = fp.states_per_second / runs[0].states_per_second
     spin = None
     ratio = None
     # The twin's state space grows linearly with its LENGTH; its counters are Promela bytes
@@ -166,7 +185,7 @@ def bench_explore(quick: bool = False, spin_items: int | None = None) -> Explore
         spin = {"config": cfg, **pan}
         if pan["states_per_second"]:
             ratio = ours.states_per_second / pan["states_per_second"]
-    return ExploreBench(tuple(runs), spin, ratio)
+    return ExploreBench(tuple(runs), spin, ratio, fp_ratio)
 
 
 def _cmd_bench(args) -> int:
@@ -179,8 +198,11 @@ def _cmd_bench(args) -> int:
             return 0
         for r in result.runs:
             mem = f"{r.bytes_per_state:.0f} B/state" if r.bytes_per_state else "n/a"
+            if r.table_bytes_per_state:
+                mem += f" (table {r.table_bytes_per_state:.0f})"
             print(f"{r.label:40} {r.states:>10,} states  {r.cpu_seconds:7.2f} s CPU  "
                   f"{r.states_per_second:>10,.0f} states/s  {mem}")
+        print(f"fingerprint store / full store rate: {result.fingerprint_speed_ratio:.2f}")
         if result.spin is None:
             print("spin/gcc not found: no SPIN comparison")
         else:
