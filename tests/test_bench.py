@@ -15,11 +15,17 @@ def test_bench_explore_quick_reports_rates_memory_and_the_spin_ratio():
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     labels = [r["label"] for r in out["runs"]]
-    assert labels[:2] == ["prefetcher, no reduction", "prefetcher, default reductions"]
-    none, reduced = out["runs"][0], out["runs"][1]
-    assert none["states"] > reduced["states"] > 0
+    assert labels[:3] == ["prefetcher, no reduction", "prefetcher, no reduction, fingerprints",
+                          "prefetcher, default reductions"]
+    none, fingerprints, reduced = out["runs"][:3]
+    assert none["states"] == fingerprints["states"] > reduced["states"] > 0
+    assert none["store"] == "full" and fingerprints["store"] == "fingerprint"
+    # Two uint64 arrays at most 3/4 full after growth, at least 3/8: 21 to 43 bytes a state.
+    assert 16 < fingerprints["table_bytes_per_state"] <= 43
+    assert 0 < fingerprints["collision_probability"] < 1e-6
+    assert out["fingerprint_speed_ratio"] > 0
     assert all(r["states_per_second"] > 0 for r in out["runs"])
     if shutil.which("spin") and shutil.which("gcc"):
         # The scaled twin and safeprefetch store exactly the same number of states.
-        assert out["spin"]["stored"] == out["runs"][2]["states"]
+        assert out["spin"]["stored"] == out["runs"][3]["states"]
         assert out["spin"]["errors"] == 0
