@@ -30,12 +30,14 @@ cover what one run skipped, as SPIN users do.
 from __future__ import annotations
 
 import math
+import os
 import time
 from typing import Any
 
 import numpy as np
 
 from .._dsl.model import Machine, ModelError
+from .budget import format_bytes, resident_bytes
 from .explorer import DEFAULT_MAX_STATES, Explorer
 from .fingerprint import fingerprinter
 from .liveness import starvation
@@ -94,6 +96,22 @@ class _Bits:
         return seen
 
 
+def _bits_for_budget(memory: int) -> int:
+    """The array size for a memory budget: half of what the process has left, as a power of two
+    (SPIN's -w does the same), between 2**10 and 2**40 bits."""
+    resident = resident_bytes()
+    try:  # a budget past the machine's memory gets the machine's
+        memory = min(memory, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        pass
+    left = memory - resident
+    if left < 256:
+        raise ModelError(f"memory budget {format_bytes(memory)} leaves no room for a bitstate array: "
+                         f"this process already holds {format_bytes(resident)}; give more, e.g. "
+                         f"--memory {format_bytes(resident + (64 << 20)).replace(' ', '')}")
+    return min(40, max(10, int(math.log2(left // 2 * 8))))
+
+
 class BitstateExplorer(Explorer):
     """Depth-first search over a bit array (see the module). ``bits_log2``: the array has 2**bits_log2 bits."""
 
@@ -101,14 +119,17 @@ class BitstateExplorer(Explorer):
                  hashes: int = 3, seed: int = 0, **kw: Any):
         super().__init__(machine, strategy="dfs", max_states=max_states, **kw)
         if bits_log2 is None:
-            # With a budget: half of it for the array, as a power of two; SPIN's -w does the same.
-            bits_log2 = DEFAULT_BITS_LOG2 if self.memory is None else int(math.log2(self.memory // 2 * 8))
+            bits_log2 = DEFAULT_BITS_LOG2 if self.memory is None else _bits_for_budget(self.memory)
         if not 10 <= bits_log2 <= 40:
             raise ModelError(f"bitstate array of 2**{bits_log2} bits: choose 2**10 to 2**40")
         if not 1 <= hashes <= 8:
             raise ModelError("bitstate hashes must be between 1 and 8")
         self.bits_log2, self.hashes = bits_log2, hashes
-        self.known = _Bits(bits_log2, hashes, seed, fingerprinter(machine.init))
+        try:
+            self.known = _Bits(bits_log2, hashes, seed, fingerprinter(machine.init))
+        except MemoryError:
+            raise ModelError(f"cannot allocate a bitstate array of 2**{bits_log2} bits "
+                             f"({format_bytes((1 << bits_log2) / 8)}): choose a smaller one") from None
         self.stored = 0
         self._generated = 0  # transitions computed so far
         self._path: list[tuple] = []
@@ -139,12 +160,23 @@ class BitstateExplorer(Explorer):
             if lasso is not None:
                 found.append((len(lasso.trace), lasso))
         violation = min(found, key=lambda x: x[0])[1] if found else None
+        if violation is None and exhaustive:
+            # Finished, but a bitstate "ok" is never a proof: states whose bits were all set were
+            # taken as visited. Said as a stop reason, so it cannot pass for an exhaustive search.
+            self.stop_reason = "bitstate"
         return CheckResult(
-            model=m.name, config=dict(m.config), strategy="dfs", exhaustive=exhaustive or violation is not None,
+            model=m.name, config=dict(m.config), strategy="dfs", exhaustive=violation is not None,
             verdict=violation.kind if violation else "ok", states=self.stored, transitions=self.transitions,
             seconds=time.perf_counter() - t0, violation=violation, max_depth=self._max_depth, store="bitstate",
             collision_probability=self.known.fill() ** self.hashes, hash_factor=(1 << self.bits_log2) / self.stored,
-            **self._stop_fields(exhaustive or violation is not None))
+            **self._stop_fields(violation is not None))
+
+    def _stop_fields(self, exhaustive: bool) -> dict[str, Any]:
+        if exhaustive or self.stop_reason != "bitstate":
+            return super()._stop_fields(exhaustive)
+        return {"stop_reason": "bitstate", "stop_message":
+                f"a bitstate search is not a proof: states whose {self.hashes} bits were already set "
+                f"were skipped; hash factor {(1 << self.bits_log2) / self.stored:,.1f}"}
 
     def _search(self, found: list) -> bool:
         check_inv, known = self.expander.invariant, self.known

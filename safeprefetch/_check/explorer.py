@@ -342,10 +342,16 @@ class Explorer:
         expand, check_inv = self.expander.expand, self.expander.invariant
         max_states, stop = self.max_states, self.stop_at_first
         stack = [(self._root, 0)]
-        transitions = max_depth = 0
+        transitions = max_depth = counter = 0
+        growth = DictGrowth(parents)
         while stack:
             state, depth = stack.pop()
             max_depth = max(max_depth, depth)
+            counter += 1
+            # The stack holds up to a few states per expanded one: 64 per is a safe margin.
+            if (not counter & _PROGRESS_MASK and self.budget is not None
+                    and self._over_budget(len(parents), growth.soon(64 << 10))):
+                return self._stopped(max_depth, transitions, False)
             moves, stuck = expand(state)
             succ = [((t, b), n) for t, res in moves for b, n in res]
             transitions += len(succ)

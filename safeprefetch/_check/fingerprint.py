@@ -28,7 +28,8 @@ a temporary file in chunks and read back in order (TLC's disk queue).
 Decisions, and why
 ------------------
 * The fingerprint is the 64-bit SipHash that Python keeps for bytes and
-  strings, over the state's ``marshal`` bytes (or its ``repr``): computed
+  strings, over the state's ``marshal`` bytes (fields marshal refuses are
+  replaced by ids, told apart by ``==``, never by ``repr``): computed
   in C, stable within a process, which is all one search needs. It is not
   ``hash(state)``, which is faster but maps -1 and -2 to one value, so
   would merge distinct states for certain (:func:`fingerprint`). SipHash
@@ -63,29 +64,64 @@ _MAX_LOAD = 0.75
 
 
 def fingerprint(state: tuple) -> int:
-    """The 64-bit fingerprint of ``state`` (never 0): the hash of its bytes, not ``hash(state)``.
+    """The 64-bit fingerprint of a state that ``marshal`` takes (never 0): the hash of its bytes.
 
-    ``hash`` cannot serve: CPython hashes -1 as -2 (-1 is its error code), so
+    Not ``hash(state)``: CPython hashes -1 as -2 (-1 is its error code), so
     two states that differ only by a -1 where the other has a -2 would share
     every fingerprint, a certain collision rather than a chance one. The
     bytes are ``marshal`` format 2, which has no back-references, so equal
-    states give equal bytes whatever objects they share. States holding
-    values marshal does not take (the named ints states print with) go by
-    ``repr``, which for those names the value; :func:`fingerprinter` picks
-    the encoding once per search, so the choice costs nothing per state.
+    states give equal bytes whatever objects they share. Raises
+    ``ValueError`` for a state holding a value marshal refuses; a search
+    uses :func:`fingerprinter`, which handles those exactly.
     """
-    try:
-        fp = hash(_dumps(state, 2)) & _MASK
-    except ValueError:
-        fp = hash(repr(state)) & _MASK
-    return fp or 1
+    return (hash(_dumps(state, 2)) & _MASK) or 1
 
 
-def _by_repr(state: tuple) -> int:
-    return (hash(repr(state)) & _MASK) or 1
+def _interning(width: int) -> Callable[[tuple], int]:
+    """The exact encoding for states holding values marshal refuses: such a field is replaced by an id.
+
+    Each top-level field marshal refuses is replaced by a small id from that
+    position's own table, a dict, so values are told apart by ``==``, exactly
+    as the full store tells states apart: two unequal values never share an
+    id. (The earlier ``repr`` fallback did not have that property: two
+    unequal values with one ``repr``, say a dataclass with a ``repr=False``
+    field, took one fingerprint for certain and the second state was never
+    checked.) A bit mask records which positions hold ids, and the bytes
+    start with a byte no marshal output starts with, so this encoding and the
+    plain one never produce the same bytes for different states.
+    """
+    tables: list[dict] = [{} for _ in range(width)]
+
+    def interned(state: tuple) -> int:
+        out = list(state)
+        mask = 0
+        for i, v in enumerate(state):
+            try:
+                _dumps(v, 2)
+            except ValueError:
+                if i >= len(tables):
+                    tables.extend({} for _ in range(i + 1 - len(tables)))
+                ids = tables[i]
+                n = ids.get(v)
+                if n is None:
+                    n = ids[v] = len(ids)
+                out[i] = n
+                mask |= 1 << i
+        return (hash(b"\x01" + _dumps((mask, tuple(out)), 2)) & _MASK) or 1
+    return interned
 
 
-def _by_field_ids(positions: tuple[int, ...]) -> Callable[[tuple], int]:
+def _marshal_first(slow: Callable[[tuple], int]) -> Callable[[tuple], int]:
+    def fp(state: tuple) -> int:
+        try:
+            return (hash(_dumps(state, 2)) & _MASK) or 1
+        except ValueError:
+            return slow(state)
+    fp.marshal_first = True  # type: ignore[attr-defined]  # lets a batch inline the fast path
+    return fp
+
+
+def _by_field_ids(positions: tuple[int, ...], slow: Callable[[tuple], int]) -> Callable[[tuple], int]:
     """Marshal bytes with the values at ``positions`` replaced by small ids, one per distinct value.
 
     For states whose unmarshalable values sit in a few top-level fields, as
@@ -94,10 +130,11 @@ def _by_field_ids(positions: tuple[int, ...]) -> Callable[[tuple], int]:
     met (a dict, so values are told apart by ``==``, as the full explorer
     tells states apart) and the state is marshalled with the ids in their
     place. The function is generated for ``positions``, straight-line: this
-    is the per-successor hot path of the search. Any other field that
-    marshal refuses sends that state, always that state, to :func:`_by_repr`.
+    is the per-successor hot path of the search. A state with a refused value
+    in any other field goes, always, to the exact slow encoding
+    (:func:`_interning`), whose bytes never equal these.
     """
-    names = {"dumps": _dumps, "by_repr": _by_repr, "MASK": _MASK}
+    names = {"dumps": _dumps, "slow": slow, "MASK": _MASK}
     lines = ["def fp(state):"]
     parts = []
     start = 0
@@ -115,26 +152,35 @@ def _by_field_ids(positions: tuple[int, ...]) -> Callable[[tuple], int]:
     lines += ["    try:",
               f"        return (hash(dumps(({', '.join(parts)},), 2)) & MASK) or 1",
               "    except ValueError:",
-              "        return by_repr(state)"]
+              "        return slow(state)"]
     exec("\n".join(lines), names)  # the source is built above from integers only
     return names["fp"]
 
 
 def fingerprinter(sample: tuple) -> Callable[[tuple], int]:
-    """The fingerprint function for a search whose states look like ``sample`` (its root).
+    """A fresh fingerprint function for one search whose states look like ``sample`` (its root).
 
-    :func:`fingerprint` when ``sample`` marshals. Otherwise marshal with the
+    Plain marshal bytes when ``sample`` marshals. Otherwise marshal with the
     refused top-level fields replaced by ids (:func:`_by_field_ids`), or,
-    when there are many such fields, ``repr`` for the whole state. Each is a function of the
-    state's value alone, so one search never gives one state two
-    fingerprints.
+    when there are many such fields, the exact slow encoding for every state
+    (:func:`_interning`). Each is a function of the state's value alone, so
+    one search never gives one state two fingerprints, and two unequal states
+    share one only by a 64-bit hash collision. The id tables belong to the
+    function: use one function for one search.
+
+    Equal values of different types (``True`` and ``1``, ``1`` and ``1.0``,
+    ``0.0`` and ``-0.0``, a named int and its plain value) marshal
+    differently, so a model that stores both in one field is counted with
+    more states here than by the full store, which merges them by ``==``.
+    No verdict changes: each extra state is a real state.
     """
+    slow = _interning(len(sample))
     try:
         _dumps(sample, 2)
     except ValueError:
         pass
     else:
-        return fingerprint
+        return _marshal_first(slow)
     refused = []
     for i, v in enumerate(sample):
         try:
@@ -142,8 +188,8 @@ def fingerprinter(sample: tuple) -> Callable[[tuple], int]:
         except ValueError:
             refused.append(i)
     if 0 < len(refused) <= 4:
-        return _by_field_ids(tuple(refused))
-    return _by_repr
+        return _by_field_ids(tuple(refused), slow)
+    return slow
 
 
 def collision_probability(states: int, generated: int) -> float:
@@ -158,6 +204,8 @@ class FingerprintTable:
         size = 1 << max(4, (capacity - 1).bit_length())
         self._alloc(size)
         self.count = 0
+        #: New fingerprints the last :meth:`add_new` left out because of its ``limit``.
+        self.refused = 0
 
     def _alloc(self, size: int) -> None:
         self.size = size
@@ -235,8 +283,10 @@ class FingerprintTable:
                 limit: int | None = None) -> np.ndarray:
         """Store the fingerprints not yet known (first occurrence in list order); return the mask of those.
 
-        With ``limit``, at most that many are stored: the first ones, in list order.
+        With ``limit``, at most that many are stored: the first ones, in list order;
+        :attr:`refused` then says how many new ones were left out.
         """
+        self.refused = 0
         if not len(fps):
             return np.zeros(0, bool)
         arr = fps if isinstance(fps, np.ndarray) else np.fromiter(fps, np.uint64, len(fps))
@@ -245,7 +295,8 @@ class FingerprintTable:
         keys = arr[first]
         if limit is not None:
             absent = self._probe(keys, False)
-            if int(absent.sum()) > limit:
+            self.refused = max(int(absent.sum()) - limit, 0)
+            if self.refused:
                 keep = np.flatnonzero(absent)[:limit]
                 first, keys = first[keep], keys[keep]
         self._grow(self.count + len(keys))
@@ -287,6 +338,8 @@ class Frontier:
         self.chunks = 0
         self.count = 0
         self.spilled = 0
+        #: True once a chunk could not be pickled: the level then stays in memory.
+        self.unpicklable = False
 
     def append(self, state: tuple, fp: int) -> None:
         self.memory.append(state)
@@ -303,9 +356,18 @@ class Frontier:
             self._spill()
 
     def _spill(self) -> None:
+        if self.unpicklable:
+            return
+        try:
+            data = pickle.dumps((self.memory, self.fps), protocol=pickle.HIGHEST_PROTOCOL)
+        except (pickle.PicklingError, AttributeError, TypeError):
+            # States holding values pickle refuses (a record class defined inside build(), say)
+            # stay in memory: the search goes on, and a memory budget stops it if it must.
+            self.unpicklable = True
+            return
         if self.file is None:
             self.file = tempfile.TemporaryFile(prefix="safeprefetch-frontier-")
-        pickle.dump((self.memory, self.fps), self.file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.file.write(data)
         self.spilled += len(self.memory)
         self.chunks += 1
         self.memory, self.fps = [], []

@@ -28,7 +28,6 @@ import numpy as np
 from .._dsl.model import Machine
 from .explorer import DEFAULT_MAX_STATES, Explorer
 from .fingerprint import FingerprintTable, Frontier, collision_probability, fingerprinter
-from .fingerprint import fingerprint as _marshal_fingerprint
 from .liveness import starvation
 from .result import CheckResult
 from .verdict import terminal
@@ -204,7 +203,9 @@ class FingerprintExplorer(Explorer):
         room = self.max_states - len(self.table)
         limit = room if len(succ) > room else None
         new = self.table.add_new(fps, parents, limit)
-        cut = limit is not None and int(new.sum()) >= room and len(succ) > 0
+        # Cut only when a new state found no room, as the full explorer does: a chunk that fills
+        # the table exactly, or meets only known states once it is full, is not cut.
+        cut = self.table.refused > 0
         if check_inv is None and not specials:
             idx = np.flatnonzero(new)
             nxt_level.extend([succ[i] for i in idx.tolist()], fps[idx].tolist())
@@ -238,7 +239,7 @@ class FingerprintExplorer(Explorer):
 
 def fingerprints(states: list[tuple], fingerprint: Any) -> np.ndarray:
     """The fingerprints of ``states`` as ``uint64``, computed in one pass."""
-    if fingerprint is _marshal_fingerprint:
+    if getattr(fingerprint, "marshal_first", False):
         try:  # the common case inlined: no Python call per state
             raw = [hash(dumps(s, 2)) for s in states]
         except ValueError:

@@ -162,8 +162,9 @@ class CheckResult:
     #: state was missed (TLC's optimistic n * (m - n) / 2**64); bitstate, that a new state met at
     #: the end was taken for a visited one (bits set ** hashes). None for "full".
     collision_probability: float | None = None
-    #: Why a search that is not exhaustive stopped: "max_states" (the state cap) or "memory" (the
-    #: ``memory`` budget); None when it finished. ``stop_message`` says it in a sentence.
+    #: Why a search that is not exhaustive stopped: "max_states" (the state cap), "memory" (the
+    #: ``memory`` budget) or "bitstate" (it finished, but a bitstate search skips states by design);
+    #: None when it finished. ``stop_message`` says it in a sentence.
     stop_reason: str | None = None
     stop_message: str = ""
     #: Bitstate only: bits of the array per stored state (SPIN: above 100, coverage is very likely
