@@ -174,6 +174,33 @@ def test_unused_speculation_is_evicted_to_make_room(recorded):
     assert stats.wasted_bytes == 4 * 3 * 4 and stats.accuracy == 0.0 and stats.verdict == "wasting"
 
 
+def test_wasted_counts_evictions_while_other_speculation_is_in_flight(recorded):
+    """A fetch in flight is a fetch and is still usable; one a request waits for is used, not pending."""
+    src = Source(100, held={51, 52})
+    pred = Fixed()
+    with OnDemandPrefetcher(src, capacity=3, workers=2, predict=pred) as pf:
+        pred.next = [10, 11]
+        pf.get(0)
+        assert wait_until(lambda: held(pf, "READY") == [10, 11])
+        pred.next = [51, 52]
+        assert pf.get(50)[0] == 50  # evicts 10 and 11 for 51 and 52, whose fetches then block
+        assert wait_until(lambda: sorted(src.started) == [51, 52])
+        assert held(pf, "FILLING") == [51, 52]
+        stats = pf.stats
+        assert (stats.speculative_fetches, stats.used, stats.wasted) == (4, 0, 2)
+        pred.next = [52]
+        caller = threading.Thread(target=pf.get, args=(51,))
+        caller.start()
+        assert wait_until(lambda: pf._core.rt.is_parked(pf._core.consumer))  # a late hit, waiting for 51
+        stats = pf.stats
+        assert (stats.speculative_fetches, stats.used, stats.wasted, stats.late_hits) == (4, 1, 2, 1)
+        src.release.set()
+        caller.join(5)
+        assert wait_until(lambda: held(pf, "READY") == [52])
+        assert pf.stats.wasted == 2 and pf.stats.used == 1
+    assert pf.stats.wasted == 3  # and 52, discarded at close
+
+
 def cancel_7_in_flight(src, pf, pred):
     """Speculate 7 (its fetch then waits for ``src.release``), then drop the prediction: cancelled in flight."""
     pred.next = [7]

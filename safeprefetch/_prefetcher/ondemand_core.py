@@ -168,6 +168,8 @@ class OnDemandCore(ServeSide, CloseSide):
         if box is None:
             return Q.FETCH_OK  # the owner was collected: its finalizer has asked for the close
         index = self.index_of[ctx.state[self.i_slots][k][1]]
+        # Counted as it starts, so that a fetch in flight is both a fetch and pending in stats().
+        self.counts.spec_fetches[w] += 1
         t0 = time.perf_counter()
         try:
             return self._fill(box, index, k)
@@ -175,7 +177,6 @@ class OnDemandCore(ServeSide, CloseSide):
             box.errors[k] = self._as_error(index, e)
             return Q.FETCH_ERROR
         finally:
-            self.counts.spec_fetches[w] += 1
             self.counts.spec_seconds[w] += time.perf_counter() - t0
 
     def _demand_fetch(self, ctx: Any) -> str:
@@ -217,9 +218,13 @@ class OnDemandCore(ServeSide, CloseSide):
     # -- inspection -----------------------------------------------------------
 
     def stats(self) -> OnDemandStats:
+        # Pending: speculative fetches still usable (ready, failed, in flight), less the one a
+        # waiting request has already counted as used.
+        state = self.rt.state
+        waited = state[self.i_want] if state[self.i_consumer_pc] == Q.SERVE else -1
         pending = 0
-        for st, _ in self.rt.state[self.i_slots]:
-            if st == Q.READY or st == Q.FAILED or st == Q.FILLING:
+        for st, tag in state[self.i_slots]:
+            if st == Q.READY or st == Q.FAILED or (st == Q.FILLING and tag != waited):
                 pending += 1
         return self.counts.snapshot(self.predictor.name, pending, self.closed, self.batch_bytes,
                                     len(self.slot_views))
