@@ -128,7 +128,7 @@ class OnDemandCounters:
         self.spec_seconds = [0.0] * workers
 
     def snapshot(self, predictor: str, pending: int, closed: bool, batch_bytes: int, capacity: int) -> OnDemandStats:
-        """``pending``: speculative fetches still usable (ready, failed or in flight, none waited for), unless ``closed``."""
+        """``pending``: speculative fetches still usable (ready, failed, or in flight and not waited for)."""
         spec = sum(self.spec_fetches)
         fetches = spec + self.demand_fetches
         mean = (sum(self.spec_seconds) + self.demand_seconds) / fetches if fetches else 0.0
