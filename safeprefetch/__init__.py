@@ -8,6 +8,10 @@ The public surface:
   :class:`PrefetcherWarning`, :class:`PrefetcherExhausted`, :class:`PrefetcherForked`,
   :class:`LeaseReleased`); :class:`NpyFiles` is a ready ``.npy`` source;
   :func:`write_timeline` draws ``pf.timeline()``.
+* :class:`OnDemandPrefetcher` -- ``get(i)`` for any index, in any order, with a
+  predictor fetching ahead (:class:`Predictor`, :class:`SequentialPredictor`,
+  :class:`StridePredictor`, :class:`MarkovPredictor`,
+  :class:`AdaptivePredictor`); :class:`OnDemandStats` says whether prediction pays.
 * :mod:`safeprefetch.model` -- write models (``Model``, ``DONE``, ``violate``).
 * :func:`check`, :func:`explore`, :func:`replay` -- explore a model; results
   are frozen :class:`CheckResult` / :class:`Violation` values.
@@ -39,19 +43,31 @@ from ._prefetcher.errors import PrefetcherWarning as PrefetcherWarning
 from ._prefetcher.lease import Lease as Lease
 from ._prefetcher.stats import PrefetchStats as PrefetchStats
 from ._prefetcher.npy import NpyFiles as NpyFiles
+from ._prefetcher.ondemand import OnDemandPrefetcher as OnDemandPrefetcher
+from ._prefetcher.ondemand_stats import OnDemandStats as OnDemandStats
+from ._prefetcher.predictors import AdaptivePredictor as AdaptivePredictor
+from ._prefetcher.predictors import MarkovPredictor as MarkovPredictor
+from ._prefetcher.predictors import Predictor as Predictor
+from ._prefetcher.predictors import SequentialPredictor as SequentialPredictor
+from ._prefetcher.predictors import StridePredictor as StridePredictor
 from ._prefetcher.npy import write_npy_batches as write_npy_batches
 from ._prefetcher.timeline import write_timeline as write_timeline
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AdaptivePredictor",
     "CheckResult",
     "Lease",
     "LeaseHeld",
     "LeaseReleased",
+    "MarkovPredictor",
     "Model",
     "ModelError",
     "NpyFiles",
+    "OnDemandPrefetcher",
+    "OnDemandStats",
+    "Predictor",
     "PrefetchStats",
     "PrefetchTimeout",
     "Prefetcher",
@@ -60,6 +76,8 @@ __all__ = [
     "PrefetcherForked",
     "PrefetcherWarning",
     "ReplayDivergence",
+    "SequentialPredictor",
+    "StridePredictor",
     "Trace",
     "TraceError",
     "TraceStep",

@@ -35,7 +35,8 @@ BROKEN = {
     "handler_close_holding_lock": ("deadlock", 2),
     "interrupt_after_acquire": ("deadlock", 3),
 }
-REFERENCE = {"prefetcher", "monitor", "semaphores", "channel", "handler_close_deferred", "interrupt_deferred"}
+REFERENCE = {"prefetcher", "monitor", "semaphores", "channel", "handler_close_deferred", "interrupt_deferred",
+             "predictive_prefetcher"}
 
 MODELS = catalog()
 

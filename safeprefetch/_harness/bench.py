@@ -244,6 +244,10 @@ def _cmd_bench(args) -> int:
         from .bench_live import cmd_bench_live
 
         return cmd_bench_live(args)
+    if args.what == "predict":
+        from .bench_predict import cmd_bench_predict
+
+        return cmd_bench_predict(args)
     if args.what == "parallel":
         from .bench_parallel import main
 
@@ -259,12 +263,16 @@ def register(sub) -> dict[str, Any]:
     p = sub.add_parser("bench", help="benchmarks with baselines measured in the same run")
     which = p.add_subparsers(dest="what", required=True)
     for name, text in (("explore", "explorer speed and memory, and SPIN's rate on the same model"),
-                       ("live", "the live Prefetcher against queue.Queue & co. (docs/performance.md)")):
+                       ("live", "the live Prefetcher against queue.Queue & co. (docs/performance.md)"),
+                       ("predict", "on-demand prefetching with each predictor against none (docs/predictive.md)")):
         b = which.add_parser(name, help=text)
         b.add_argument("--json", action="store_true")
         b.add_argument("--quick", action="store_true", help="small settings (seconds, for tests)")
         if name == "explore":
             b.add_argument("--spin-items", type=int, default=None, help="items in the scaled SPIN twin")
+        if name == "predict":
+            b.add_argument("--requests", type=int, default=None, help="requests per trace")
+            b.add_argument("--repeats", type=int, default=None, help="repeats per figure (the median is reported)")
     for name, text in (("parallel", "multi-process search against the sequential one (docs/parallel.md)"),
                        ("strategies", "the sampling strategies on big broken models (docs/strategies.md)")):
         b = which.add_parser(name, help=f"{text}; the arguments after it go to that benchmark")

@@ -1,0 +1,94 @@
+"""From predictions to speculation steps: which of the moves the checked model allows are worth making.
+
+The model lets the caller speculate on any tag, cancel or evict any
+speculation, at any moment (tests/test_predictive_model.py proves every
+sequence safe), so nothing here can break the protocol: it only decides
+what to fetch ahead. At each request for index ``i``, before ``i`` itself is
+asked for (so the workers start on the proposals while a miss is fetched):
+
+1. the predictor observes ``i`` and proposes up to ``depth`` indices, most
+   likely first (``depth`` is at most ``capacity - 1``: a slot stays for the
+   request itself);
+2. a speculation no longer proposed is dropped: *cancelled* if queued (no
+   fetch was spent) or in flight (its result is discarded when it lands),
+   and *evicted* if ready -- but only when its slot is needed, since a ready
+   batch may still be asked for;
+3. each proposal not held yet is *speculated* into a free slot (queued for
+   the workers in the predictor's order), and a proposal whose fetch was
+   cancelled in flight is *uncancelled* instead of fetched twice.
+
+A slot is kept free for the request itself when it is a miss, so the miss
+does not evict the speculation just made for it. Every step is taken with
+the branches that replace it if a worker moved the slot on since the
+caller looked (a queued claim started, a fetch landed): a cancel becomes an
+evict, an uncancel a speculate. None of them parks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._dsl.model import DONE
+from ..models import _predictive_protocol as Q
+
+__all__ = ["speculate"]
+
+_DROPPABLE = (Q.QUEUED, Q.FILLING)
+_EVICTABLE = (Q.READY, Q.FAILED)
+
+
+def speculate(core: Any, index: int) -> None:
+    """Observe ``index``, then queue, cancel and evict speculation to match the predictor's proposals."""
+    predictor = core.predictor
+    predictor.observe(index)
+    if core.depth <= 0 or predictor.name == "none":
+        return
+    proposals = [p for p in predictor.predict(core.depth) if p != index][:core.depth]
+    wanted = set(proposals)
+    wanted.add(index)
+    rt, c = core.rt, core.consumer
+    index_of = core.index_of
+    # Drop queued and in-flight speculation nobody predicts any more.
+    for k, (st, tag) in enumerate(rt.state[core.i_slots]):
+        if (st == Q.QUEUED or st == Q.FILLING) and index_of[tag] not in wanted:
+            rt.step(c, core.branches_drop[k])
+            if rt.state[core.i_consumer_pc] == DONE:
+                return
+    for p in proposals:
+        slots = rt.state[core.i_slots]
+        tag = core.tag_of.get(p)
+        held = _held(slots, tag) if tag is not None else None
+        if held == Q.CANCELLED:
+            rt.step(c, core.branches_uncancel[tag])
+        elif held is not None:
+            continue  # queued, in flight or ready already
+        else:
+            if not _room(core, slots, index, wanted):
+                return
+            tag = core.tag_for(p, rt.state[core.i_slots])
+            rt.step(c, core.branches_speculate[tag])
+        if rt.state[core.i_consumer_pc] == DONE:
+            return
+
+
+def _held(slots: tuple, tag: int) -> Any:
+    """The state of the slot holding ``tag``, or None."""
+    for st, t in slots:
+        if t == tag and st != Q.EMPTY:
+            return st
+    return None
+
+
+def _room(core: Any, slots: tuple, index: int, wanted: set) -> bool:
+    """Whether a slot is free for one more speculation (evicting a ready batch nobody predicts, if need be)."""
+    free = slots.count(Q.FREE)
+    tag = core.tag_of.get(index)
+    reserve = 1 if tag is None or _held(slots, tag) is None else 0  # the request will be a miss: keep it a slot
+    if free > reserve:
+        return True
+    index_of = core.index_of
+    for k, (st, t) in enumerate(slots):
+        if (st == Q.READY or st == Q.FAILED) and index_of[t] not in wanted:
+            core.rt.step(core.consumer, core.branches_drop[k])
+            return core.rt.state[core.i_consumer_pc] != DONE and core.rt.state[core.i_slots].count(Q.FREE) > reserve
+    return False

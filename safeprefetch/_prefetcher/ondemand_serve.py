@@ -1,0 +1,218 @@
+"""The caller's side of the on-demand prefetcher: one request at a time, and an interrupted call loses nothing.
+
+A call ``get(i)`` takes the *gate* (the streaming consumer's, an RLock) and
+drives the model's consumer thread until it has served index ``i``:
+
+1. **Settle** what an earlier, interrupted call left behind: a lease still
+   held (released, unless it holds ``i``), a demand fetch not yet run (run
+   if it is ``i``'s, else dropped without calling the source), a wait for an
+   in-flight fetch (continued if it is ``i``'s, else withdrawn).
+2. **Predict**: tell the predictor about ``i`` and turn its predictions into
+   speculation steps (``ondemand_policy.py``).
+3. **Request** ``i``'s tag: the model picks hit, error, join, revive,
+   promote or miss, exactly one of which is enabled (a checked invariant),
+   so the request never parks; only the wait for an in-flight fetch does.
+4. **Hand out**: copy the batch out of the slot into the stash, then release
+   the slot. The call takes the outcome out of the stash on the line that
+   returns it.
+
+What an interrupt can lose: nothing the caller is owed. A request has no
+position in a stream, so an outcome produced for an interrupted call stays
+in the stash and is returned by the next call for the same index (any API:
+``copy_into`` after an interrupted ``get`` gets that batch copied into its
+``out``), and is dropped by a call for another index; the model consumer is
+found wherever the interrupt left it and settled as in step 1. No slot, lock
+or wakeup is leaked. The caller's own demand fetch runs the source inside an
+interruptible frame: Ctrl-C there becomes that request's error (the call
+raises KeyboardInterrupt) and leaves the slot free.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from .._dsl.model import DONE
+from .._runtime.interrupts import protected
+from .._runtime.kernel import StepTimeout
+from ..models import _predictive_protocol as Q
+from .consumer import COPY, GET, ConsumerSide
+from .errors import PrefetcherClosed, PrefetcherForked, PrefetchTimeout
+from .ondemand_policy import speculate
+from .waits import NO_GATE, wait_gate
+
+__all__ = ["CLOSED", "ERROR", "ServeSide"]
+
+# A stash entry is (kind, value, index, data): kind GET (value: a new array) or COPY (value: True,
+# data: the caller's ``out``), or a terminal outcome ERROR / CLOSED whose value is the exception.
+ERROR, CLOSED = "error", "closed"
+
+
+class ServeSide:
+    """The caller's half of the on-demand core (a mixin of ``OnDemandCore``)."""
+
+    # The streaming consumer's: the deadline of a call, and the hand-out that delivers a deferred SIGINT
+    # first (putting the outcome back for the next call with ``unreturn``).
+    deadline = ConsumerSide.deadline
+    handout = ConsumerSide.handout
+
+    @protected
+    def consume(self, api: str, request: tuple[int, Any], deadline: float | None) -> tuple:
+        """One call's outcome (a stash entry), taken out of the stash under the gate. ``request``: (index, out)."""
+        index, out = request
+        if self.forked:
+            raise PrefetcherForked(f"prefetcher {self.name!r} belongs to the process that forked this one")
+        gate = self.gate
+        if gate._is_owned():
+            raise RuntimeError(f"prefetcher {self.name!r}: a call from a signal handler or finalizer that "
+                               "interrupted another call on this thread; only close() may be called there")
+        committed = None
+        t0 = time.perf_counter()
+        try:
+            with (gate if wait_gate(gate, deadline) else NO_GATE):
+                entry = self.stash
+                if entry is not None and (entry[2] != index or self.close_started):
+                    entry = self.stash = None  # an interrupted call's outcome, for another index: nobody's now
+                if entry is None:
+                    if self.close_started:
+                        raise PrefetcherClosed(f"prefetcher {self.name!r} is closed")
+                    self._serve(index, api, out, deadline)
+                    entry = self.stash
+                    self.counts.requests += 1
+                    self.counts.wait_seconds += time.perf_counter() - t0
+                elif entry[0] is not ERROR and entry[0] is not CLOSED and (entry[0] is not api or entry[3] is not out):
+                    entry = self.stash = self._adapt(entry, api, out)
+                committed = entry; self.stash = None  # noqa: E702 - handed out: no interruption point between
+                return entry
+        except BaseException:
+            if committed is not None:  # interrupted at the gate's exit, after the hand-out
+                self.unreturn(committed)
+            raise
+
+    @protected
+    def unreturn(self, entry: tuple) -> None:
+        """Put back an outcome whose call is raising an interrupt instead: the next call for its index returns it."""
+        gate = self.gate
+        with (gate if wait_gate(gate, None) else NO_GATE):
+            if self.stash is None:
+                self.stash = entry
+
+    def _adapt(self, entry: tuple, api: str, out: Any) -> tuple:
+        """An interrupted call's batch, for this call's API (or ``out``)."""
+        _kind, _value, index, data = entry
+        if api is GET:
+            copied = np.array(data)
+            return (GET, copied, index, copied)
+        np.copyto(out, data, casting="no")
+        return (COPY, True, index, out)
+
+    # -- driving the model consumer -----------------------------------------
+
+    def _mine(self, state: tuple, index: int) -> bool:
+        """Whether the tag the model consumer asked for last stands for ``index``."""
+        tag = state[self.i_want]
+        return tag >= 0 and self.index_of[tag] == index
+
+    def _serve(self, index: int, api: str, out: Any, deadline: float | None) -> None:
+        """Drive the model consumer until ``index`` is served; its outcome goes into the stash."""
+        rt, c, i_pc = self.rt, self.consumer, self.i_consumer_pc
+        asked = predicted = False
+        while True:
+            state = rt.state
+            pc = state[i_pc]
+            if pc == DONE:
+                self.stash = (CLOSED, PrefetcherClosed(f"prefetcher {self.name!r} was closed"), index, None)
+                return
+            if pc == Q.RELEASE:
+                if self._mine(state, index):
+                    self._produce(api, out, state[self.i_lease], index)
+                    return
+                rt.step(c)  # an interrupted call's lease, for another index
+            elif pc == Q.DEMAND_FETCH:
+                self.drop_demand = not self._mine(state, index)
+                try:
+                    rt.step(c)
+                finally:
+                    self.drop_demand = False
+            elif pc == Q.SERVE:
+                if self._mine(state, index):
+                    self._wait_in_flight(deadline)
+                else:
+                    rt.step(c, Q.WITHDRAW)  # an interrupted call's wait, for another index
+            elif asked:  # back at "request or predict": this request's fetch failed
+                k = state[self.i_error_slot]
+                box = self.source_ref()
+                error = box.errors.pop(k, None) if box is not None else None
+                if error is None:  # cannot happen: the slot's error is stored before it is published
+                    error = RuntimeError(f"prefetcher {self.name!r}: the fetch of index {index} failed")
+                self.counts.errors += 1
+                self.stash = (ERROR, error, index, None)
+                return
+            elif not predicted:
+                predicted = True
+                speculate(self, index)
+            else:
+                asked = True
+                self._request(index)
+
+    def _request(self, index: int) -> None:
+        """Ask for ``index``'s tag: exactly one outcome is enabled, so this never parks. Counts what it was."""
+        rt = self.rt
+        before = rt.state[self.i_slots]
+        tag = self.tag_for(index, before)
+        rt.step(self.consumer, self.branches_request[tag])
+        pc = rt.state[self.i_consumer_pc]
+        counts = self.counts
+        if pc == Q.RELEASE:
+            counts.hits += 1
+            counts.used += 1
+        elif pc == Q.SERVE:
+            counts.late_hits += 1
+            counts.used += 1
+        elif pc == Q.DEMAND_FETCH:
+            counts.misses += 1
+        elif pc == Q.REQUEST:
+            counts.used += 1  # a speculative fetch's error: it answered this request
+
+    def _wait_in_flight(self, deadline: float | None) -> None:
+        """Wait for a worker's fetch of the asked-for index (the only step of a call that parks)."""
+        t0 = time.perf_counter()
+        try:
+            self.rt.step(self.consumer, self.branches_serve,
+                         timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+        except StepTimeout:
+            raise PrefetchTimeout("the batch being fetched did not arrive within the timeout") from None
+        finally:
+            self.counts.served_wait += time.perf_counter() - t0
+
+    def _produce(self, api: str, out: Any, k: int, index: int) -> None:
+        """Copy the leased slot out into the stash, then release it (the stash first: see the module doc)."""
+        view = self.slot_views[k]
+        if api is GET:
+            data = np.array(view)  # a copy: the caller owns it
+            self.stash = (GET, data, index, data)
+        else:
+            np.copyto(out, view, casting="no")
+            self.stash = (COPY, True, index, out)
+        self.rt.step(self.consumer)  # "release lease"
+
+    def tag_for(self, index: int, slots: tuple) -> int:
+        """The tag standing for ``index``: its own if it has one, else one no slot holds (re-mapped to it)."""
+        tag = self.tag_of.get(index)
+        if tag is not None:
+            return tag  # held by a slot, or free: either way it stands for ``index``
+        held = set()
+        for st, t in slots:
+            if st != Q.EMPTY:
+                held.add(t)
+        for tag in range(self.keys):
+            if tag not in held:
+                break
+        old = self.index_of[tag]
+        if old >= 0 and self.tag_of.get(old) == tag:
+            del self.tag_of[old]
+        self.index_of[tag] = index
+        self.tag_of[index] = tag
+        return tag
