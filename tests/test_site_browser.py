@@ -24,6 +24,7 @@ from safeprefetch import catalog, check, replay
 from safeprefetch.model import StepViolation
 from safeprefetch._check.expand import Expander
 from safeprefetch._check.verdict import judge_terminal
+from safeprefetch._tools.playground import export_graph
 
 CHROMIUM = Path(os.environ.get("SAFEPREFETCH_CHROMIUM", "/usr/bin/chromium"))
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -133,6 +134,57 @@ def test_clicking_through_one_cond_signal_by_hand_announces_the_deadlock(page, s
     # Progress is kept in localStorage and shown on the index.
     page.goto((site / "playground" / "index.html").as_uri())
     sync_api.expect(page.locator('.pg-progress[data-model="one_cond_signal"]')).to_have_text("found it")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(n for n, m in MODELS.items() if m.expected != "ok"))
+def test_every_bug_can_be_clicked_through_by_hand(page, site, name):
+    # The checker's trace names each step by thread, label and branch; so does the page's button.
+    machine = MODELS[name].compile({})
+    result = check(machine)
+    root = open_model(page, site, name)
+    for k, step in enumerate(result.trace):
+        click_step(page, step.thread, step.step, step.branch)
+        sync_api.expect(root).to_have_attribute("data-steps", str(k + 1))
+    sync_api.expect(root).to_have_attribute("data-kind", result.verdict)
+    assert "You found the bug" in page.locator("#pg-status").text_content()
+
+
+def test_a_bounded_excerpt_says_where_it_ends(page, site):
+    # No catalog model needs an excerpt, so load one (the real export, cut at 30 states) into the
+    # page in place of the full graph, and walk to a step that leaves it.
+    machine = MODELS["one_cond_signal"].compile({})
+    small = export_graph(machine, max_states=30)
+    root = open_model(page, site, "one_cond_signal")
+    page.evaluate("""([graph]) => {
+        window.SAFEPREFETCH_PLAYGROUND.variants["one_cond_signal model fifo off"] = graph;
+        return document.querySelector('.pg-root').playground.open("model fifo off");
+    }""", [small])
+    assert "bounded excerpt" in page.locator("#pg-verdict").text_content()
+    path, at = [], 0
+    parents = {0: None}
+    queue = [0]
+    while queue:  # BFS through the excerpt to the first step that leaves it
+        at = queue.pop(0)
+        exit_move = next((m for m in small["states"][at]["moves"] if m.get("to", 0) is None), None)
+        if exit_move is not None:
+            break
+        for m in small["states"][at]["moves"]:
+            if m.get("to") is not None and m["to"] not in parents:
+                parents[m["to"]] = (at, m)
+                queue.append(m["to"])
+    while parents[at] is not None:
+        at, m = parents[at]
+        path.insert(0, m)
+    for m in path + [exit_move]:
+        thread = small["threads"][m["thread"]]["name"]
+        page.click(f'button.pg-step[data-thread="{thread}"][data-step="{m["step"]}"][data-branch="{m["branch"]}"]')
+    sync_api.expect(root).to_have_attribute("data-kind", "excerpt")
+    status = page.locator("#pg-status").text_content()
+    assert "the excerpt ends here" in status and "python -m safeprefetch play one_cond_signal" in status
+    assert page.locator("button.pg-step:not([disabled])").count() == 0
+    page.click("#pg-undo")
+    sync_api.expect(root).to_have_attribute("data-over", "no")
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
