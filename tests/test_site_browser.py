@@ -207,6 +207,32 @@ def test_show_me_plays_the_shortest_trace_to_the_checkers_end_state(page, site, 
     assert int(root.get_attribute("data-steps")) == len(result.trace)
 
 
+def test_the_semantics_switch_changes_no_predicate_wait_s_verdict(page, site):
+    model = MODELS["no_predicate_wait"]
+    root = open_model(page, site, "no_predicate_wait")
+    verdict = page.locator("#pg-verdict")
+    assert verdict.get_attribute("data-verdict") == "lost_wakeup" == check(model.compile({})).verdict
+    seen = {}
+    for notify in ("fifo", "any"):
+        for spurious in ("off", "on"):
+            page.select_option("#pg-notify", notify)
+            page.select_option("#pg-spurious", spurious)
+            sync_api.expect(root).to_have_attribute("data-variant", f"model {notify} {spurious}", timeout=WAIT_MS)
+            result = check(model.compile({"notify": notify, "spurious": spurious}))
+            sync_api.expect(verdict).to_have_attribute("data-verdict", result.verdict)
+            assert f"notify={notify} spurious={spurious}: {result.verdict}" in verdict.text_content()
+            page.select_option("#pg-speed", "instant")
+            page.click("#pg-show")  # and the page plays the bug of this setting, not the last one's
+            sync_api.expect(root).to_have_attribute("data-kind", result.verdict, timeout=WAIT_MS)
+            assert int(root.get_attribute("data-steps")) == len(result.trace)
+            seen[notify, spurious] = result.verdict
+    assert seen["fifo", "off"] != seen["fifo", "on"]  # spurious wakeups turn the lost wakeup into another bug
+    # Back to the default: the page's verdict follows the switch both ways.
+    page.select_option("#pg-notify", "fifo")
+    page.select_option("#pg-spurious", "off")
+    sync_api.expect(verdict).to_have_attribute("data-verdict", "lost_wakeup")
+
+
 #: Random clicks inside the page (each a DOM click on an enabled step button, through the page's own
 #: handlers); after each, what the page says. Restart when a run ends. A seeded LCG keeps it replayable.
 _CLICKS = """([seed, clicks]) => {
