@@ -51,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import gc
 import logging
 import pickle
 import re
@@ -60,10 +61,11 @@ import traceback
 import uuid
 from typing import Any, Iterator, Mapping
 
-from .._dsl.model import ModelError
+from .._dsl.model import Machine, Model, ModelError
+from .explore import _is_default
 from .modelref import ModelRef
 
-__all__ = ["POLL", "ActorPool", "ClusterError", "ShardActor", "open_cluster",
+__all__ = ["POLL", "ActorPool", "ClusterError", "ShardActor", "open_cluster", "prepare",
            "require_distributed"]
 
 #: Seconds between liveness checks while someone waits: how soon an actor notices an abort or
@@ -95,6 +97,18 @@ def _portable(e: BaseException) -> BaseException:
     except Exception:
         return RuntimeError(f"{type(e).__name__}: {e}")
     return e
+
+
+def prepare(model: type[Model], config: Mapping[str, Any] | None) -> tuple[ModelRef, dict, Machine, str | None]:
+    """What a search on a cluster does before it starts one: the model by reference, the config,
+    the machine compiled here (so a bad config is a ModelError in the caller) and the expected
+    verdict, and a clear ModelError if dask is missing."""
+    ref = ModelRef.of(model)
+    config = dict(config or {})
+    machine = model.compile(config)
+    expected = model.expected if not config or _is_default(model, machine.config) else None
+    require_distributed()
+    return ref, config, machine, expected
 
 
 def require_distributed() -> Any:
@@ -205,9 +219,14 @@ class ShardActor:
             self.cond.notify_all()
 
     async def disconnect(self) -> None:
-        """Drop the peers' handles (each one holds its actor's key on the scheduler) and the thread."""
+        """Drop the peers' handles (each one holds its actor's key on the scheduler) and the thread.
+
+        The shard froze what it stored (``gc.freeze``); unfreezing hands it back to the cyclic
+        GC, so a long-lived worker of a shared cluster does not keep it out of collection.
+        """
         self.peers, self.outbox = [], []
         self.thread.shutdown(wait=False)
+        gc.unfreeze()
 
     def send_all(self, messages: dict[int, tuple]) -> None:
         # No wait for the peers' acknowledgements: a level ends only once every shard has

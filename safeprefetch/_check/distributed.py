@@ -144,12 +144,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from .._dsl.model import Model, ModelError
-from .cluster import ActorPool, ClusterError, open_cluster, require_distributed
+from .cluster import ActorPool, ClusterError, open_cluster, prepare
 from .expand import check_max_states
-from .explore import DEFAULT_MAX_STATES, CheckResult, Explorer, Violation, _is_default
+from .explore import DEFAULT_MAX_STATES, CheckResult, Explorer, Violation
 from .fingerprint import collision_probability, stable_fingerprinter
 from .liveness import starvation
-from .modelref import ModelRef
 from .reduce import check_reduce
 from .shard import RADIX
 
@@ -210,11 +209,7 @@ def explore_cluster_timed(model: type[Model], config: Mapping[str, Any] | None =
     effective = _EFFECTIVE_REDUCE[check_reduce(reduce)]
     if store not in STORES:
         raise ModelError(f"unknown store {store!r} for a cluster search (known: {', '.join(STORES)})")
-    ref = ModelRef.of(model)
-    config = dict(config or {})
-    machine = model.compile(config)  # config errors surface here, before any cluster starts
-    expected = model.expected if not config or _is_default(model, machine.config) else None
-    require_distributed()
+    ref, config, machine, expected = prepare(model, config)
 
     t0 = time.perf_counter()
     levels = _Levels(Explorer(machine, reduce=effective), max_states, store)

@@ -136,21 +136,27 @@ def fingerprinter(sample: tuple) -> Callable[[tuple], int]:
     state's value alone, so one search never gives one state two
     fingerprints.
     """
-    try:
-        _dumps(sample, 2)
-    except ValueError:
-        pass
-    else:
+    refused = _refused_fields(sample)
+    if refused is None:
         return fingerprint
-    refused = []
-    for i, v in enumerate(sample):
-        try:
-            _dumps(v, 2)
-        except ValueError:
-            refused.append(i)
     if 0 < len(refused) <= 4:
-        return _by_field_ids(tuple(refused))
+        return _by_field_ids(refused)
     return _by_repr
+
+
+def _refused_fields(sample: tuple) -> tuple[int, ...] | None:
+    """None if ``sample`` marshals; else the positions of its top-level fields that marshal refuses."""
+    if _marshals(sample):
+        return None
+    return tuple(i for i, v in enumerate(sample) if not _marshals(v))
+
+
+def _marshals(value: Any) -> bool:
+    try:
+        _dumps(value, 2)
+    except ValueError:
+        return False
+    return True
 
 
 def collision_probability(states: int, generated: int) -> float:
@@ -387,18 +393,7 @@ def stable_fingerprinter(sample: tuple) -> Callable[[tuple], int]:
     The choice of encoding mirrors :func:`fingerprinter` and depends on
     ``sample`` alone, so every process of one search picks the same function.
     """
-    try:
-        _dumps(sample, 2)
-    except ValueError:
-        pass
-    else:
-        return stable_fingerprint
-    refused = []
-    for i, v in enumerate(sample):
-        try:
-            _dumps(v, 2)
-        except ValueError:
-            refused.append(i)
-    if 0 < len(refused) <= 4:
-        return _stable_by_reprs(tuple(refused))
+    refused = _refused_fields(sample)
+    if refused is not None and 0 < len(refused) <= 4:
+        return _stable_by_reprs(refused)
     return stable_fingerprint

@@ -21,9 +21,11 @@ judge alone -- a hang's kind, which needs the path -- it reports as
 classifies it along the rebuilt path.
 
 The worker does not know how messages travel. It is handed a *link* with
-two methods: ``send_all({worker: message})``, which returns once every peer
-holds its message, and ``receive()``, which blocks for the next message
-addressed to it. The cluster search (:mod:`.cluster`) implements them with
+two methods: ``send_all({worker: message})``, which hands one message to
+each peer without waiting for it to arrive, and ``receive()``, which blocks
+for the next message addressed to it. No level ends before every worker has
+received the messages addressed to it, so the coordinator's barrier also
+covers delivery. The cluster search (:mod:`.cluster`) implements them with
 dask actors calling each other; a test can implement them with lists. A
 message is ``(kind, sender, payload)`` with a pickled payload, so the bytes
 on the wire are this module's to count.

@@ -44,8 +44,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from .._dsl.model import Model, ModelError
-from .cluster import open_cluster, require_distributed
-from .explore import _is_default
+from .cluster import open_cluster, prepare
 from .modelref import ModelRef
 from .result import CheckResult
 from .strategies import DEFAULT_MAX_STEPS, search
@@ -130,11 +129,7 @@ def swarm_search(model: type[Model], config: Mapping[str, Any] | None = None, *,
         raise ModelError("a swarm needs at least one run")
     if budget < 1:
         raise ModelError("budget must be at least 1")
-    ref = ModelRef.of(model)
-    config = dict(config or {})
-    machine = model.compile(config)  # config errors surface here, before any cluster starts
-    expected = model.expected if not config or _is_default(model, machine.config) else None
-    require_distributed()
+    ref, config, machine, expected = prepare(model, config)
     t0 = time.perf_counter()
     plan = [(i, names[i % len(names)], seed + i) for i in range(runs)]
     tag = uuid.uuid4().hex[:12]
