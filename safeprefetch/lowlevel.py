@@ -6,9 +6,11 @@ private modules behind it may move. (trio keeps its own such surface in
 
 * **Search beyond BFS:** :func:`search` samples schedules (random, PCT,
   preemption-bounded, Hypothesis) for configurations too big to exhaust,
-  returning a :class:`StrategyResult`; :func:`explore_parallel` explores
-  exhaustively with several processes, the frontier partitioned by state hash
-  (docs/strategies.md, docs/parallel.md).
+  returning a :class:`StrategyResult`; :func:`explore_cluster` explores
+  exhaustively on a dask cluster, the frontier partitioned by state hash
+  across actors, with the single-process result; :func:`swarm_search` runs
+  K independent sampling searches there (a :class:`SwarmResult`)
+  (docs/strategies.md, docs/parallel.md; the ``distributed`` extra).
 * **The runtime:** :class:`Runtime` runs any compiled model on real threads
   (one kernel lock, parking, exact wakeups, external steps outside the lock);
   :func:`run_live` runs every thread of a model live; :func:`verify_record`
@@ -26,11 +28,15 @@ private modules behind it may move. (trio keeps its own such surface in
 
 from __future__ import annotations
 
-from ._check.distributed import explore_parallel as explore_parallel
+from ._check.cluster import ClusterError as ClusterError
+from ._check.distributed import explore_cluster as explore_cluster
 from ._check.strategies import STRATEGIES as STRATEGIES
 from ._check.strategies import StrategyResult as StrategyResult
 from ._check.strategies import pct_probability as pct_probability
 from ._check.strategies import search as search
+from ._check.swarm import SwarmResult as SwarmResult
+from ._check.swarm import SwarmRun as SwarmRun
+from ._check.swarm import swarm_search as swarm_search
 from ._runtime.conformance import ConformanceReport as ConformanceReport
 from ._runtime.conformance import LiveRunResult as LiveRunResult
 from ._runtime.conformance import run_live as run_live
@@ -52,6 +58,7 @@ from ._runtime.kernel import Runtime as Runtime
 __all__ = [
     "STRATEGIES",
     "ActionContext",
+    "ClusterError",
     "ConformanceReport",
     "InjectionOutcome",
     "InjectionPoint",
@@ -62,8 +69,10 @@ __all__ = [
     "Runtime",
     "StepTimeout",
     "StrategyResult",
+    "SwarmResult",
+    "SwarmRun",
     "deliver_sigint",
-    "explore_parallel",
+    "explore_cluster",
     "package_files",
     "pct_probability",
     "raise_keyboard_interrupt",
@@ -71,5 +80,6 @@ __all__ = [
     "run_live",
     "run_with_injection",
     "search",
+    "swarm_search",
     "verify_record",
 ]

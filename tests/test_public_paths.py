@@ -25,7 +25,7 @@ def test_the_public_modules_import_what_the_docs_name():
     for module in (safeprefetch, lowlevel, model, testing):
         for name in module.__all__:
             assert hasattr(module, name), f"{module.__name__}.{name}"
-    for name in ("search", "explore_parallel", "run_live", "verify_record", "Runtime", "record_points",
+    for name in ("search", "explore_cluster", "swarm_search", "run_live", "verify_record", "Runtime", "record_points",
                  "run_with_injection"):
         assert name in lowlevel.__all__
     assert "write_timeline" in safeprefetch.__all__ and "recording_runtimes" in testing.__all__

@@ -40,10 +40,15 @@ Decisions, and why
   order) and a few rounds of linear probing over the whole batch at once.
   Only the states found new are kept as tuples.
 * 0 marks an empty slot; a fingerprint of 0 is stored as 1.
+* Across processes (the cluster search: dask workers do not share a hash
+  secret) the fingerprint is :func:`stable_fingerprint`, BLAKE2b cut to 64
+  bits over the same bytes: every process computes it alike, at about
+  twice the cost of SipHash.
 """
 
 from __future__ import annotations
 
+import hashlib
 import marshal
 import os
 import pickle
@@ -52,9 +57,13 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-_dumps = marshal.dumps
+from .._dsl.model import ModelError
 
-__all__ = ["FingerprintTable", "Frontier", "collision_probability", "fingerprint", "fingerprinter"]
+_dumps = marshal.dumps
+_blake2b = hashlib.blake2b
+
+__all__ = ["FingerprintTable", "Frontier", "collision_probability", "fingerprint", "fingerprinter",
+           "stable_fingerprint", "stable_fingerprinter"]
 
 _MASK = (1 << 64) - 1
 #: Fibonacci hashing multiplier: spreads fingerprints that differ in low bits over the table.
@@ -175,21 +184,27 @@ def fingerprinter(sample: tuple) -> Callable[[tuple], int]:
     No verdict changes: each extra state is a real state.
     """
     slow = _interning(len(sample))
-    try:
-        _dumps(sample, 2)
-    except ValueError:
-        pass
-    else:
+    refused = _refused_fields(sample)
+    if refused is None:
         return _marshal_first(slow)
-    refused = []
-    for i, v in enumerate(sample):
-        try:
-            _dumps(v, 2)
-        except ValueError:
-            refused.append(i)
     if 0 < len(refused) <= 4:
-        return _by_field_ids(tuple(refused), slow)
+        return _by_field_ids(refused, slow)
     return slow
+
+
+def _refused_fields(sample: tuple) -> tuple[int, ...] | None:
+    """None if ``sample`` marshals; else the positions of its top-level fields that marshal refuses."""
+    if _marshals(sample):
+        return None
+    return tuple(i for i, v in enumerate(sample) if not _marshals(v))
+
+
+def _marshals(value: Any) -> bool:
+    try:
+        _dumps(value, 2)
+    except ValueError:
+        return False
+    return True
 
 
 def collision_probability(states: int, generated: int) -> float:
@@ -387,3 +402,73 @@ class Frontier:
         if self.file is not None:
             self.file.close()
             self.file = None
+
+
+# -- the same, across processes ---------------------------------------------------------------
+
+
+def stable_fingerprint(state: tuple) -> int:
+    """A 64-bit fingerprint of ``state`` (never 0) that every process and machine computes alike.
+
+    :func:`fingerprint` hashes with Python's SipHash, keyed per process: fine
+    for one search in one process, useless for routing a state to its owner
+    in another. This is BLAKE2b with an 8-byte digest over the same bytes:
+    ``marshal`` format 2, whose encoding of ints, bools, strings, None and
+    tuples depends on their values only (format 2 writes no references and
+    no interning flags), or, for a state marshal refuses, its ``repr``.
+    """
+    try:
+        data = _dumps(state, 2)
+    except ValueError:
+        data = repr(state).encode()
+    return int.from_bytes(_blake2b(data, digest_size=8).digest(), "little") or 1
+
+
+def _stable_by_reprs(positions: tuple[int, ...]) -> Callable[[tuple], int]:
+    """:func:`stable_fingerprint` of the state with the values at ``positions`` replaced by their ``repr``.
+
+    Those fields repeat across states, so each distinct value's ``repr`` is
+    computed once (told apart by ``==``, as the explorer tells states apart).
+    A ``repr`` that hides a field would merge unequal values for certain; two
+    such values met in one process are refused with a :class:`ModelError`
+    (across processes, and in the whole-state ``repr`` fallback, this is not
+    detected: there the ``repr`` must name the value).
+    Unlike :func:`_by_field_ids`, whose ids follow the order a process meets
+    values in, a ``repr`` is the same in every process.
+    """
+    caches = [(p, {}, {}) for p in positions]
+
+    def fp(state: tuple) -> int:
+        parts = list(state)
+        for p, cache, seen in caches:
+            v = parts[p]
+            r = cache.get(v)
+            if r is None:
+                r = cache[v] = repr(v)
+                # Two unequal values that print alike would share every fingerprint, for certain:
+                # refuse, rather than skip a state silently (caught where one process meets both).
+                other = seen.setdefault(r, v)
+                if other != v:
+                    raise ModelError(f"two unequal values print alike, {r}: a cluster search tells values "
+                                     f"marshal refuses apart by repr; give {type(v).__name__} a repr that "
+                                     "shows every field, or search on one machine")
+            parts[p] = r
+        try:
+            data = _dumps(parts, 2)
+        except ValueError:
+            data = repr(state).encode()
+        return int.from_bytes(_blake2b(data, digest_size=8).digest(), "little") or 1
+
+    return fp
+
+
+def stable_fingerprinter(sample: tuple) -> Callable[[tuple], int]:
+    """The process-independent fingerprint function for states that look like ``sample`` (the root).
+
+    The choice of encoding mirrors :func:`fingerprinter` and depends on
+    ``sample`` alone, so every process of one search picks the same function.
+    """
+    refused = _refused_fields(sample)
+    if refused is not None and 0 < len(refused) <= 4:
+        return _stable_by_reprs(refused)
+    return stable_fingerprint

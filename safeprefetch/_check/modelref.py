@@ -12,10 +12,11 @@ returns that class:
   loader, is importable nowhere else) is found by re-importing that file
   with :mod:`importlib` under the same module name.
 
-A worker made by ``fork`` already holds the module, so it takes it from
-``sys.modules``; a worker made by ``spawn`` imports it afresh. Only names
-and a path cross the process boundary, which is what lets the distributed
-search run under ``spawn`` and, in principle, on other machines.
+A process that already holds the module (a forked one) takes it from
+``sys.modules``; any other -- a dask worker, here or on another machine --
+imports it afresh. Only names and a path cross the process boundary, which
+is what lets the cluster search (:mod:`.cluster`) run on workers that share
+nothing with the caller but the installed package and the model's file.
 
 Why not pickle the class? Pickle finds a class by module and qualified name
 too, and fails exactly where this helper does more: a module loaded from a

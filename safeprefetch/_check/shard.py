@@ -20,6 +20,20 @@ judge alone -- a hang's kind, which needs the path -- it reports as
 :data:`~.verdict.HANG` with the state's serial, and the coordinator
 classifies it along the rebuilt path.
 
+The worker does not know how messages travel. It is handed a *link* with
+two methods: ``send_all({worker: message})``, which hands one message to
+each peer without waiting for it to arrive, and ``receive()``, which blocks
+for the next message addressed to it. No level ends before every worker has
+received the messages addressed to it, so the coordinator's barrier also
+covers delivery. The cluster search (:mod:`.cluster`) implements them with
+dask actors calling each other; a test can implement them with lists. A
+message is ``(kind, sender, payload)`` with a pickled payload, so the bytes
+on the wire are this module's to count.
+
+States go to their owner by :func:`~.fingerprint.stable_fingerprint`
+(modulo P), which every process computes alike: dask workers do not share
+a hash secret, so ``hash(state)`` would send one state to two owners.
+
 One level has four phases, timed for the benchmark (``timing``): expand
 this worker's slice into a per-level dict of successors (dropping the many
 duplicates one level produces); route each distinct successor to its owner
@@ -32,56 +46,49 @@ and receive the others' (``route``, ``wait``); insert in key order
 from __future__ import annotations
 
 import gc
-import os
 import pickle
-import queue
-import signal
 import time
-import traceback
-import zlib
 from array import array
 from bisect import bisect_left
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Protocol
 
 from .._dsl.model import Machine, ModelError
 from .expand import Expander, counted_at_cut
-from .modelref import ModelRef
+from .fingerprint import stable_fingerprinter
 from .verdict import terminal
 
-__all__ = ["PARTITIONS", "RADIX", "Worker", "crc_hash", "worker_main"]
+__all__ = ["RADIX", "Link", "Worker"]
 
 #: Radix of discovery keys: ``key = serial(parent) * RADIX + position of the successor``.
 #: 2**16 leaves room for 65,535 successors of one state (catalog models have fewer than
 #: 20) while keys stay below 2**63 for up to 2**47 states, so they fit int64 arrays.
 RADIX = 1 << 16
 
-#: How the owner of a state is computed: ``"hash"`` (Python's hash; needs ``fork``, so that
-#: every worker shares the hash secret) or ``"crc32"`` (of ``repr(state)``; works anywhere).
-PARTITIONS = ("hash", "crc32")
-
-#: Seconds between liveness checks while a process waits on a queue: how quickly a worker
-#: notices that its coordinator is gone, and the coordinator that a worker died.
-POLL = 0.5
+_PICKLE = pickle.HIGHEST_PROTOCOL
 
 
-def crc_hash(state: tuple) -> int:
-    """The deterministic partition hash: stable across processes and machines."""
-    return zlib.crc32(repr(state).encode())
+class Link(Protocol):
+    """How a worker reaches its peers (see the module essay)."""
+
+    def send_all(self, messages: dict[int, tuple]) -> None: ...
+
+    def receive(self) -> tuple: ...
 
 
 class Worker:
     """One shard: its states, their discovery keys and serials, and its part of the frontier."""
 
-    def __init__(self, me: int, nproc: int, machine: Machine, reduce: str, partition: str,
-                 inboxes: list, parent_pid: int):
+    def __init__(self, me: int, nproc: int, machine: Machine, reduce: str, link: Link):
         self.me = me
         self.nproc = nproc
         self.machine = machine
         self.expander = Expander(machine, reduce)
         assert self.expander.ample is None, "partial-order reduction is not distributed"
-        self.hash = hash if partition == "hash" else crc_hash
-        self.inboxes = inboxes
-        self.parent_pid = parent_pid
+        #: The owner of state ``s`` is ``route(s) % nproc``: the same in every process.
+        self.route = stable_fingerprinter(self.expander.root())
+        self.link = link
+        #: Bytes this worker sent to its peers (pickled batches and keys), for the benchmark.
+        self.sent_bytes = 0
         #: state -> discovery key (``serial(parent) * RADIX + position``; -1 for the initial state).
         self.parents: dict[tuple, int] = {}
         #: The serials of this worker's states, ascending, and the states themselves, in step.
@@ -95,32 +102,27 @@ class Worker:
 
     # -- messages between workers ---------------------------------------------
 
-    def get(self, q) -> Any:
-        while True:
-            try:
-                return q.get(timeout=POLL)
-            except queue.Empty:
-                if os.getppid() != self.parent_pid:
-                    raise SystemExit(0)  # the coordinator is gone: so are we
-
     def _recv(self, kind: str, count: int) -> list[tuple]:
         got = [m for m in self.pending if m[0] == kind]
         self.pending = [m for m in self.pending if m[0] != kind]
-        inbox = self.inboxes[self.me]
         while len(got) < count:
-            msg = self.get(inbox)
+            msg = self.link.receive()
             (got if msg[0] == kind else self.pending).append(msg)
         return got
 
     def _send_all(self, kind: str, payloads) -> None:
+        messages = {}
         for w in range(self.nproc):
             if w != self.me:
-                self.inboxes[w].put((kind, self.me, payloads(w)))
+                blob = pickle.dumps(payloads(w), _PICKLE)
+                self.sent_bytes += len(blob)
+                messages[w] = (kind, self.me, blob)
+        self.link.send_all(messages)
 
     # -- commands from the coordinator ------------------------------------------
 
     def seed(self, init: tuple) -> bool:
-        if self.nproc > 1 and self.hash(init) % self.nproc != self.me:
+        if self.nproc > 1 and self.route(init) % self.nproc != self.me:
             return False
         self.parents[init] = -1
         self.serials.append(0)
@@ -130,7 +132,7 @@ class Worker:
 
     def level(self, stored: int, remaining: int) -> dict[str, Any]:
         """Expand this worker's part of one level; exchange; number and keep the new states."""
-        c0, t0 = time.process_time(), time.perf_counter()
+        c0, t0, sent0 = time.process_time(), time.perf_counter(), self.sent_bytes
         successors, transitions, term, step = self._expand_slice()
         t1 = time.perf_counter()
         new, self.new_keys, t_routed, t_received = self._exchange(successors)
@@ -144,7 +146,8 @@ class Worker:
         # full collections from rescanning the whole visited set (about 9% faster at 300k states).
         gc.freeze()
         timing = {"expand": t1 - t0, "route": t_routed - t1, "wait": t_received - t_routed,
-                  "merge": t3 - t_received, "rank": t4 - t3, "commit": t5 - t4, "cpu": time.process_time() - c0}
+                  "merge": t3 - t_received, "rank": t4 - t3, "commit": t5 - t4, "cpu": time.process_time() - c0,
+                  "bytes sent": self.sent_bytes - sent0}
         return {"new": kept, "transitions": transitions, "frontier": len(self.frontier), "term": term,
                 "on": first, "cut": cut, "timing": timing}
 
@@ -177,7 +180,7 @@ class Worker:
                     add(nxt, key)
             if key - base >= RADIX:
                 raise ModelError(f"a state has {key - base} successors; "
-                                 f"the parallel explorer handles at most {RADIX - 1}")
+                                 f"the distributed search handles at most {RADIX - 1}")
             if stuck:
                 verdict = terminal(machine, state)
                 if verdict is not None:
@@ -196,7 +199,7 @@ class Worker:
             return (*self._insert(successors.items()), now, now)
         import numpy as np
 
-        nproc, h = self.nproc, self.hash
+        nproc, h = self.nproc, self.route
         out_states: list[list[tuple]] = [[] for _ in range(nproc)]
         out_keys = [array("q") for _ in range(nproc)]
         for nxt, key in successors.items():
@@ -215,7 +218,8 @@ class Worker:
         try:
             got = self._recv("batch", nproc - 1)
             received = time.perf_counter()
-            for _, _, (their_states, their_keys) in got:
+            for _, _, blob in got:
+                their_states, their_keys = pickle.loads(blob)
                 states += their_states
                 keys.frombytes(their_keys)
             del got
@@ -253,42 +257,47 @@ class Worker:
         refused (None if none), and the first invariant violation ``("inv", key, serial, state,
         (kind, message))``.
         """
+        # Ranks ascend with keys, so the states within the cap are a prefix: sequential BFS stops
+        # before storing the state of global rank ``remaining``, held by whoever holds that rank.
+        kept = bisect_left(ranks, remaining)
+        cut = self.new_keys[kept] if kept < len(ranks) and ranks[kept] == remaining else None
+        serials = [stored + r for r in ranks[:kept]]
+        self._store(new, kept, serials)
         check_inv = self.expander.invariant
-        parents = self.parents
+        if check_inv is None:
+            self.frontier = list(zip(serials, new[:kept]))
+            return kept, cut, None
         frontier: list[tuple[int, tuple]] = []
-        kept = 0
-        cut = inv = None
-        for key, x, rank in zip(self.new_keys, new, ranks):
-            if rank >= remaining:  # over the state cap: sequential BFS stops before storing x
-                if rank == remaining:
-                    cut = key
-                del parents[x]
+        inv = None
+        for key, x, serial in zip(self.new_keys, new[:kept], serials):
+            bad = check_inv(x)
+            if bad:  # an error state: stored and reported, never expanded
+                if inv is None:
+                    inv = ("inv", key, serial, x, bad)
                 continue
-            serial = stored + rank
-            kept += 1
-            self.serials.append(serial)
-            self.states.append(x)
-            if check_inv is not None:
-                bad = check_inv(x)
-                if bad:  # an error state: reported, never expanded
-                    if inv is None:
-                        inv = ("inv", key, serial, x, bad)
-                    continue
             frontier.append((serial, x))
         self.frontier = frontier
         return kept, cut, inv
 
+    def _store(self, new: list[tuple], kept: int, serials: list[int]) -> None:
+        """Keep the first ``kept`` new states (numbered ``serials``); forget the others (over the cap)."""
+        parents = self.parents
+        for x in new[kept:]:
+            del parents[x]
+        self.serials.extend(serials)
+        self.states.extend(new[:kept])
+
     def _ranks(self, keys: list[int]) -> Any:
         """Global rank of each of this worker's new keys (sorted) among every worker's new keys."""
         if self.nproc == 1:
-            return range(len(keys))
+            return list(range(len(keys)))
         import numpy as np
 
         mine = np.array(keys, dtype=np.int64)
         self._send_all("keys", lambda w, b=mine.tobytes(): b)
         ranks = np.arange(len(keys), dtype=np.int64)
-        for _, _, buf in self._recv("keys", self.nproc - 1):
-            ranks += np.searchsorted(np.frombuffer(buf, dtype=np.int64), mine)
+        for _, _, blob in self._recv("keys", self.nproc - 1):
+            ranks += np.searchsorted(np.frombuffer(pickle.loads(blob), dtype=np.int64), mine)
         return ranks.tolist()
 
     def upto(self, key: int) -> tuple[int, int]:
@@ -331,30 +340,3 @@ class Worker:
             if j == len(serials) or serials[j] != ps:
                 return out, ps
 
-
-def worker_main(me: int, nproc: int, ref: ModelRef, config: Mapping[str, Any], reduce: str, partition: str,
-                ctrl, inboxes: list, results, parent_pid: int) -> None:
-    """A worker process: get the model back, compile it, and serve the coordinator's commands."""
-    try:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
-    except ValueError:  # pragma: no cover - not the main thread
-        pass
-    for q in inboxes:
-        q.cancel_join_thread()  # never block exit on a batch a dead peer will not read
-    try:
-        machine = ref.resolve().compile(config)
-        worker = Worker(me, nproc, machine, reduce, partition, inboxes, parent_pid)
-        while True:
-            cmd = worker.get(ctrl)
-            if cmd[0] == "stop":
-                return
-            results.put((me, "ok", getattr(worker, cmd[0])(*cmd[1:])))
-    except SystemExit:
-        return
-    except BaseException as e:  # report anything, including model errors, to the coordinator
-        text = traceback.format_exc()
-        try:
-            payload = pickle.dumps(e)
-        except Exception:
-            payload = None
-        results.put((me, "error", (payload, f"{type(e).__name__}: {e}", text)))

@@ -33,6 +33,7 @@ from .._harness import docsite as _docs_commands
 from .._tools import spin as _spin_commands
 from .._tools import teach as _teach_commands
 from .._tools.cliargs import UsageError, parse_sets
+from . import cluster as _cluster_args
 from . import live as _live_commands
 from . import tour as _tour_commands
 
@@ -103,15 +104,10 @@ def _cmd_check(args) -> int:
     model = load_model(args.model)
     overrides = parse_sets(args.set or [])
     machine = model.compile(overrides)
-    if args.processes < 1:
-        raise UsageError("--processes must be at least 1")
-    if args.processes > 1:
-        if args.strategy != "bfs":
-            raise UsageError("--processes needs --strategy bfs")
-        from .._check.distributed import explore_parallel  # the frontier partitioned by state hash
+    if args.cluster is not None or args.swarm is not None:
+        from .cluster import check_on_cluster  # on dask: the partitioned BFS, or a swarm of samplers
 
-        result = explore_parallel(model, overrides, processes=args.processes, max_states=args.max_states,
-                                  reduce=args.reduce, progress=_Progress(), progress_every=args.progress_seconds)
+        result = check_on_cluster(args, model, overrides, _Progress())
     elif args.strategy in ("bfs", "dfs"):
         memory = _memory_arg(args.memory)
         if args.store == "fingerprint" and args.strategy != "bfs":
@@ -222,8 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="bfs/dfs explore exhaustively; the others sample schedules (replayable by --seed)")
     ck.add_argument("--reduce", default="all", choices=["none", "symmetry", "por", "all"],
                     help="state-space reductions (all preserve verdicts; default all)")
-    ck.add_argument("--processes", type=int, default=1, metavar="N",
-                    help="explore with N processes, the frontier partitioned by state hash (bfs only)")
+    _cluster_args.add_arguments(ck)  # --cluster SPEC, --swarm K
     ck.add_argument("--progress-bound", type=int, metavar="K",
                     help="also require every thread to return within K of its own steps after shutdown")
     ck.add_argument("--progress-seconds", type=float, default=3.0, help="seconds between progress lines (stderr)")

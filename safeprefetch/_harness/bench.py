@@ -24,8 +24,8 @@ in a test: the machines this runs on are shared and noisy.
 
 Two more benchmarks of the checker live next to this one and are run as
 modules, since each regenerates a table of the docs:
-``python -m safeprefetch._harness.bench_parallel`` (the distributed
-explorer against the sequential one, docs/parallel.md) and
+``python -m safeprefetch._harness.bench_parallel`` (the cluster search on
+a dask LocalCluster against the sequential one, docs/parallel.md) and
 ``python -m safeprefetch._harness.strategies_table`` (each sampling strategy
 against BFS to the first bug, docs/strategies.md).
 """
@@ -273,7 +273,7 @@ def register(sub) -> dict[str, Any]:
         if name == "predict":
             b.add_argument("--requests", type=int, default=None, help="requests per trace")
             b.add_argument("--repeats", type=int, default=None, help="repeats per figure (the median is reported)")
-    for name, text in (("parallel", "multi-process search against the sequential one (docs/parallel.md)"),
+    for name, text in (("parallel", "the cluster search (dask) against the sequential one (docs/parallel.md)"),
                        ("strategies", "the sampling strategies on big broken models (docs/strategies.md)")):
         b = which.add_parser(name, help=f"{text}; the arguments after it go to that benchmark")
         b.add_argument("rest", nargs=argparse.REMAINDER)

@@ -1,19 +1,29 @@
-"""The benchmark behind docs/parallel.md: the distributed explorer against the sequential one.
+"""The benchmark behind docs/parallel.md: the cluster search on a dask LocalCluster against the sequential one.
 
 What it measures, and why this way
 ----------------------------------
-``python -m safeprefetch._harness.bench_parallel [MODEL] [--set K=V]...``
+``python -m safeprefetch bench parallel [MODEL] [--set K=V]...`` starts one
+LocalCluster per worker count (``--workers 1,2``: single-threaded worker
+processes; start-up is reported, not timed into the search), then
 interleaves, N times, the sequential explorer (``check(..., reduce="none")``,
-compilation included) with :func:`~safeprefetch._check.distributed.explore_parallel`
-at each process count (compilation and process start-up included), checks
-that every run agrees with the sequential one (states, transitions, verdict,
-trace), and prints medians: over every repetition, and over the *clean*
-ones. The machines this runs on are shared and noisy, so each run records
-how much CPU *other* processes used meanwhile (Linux ``/proc/stat``), and a
-repetition waits for an idle second before it starts. ``--ceiling`` measures
-what two cores give two independent sequential searches (the most a
-two-process search could gain here); ``--hash-cost`` the cost per state of
-each partition function.
+compilation included) with
+:func:`~safeprefetch._check.distributed.explore_cluster_timed` on each
+cluster (actor start-up and the model's compilation on every worker
+included), checks that every run agrees with the sequential one (states,
+transitions, verdict, trace), and prints medians: over every repetition,
+and over the *clean* ones. The machines this runs on are shared and noisy,
+so each run records how much CPU *other* processes used meanwhile (Linux
+``/proc/stat`` against this process tree's own CPU, dask workers
+included), and a repetition waits for an idle second before it starts.
+Then the per-state costs derived from the last run's per-worker phases, and
+the bytes each worker sent.
+
+``--costs`` measures the cluster's own prices: the client barrier (one call
+to every actor and back, what each BFS level pays once), an actor-to-actor
+message one at a time (latency), and pipelined 1 MB messages (bandwidth).
+``--ceiling`` measures what two cores give two independent sequential
+searches (the most a two-worker search could gain here); ``--hash-cost``
+the cost per state of each candidate partition function.
 
 This is harness code: it measures the checking layer from above and is not
 part of it (the layering test keeps ``_check`` free of it).
@@ -21,13 +31,21 @@ part of it (the layering test keeps ``_check`` free of it).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import contextvars
 import multiprocessing as mp
 import os
+import statistics
+import threading
 import time
+import zlib
+from typing import Any
 
-from .._check.distributed import explore_parallel_timed
-from .._check.explore import DEFAULT_MAX_STATES, Explorer, check
-from .._check.shard import crc_hash
+from .._check.cluster import open_cluster
+from .._check.distributed import explore_cluster_timed
+from .._check.explore import Explorer, check
+from .._check.fingerprint import fingerprinter, stable_fingerprinter
 from .._tools.catalog import load_model
 
 __all__ = ["main"]
@@ -38,6 +56,7 @@ class _Contention:
 
     The benchmark shares two cores with whatever else runs; a run during which others
     took a noticeable share of the cores is reported, but kept apart from the clean ones.
+    "Own" CPU is this process's and all its descendants' (the LocalClusters' workers).
     """
 
     HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -54,8 +73,15 @@ class _Contention:
 
     @staticmethod
     def own() -> float:
-        t = os.times()
-        return t.user + t.system + t.children_user + t.children_system
+        import psutil  # a dependency of distributed
+
+        me = psutil.Process()
+        total = 0.0
+        for p in [me, *me.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                t = p.cpu_times()
+                total += t.user + t.system
+        return total
 
     def __enter__(self) -> "_Contention":
         self.b0, self.o0, self.t0 = self.busy(), self.own(), time.perf_counter()
@@ -63,7 +89,8 @@ class _Contention:
 
     def __exit__(self, *exc) -> None:
         self.wall = time.perf_counter() - self.t0
-        self.foreign = max(0.0, (self.busy() - self.b0) - (self.own() - self.o0))
+        self.cpu = self.own() - self.o0
+        self.foreign = max(0.0, (self.busy() - self.b0) - self.cpu)
 
     @property
     def clean(self) -> bool:
@@ -82,33 +109,27 @@ class _Contention:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m safeprefetch._harness.bench_parallel [MODEL] [--set K=V]... [--repeat N] [--processes 1,2] [--partition P]``
+    """``python -m safeprefetch bench parallel [MODEL] [--set K=V]... [--repeat N] [--workers 1,2] [--store S]``
 
-    Interleaves, N times, the sequential explorer (``check(..., reduce="none")``,
-    compilation included) with :func:`explore_parallel` at each process count
-    (compilation and process start-up included), checks that every run agrees with
-    the sequential one, and prints a Markdown table row of medians: over every
-    repetition, and over the *clean* ones, in which other processes used less than a
-    tenth of a core during each run. Before each repetition it waits (``--wait``
-    seconds at most) for the machine to be idle. Then every sample, and the seconds
-    each worker spent in each phase of the last run.
-
-    ``--ceiling`` measures instead what two cores give two *independent* sequential
-    searches, the most a two-process search could gain here; ``--hash-cost`` the cost
-    of each partition function per state.
+    Interleaves, N times, the sequential explorer with the cluster search at each
+    worker count and prints a Markdown table row of medians (all repetitions, and the
+    clean ones), every sample, each worker's seconds per phase in the last run, and the
+    per-state costs derived from them. ``--costs``, ``--ceiling`` and ``--hash-cost``
+    measure the cluster's message prices, the two-core ceiling, and the partition
+    functions instead (see the module essay).
     """
     import argparse
-    import statistics
 
-    p = argparse.ArgumentParser(prog="python -m safeprefetch._harness.bench_parallel")
+    p = argparse.ArgumentParser(prog="python -m safeprefetch bench parallel")
     p.add_argument("model", nargs="?", default="prefetcher")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
     p.add_argument("--repeat", type=int, default=5)
-    p.add_argument("--processes", default="1,2")
-    p.add_argument("--partition", default="hash")
+    p.add_argument("--workers", default="1,2")
+    p.add_argument("--store", default="full", choices=["full", "fingerprint"])
     p.add_argument("--wait", type=float, default=60.0)
     p.add_argument("--ceiling", action="store_true")
     p.add_argument("--hash-cost", action="store_true")
+    p.add_argument("--costs", action="store_true")
     args = p.parse_args(argv)
     config = dict(item.split("=", 1) for item in args.set)
     model = load_model(args.model)
@@ -116,25 +137,35 @@ def main(argv: list[str] | None = None) -> int:
         return _ceiling(model, config, args.repeat, args.wait)
     if args.hash_cost:
         return _hash_cost(model, config)
-    counts = [int(n) for n in args.processes.split(",")]
-    names = ["seq"] + [f"P={n}" for n in counts]
+    counts = [int(n) for n in args.workers.split(",")]
+    if args.costs:
+        return _costs(max(2, max(counts)), args.repeat)
+    return _speedup(model, config, args, counts)
+
+
+def _speedup(model: Any, config: dict, args: Any, counts: list[int]) -> int:
+    names = ["seq"] + [f"W={n}" for n in counts]
     samples: list[dict[str, _Contention]] = []
-    states = 0
-    phases: dict[int, list[dict[str, float]]] = {}
-    for _ in range(args.repeat):
-        _Contention.wait_quiet(args.wait)
-        rep: dict[str, _Contention] = {}
-        with _Contention() as rep["seq"]:
-            ref = check(model, config, reduce="none")
-        states = ref.states
+    stats: dict[int, Any] = {}
+    with contextlib.ExitStack() as stack:
+        clients = {}
         for n in counts:
-            with _Contention() as rep[f"P={n}"]:
-                got, phases[n] = explore_parallel_timed(model, config, n, DEFAULT_MAX_STATES, "none",
-                                                        args.partition, None)
-            if (got.verdict, got.states, got.transitions, got.trace) != (ref.verdict, ref.states, ref.transitions,
-                                                                          ref.trace):
-                raise SystemExit(f"P={n} disagrees with the sequential explorer")
-        samples.append(rep)
+            t = time.perf_counter()
+            clients[n] = stack.enter_context(open_cluster(f"local:{n}"))
+            print(f"LocalCluster with {n} worker(s) started in {time.perf_counter() - t:.2f} s (not timed below)")
+        for _ in range(args.repeat):
+            _Contention.wait_quiet(args.wait)
+            rep: dict[str, _Contention] = {}
+            with _Contention() as rep["seq"]:
+                ref = check(model, config, reduce="none")
+            for n in counts:
+                with _Contention() as rep[f"W={n}"]:
+                    got, stats[n] = explore_cluster_timed(model, config, cluster=clients[n], store=args.store)
+                if (got.verdict, got.states, got.transitions, got.trace) != (ref.verdict, ref.states,
+                                                                           ref.transitions, ref.trace):
+                    raise AssertionError(f"W={n} disagrees with the sequential search: {got} vs {ref}")
+            samples.append(rep)
+    states = ref.states
 
     def row(reps: list[dict[str, _Contention]]) -> str:
         if not reps:
@@ -147,22 +178,108 @@ def main(argv: list[str] | None = None) -> int:
 
     clean = [r for r in samples if all(c.clean for c in r.values())]
     label = " ".join(args.set) or "defaults"
+    print(f"store {args.store}; columns: states, seq, then per worker count: time, speed-up; repetitions")
     print(f"| {label} | {states:,} | all {row(samples)}|")
     print(f"| {label} | {states:,} | clean {row(clean)}|")
     for k in names:
-        print(f"  {k}: " + " ".join(f"{r[k].wall:.2f}{'' if r[k].clean else '*'}" for r in samples))
+        print(f"  {k}: " + " ".join(f"{r[k].wall:.2f}{'' if r[k].clean else '*'}" for r in samples)
+              + "   CPU s: " + " ".join(f"{r[k].cpu:.2f}" for r in samples))
     print("  (* = others used more than a tenth of a core meanwhile; foreign CPU s: "
           + " ".join(f"{max(c.foreign for c in r.values()):.1f}" for r in samples) + ")")
-    for n, per_worker in phases.items():
-        for w, tm in enumerate(per_worker):
-            print(f"  P={n} worker {w}: " + " ".join(f"{k} {v:.2f}" for k, v in tm.items()))
+    seq_us = statistics.median(r["seq"].wall for r in samples) / states * 1e6
+    print(f"  sequential: {seq_us:.1f} us per state")
+    for n, st in stats.items():
+        _print_stats(n, st, states)
     return 0
 
 
-def _ceiling(model, config: dict, repeat: int, wait: float) -> int:
-    """Throughput of two concurrent independent sequential searches over one alone."""
-    import statistics
+def _print_stats(n: int, st: Any, states: int) -> None:
+    """One worker count's last run: phases per worker, then per-state and per-level costs."""
+    print(f"  W={n}: {st.levels} levels, actors started in {st.setup_seconds:.2f} s")
+    for w, tm in enumerate(st.phases):
+        print(f"    worker {w}: " + " ".join(f"{k} {v:,.0f}" if k == "bytes sent" else f"{k} {v:.2f}"
+                                            for k, v in tm.items())
+              + f"  rss {st.rss[w] / 2**20:,.0f} MB" + (f", table {st.table_bytes[w] / 2**20:,.1f} MB"
+                                                       if st.table_bytes[w] else ""))
+    cpu = sum(tm.get("cpu", 0.0) for tm in st.phases)
+    sent = sum(tm.get("bytes sent", 0.0) for tm in st.phases)
+    expand = sum(tm.get("expand", 0.0) for tm in st.phases)
+    print(f"    per state: {cpu / states * 1e6:.1f} us CPU over all workers ({expand / states * 1e6:.1f} us expanding), "
+          f"{sent / states:,.0f} bytes sent")
+    if st.table_bytes and any(st.table_bytes):
+        print(f"    fingerprint tables: {sum(st.table_bytes) / states:.1f} bytes per state")
 
+
+# -- the cluster's own prices ---------------------------------------------------------------
+
+
+class _Probe:
+    """A dask actor for ``--costs``: answers pings, counts messages, sends them to a peer."""
+
+    def __init__(self) -> None:
+        self.got = 0
+        self.cond = threading.Condition()
+        self.peer: Any = None
+
+    async def connect(self, peer: Any) -> None:
+        self.peer = peer
+
+    async def ping(self) -> None:
+        return None
+
+    async def take(self, blob: bytes) -> None:
+        with self.cond:
+            self.got += 1
+            self.cond.notify_all()
+
+    async def send(self, count: int, size: int, pipelined: bool) -> float:
+        """Send ``count`` messages of ``size`` bytes to the peer; seconds until it holds them all."""
+        context = contextvars.copy_context()
+        return await asyncio.get_running_loop().run_in_executor(None, context.run, self._send, count, size, pipelined)
+
+    def _send(self, count: int, size: int, pipelined: bool) -> float:
+        blob = bytes(size)
+        t = time.perf_counter()
+        if pipelined:
+            for f in [self.peer.take(blob) for _ in range(count)]:
+                f.result()
+        else:
+            for _ in range(count):
+                self.peer.take(blob).result()
+        return time.perf_counter() - t
+
+
+def _costs(n: int, repeat: int) -> int:
+    """The client barrier, actor-to-actor latency and bandwidth on a LocalCluster of ``n`` workers."""
+    with open_cluster(f"local:{n}") as client:
+        workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+        futures = [client.submit(_Probe, actor=True, workers=[w], allow_other_workers=False, pure=False)
+                   for w in workers]
+        probes = [f.result() for f in futures]
+        for a, b in zip(probes, probes[1:] + probes[:1]):
+            a.connect(b).result()
+        rounds = 200
+        barrier = []
+        for _ in range(max(1, repeat)):
+            t = time.perf_counter()
+            for _ in range(rounds):
+                for f in [p.ping() for p in probes]:
+                    f.result()
+            barrier.append((time.perf_counter() - t) / rounds)
+        latency = [probes[0].send(rounds, 100, False).result() / rounds for _ in range(max(1, repeat))]
+        size, count = 1 << 20, 50
+        bandwidth = [size * count / probes[0].send(count, size, True).result() for _ in range(max(1, repeat))]
+        for f in futures:
+            f.release()
+    print(f"LocalCluster, {n} single-threaded workers; medians of {max(1, repeat)} measurements")
+    print(f"  client barrier (one call to each of {n} actors and back): {statistics.median(barrier) * 1e3:.2f} ms")
+    print(f"  actor-to-actor message, 100 bytes, one at a time: {statistics.median(latency) * 1e3:.2f} ms")
+    print(f"  actor-to-actor, 1 MB messages, pipelined: {statistics.median(bandwidth) / 2**20:,.0f} MB/s")
+    return 0
+
+
+def _ceiling(model: Any, config: dict, repeat: int, wait: float) -> int:
+    """Throughput of two concurrent independent sequential searches over one alone."""
     ctx = mp.get_context("fork")
 
     def one(q) -> None:
@@ -190,17 +307,24 @@ def _ceiling(model, config: dict, repeat: int, wait: float) -> int:
     return 0
 
 
-def _hash_cost(model, config: dict) -> int:
-    """Nanoseconds per state of each partition function, over every state of the config."""
+def _hash_cost(model: Any, config: dict) -> int:
+    """Nanoseconds per state of each partition candidate, over every state of the config."""
     machine = model.compile(config)
     explorer = Explorer(machine, reduce="none")
     explorer.run()
     states = list(explorer.parents)
-    for name, fn in (("hash", hash), ("crc32", crc_hash)):
-        t = time.perf_counter()
-        for s in states:
-            fn(s) % 2
-        print(f"{name}: {(time.perf_counter() - t) / len(states) * 1e9:,.0f} ns per state")
+    candidates = (("hash (per process: unusable across processes)", hash),
+                  ("SipHash fingerprint (per process)", fingerprinter(machine.init)),
+                  ("crc32 of repr", lambda s: zlib.crc32(repr(s).encode())),
+                  ("stable fingerprint (BLAKE2b, the route)", stable_fingerprinter(machine.init)))
+    for name, fn in candidates:
+        best = float("inf")
+        for _ in range(3):
+            t = time.perf_counter()
+            for s in states:
+                fn(s) % 2
+            best = min(best, time.perf_counter() - t)
+        print(f"{name}: {best / len(states) * 1e9:,.0f} ns per state")
     return 0
 
 
