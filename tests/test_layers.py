@@ -23,7 +23,8 @@ PACKAGE = ROOT / "safeprefetch"
 #: Lowest first. A module may import from its own layer and the layers before it. The catalog
 #: (``models``) is written in the public DSL only, so it sits right above it; the live Prefetcher
 #: compiles the catalog's reference model.
-LAYERS = ["_dsl", "models", "_check", "_runtime", "_prefetcher", "_tools", "_harness", "_cli", "public"]
+LAYERS = ["_dsl", "models", "_check", "_runtime", "_prefetcher", "_tools", "_interleave", "_harness", "_cli",
+          "public"]
 
 #: Known upward imports, each waiting for the change that removes it (keep this empty).
 PENDING: set[tuple[str, str]] = set()
@@ -179,7 +180,7 @@ def test_the_checker_has_teeth(bad, good, tmp_path, monkeypatch):
 # SIZE_WHY. Every module of the package is measured; the subpackages in SIZE_ENFORCED must comply.
 
 #: Subpackages (names under ``safeprefetch/``) whose sizes are enforced. Add yours once it is split.
-SIZE_ENFORCED = ["_check", "_dsl", "_runtime", "_prefetcher", "_tools", "_harness", "_cli"]
+SIZE_ENFORCED = ["_check", "_dsl", "_runtime", "_prefetcher", "_tools", "_interleave", "_harness", "_cli"]
 MODULE_LINES = 600
 FUNCTION_LINES = 80
 #: How a docstring says why its module or function is longer than the limit.

@@ -1,0 +1,487 @@
+"""The Prefetcher's own threaded code under the controlled scheduler.
+
+What it checks, and why
+-----------------------
+The reference model is proved; the code that runs it -- the runtime's kernel
+lock, its parking and footprint-skipped wakeups, and the Prefetcher's glue
+around leases, close and finalizers -- is the trusted base, and that is where
+the real deadlocks of the hardening issue were: ``close()`` from a signal
+handler that interrupted ``next()``, and the GC finalizer run by a worker
+that held the kernel lock. Here the real :class:`~safeprefetch.Prefetcher`
+runs unmodified under :func:`safeprefetch.interleavings.check`, with its
+runtime, workers, reaper and finalizer, and every schedule that matters is
+explored (exhaustively, or within a stated preemption bound), with the
+interrupts of the hardening issue injected at every scheduling point of the
+thread they land on:
+
+* :data:`SCENARIOS` -- map, iterable and ``fetch_into`` sources, capacity
+  1-2, workers 1-2, items 0-3, close from another thread, an abandoned
+  prefetcher, a source error, ``get(timeout=)``, a signal handler's
+  ``close()`` on the consumer and the finalizer on a worker. Each must show
+  no violation.
+* :func:`old_scenario` -- the pre-hardening locking pattern (commit
+  ``c24e732``: ``safeprefetch/_live.py``'s ``Runtime.step``/``_park``/
+  ``_wake_enabled`` and ``safeprefetch/_prefetcher.py``'s ``close`` and
+  ``_abandon``), copied faithfully in :class:`OldRuntime` and
+  :class:`OldPrefetcher` down to the one non-reentrant kernel lock. The same
+  two interrupts must each find a deadlock there.
+* :data:`MUTATIONS` -- four edits of ``safeprefetch/_runtime/kernel.py`` (a
+  skipped wakeup, a footprint missing a read, a park without its token, a
+  close that does not wake), each written to a copy of the module and swapped
+  in for the real one; each must be caught with a trace.
+
+A fresh reaper is made for every schedule (the process-wide one holds a real
+queue the scheduler cannot see): :func:`patches` swaps it in wherever the
+Prefetcher's modules bound it. The runtime's park tokens are locks used as
+binary semaphores (released by the waker, not the holder), so these checks
+use Python's own rule for ``Lock`` (``lock_release="any"``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from .._interleave import api
+from .._interleave.check import Fresh, Interrupt
+from .._interleave.report import CodeCheckResult
+from .._prefetcher import core as _core
+from .._prefetcher import lifecycle as _lifecycle
+from .._prefetcher.api import Prefetcher, _abandon
+from .._prefetcher.errors import PrefetcherClosed, PrefetchTimeout
+
+__all__ = ["MUTATIONS", "SCENARIOS", "Mutation", "OldPrefetcher", "OldRuntime", "Scenario", "check_mutation",
+           "check_scenario", "mutant_runtime", "old_scenario", "patches", "run_suite"]
+
+#: Threads that may outlive a test body: the per-schedule reaper waits for requests forever.
+ALLOW_ALIVE = (_lifecycle.REAPER_THREAD,)
+
+
+def patches() -> dict:
+    """A fresh reaper for every schedule, wherever a module of the Prefetcher bound the process-wide one."""
+    return {(m, "reaper"): Fresh(_lifecycle._Reaper) for m in list(sys.modules.values())
+            if m is not None and getattr(m, "reaper", None) is _lifecycle.reaper}
+
+
+# -- sources --------------------------------------------------------------------------------------
+
+class MapSource:
+    def __init__(self, n: int, fail_at: int | None = None):
+        self.n = n
+        self.fail_at = fail_at
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        if i == self.fail_at:
+            raise OSError(f"item {i} unreadable")
+        return np.full(2, i, dtype=np.int64)
+
+
+class IntoSource(MapSource):
+    def fetch_into(self, i: int, out: np.ndarray) -> None:
+        if i == self.fail_at:
+            raise OSError(f"item {i} unreadable")
+        out[...] = i
+
+
+def _iterable(n: int) -> Any:
+    return (np.full(2, i, dtype=np.int64) for i in range(n))
+
+
+def _source(kind: str, n: int, fail_at: int | None) -> Any:
+    if kind == "iterable":
+        return _iterable(n)
+    if kind == "fetch_into":
+        return IntoSource(n, fail_at)
+    return MapSource(n, fail_at)
+
+
+# -- the scenarios -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Scenario:
+    """One way of using a Prefetcher, checked under every schedule."""
+
+    name: str
+    source: str = "map"
+    items: int = 2
+    capacity: int = 1
+    workers: int = 1
+    #: "drain", "close_other" (close from another thread mid-stream), "abandon" (walk away, never close),
+    #: "timeout" (get(timeout=0.5) then drain), "early_close" (close after one batch).
+    mode: str = "drain"
+    fail_at: int | None = None
+    #: "signal" (a handler's close() on the consumer) or "finalizer" (the finalizer on a worker).
+    interrupt: str | None = None
+    bound: int | None = None
+
+    def body(self) -> Callable[[], None]:
+        def body() -> None:
+            _run_scenario(self)
+
+        body.__qualname__ = f"prefetcher[{self.name}]"
+        return body
+
+
+def _run_scenario(sc: Scenario) -> None:
+    pf = Prefetcher(_source(sc.source, sc.items, sc.fail_at), capacity=sc.capacity, workers=sc.workers,
+                    name="pf", close_timeout=5.0)
+    _current[0] = pf
+    got: list[int] = []
+    closer = None
+    try:
+        if sc.mode == "close_other":
+            closer = threading.Thread(target=pf.close, name="closer")
+            closer.start()
+        if sc.mode == "timeout":
+            try:
+                got.append(int(pf.get(timeout=0.5)[0]))
+            except (PrefetchTimeout, StopIteration):
+                pass
+        if sc.mode == "abandon":
+            if sc.items:
+                got.append(int(next(pf)[0]))
+            return  # never closed: the finalizer and the reaper must clean up
+        for batch in pf:
+            got.append(int(batch[0]))
+            if sc.mode == "early_close":
+                pf.close()
+                break
+    except PrefetcherClosed:
+        assert sc.mode == "close_other" or sc.interrupt is not None, "closed by nobody"
+    except OSError:
+        assert sc.fail_at is not None, "a source error nobody raised"
+        assert got == list(range(sc.fail_at)), f"before the error: {got}"
+    finally:
+        if sc.mode != "abandon":
+            pf.close()
+        else:
+            _abandon(pf._core)
+        if closer is not None:
+            closer.join()
+        _current[0] = None
+    complete = sc.mode == "drain" and sc.interrupt is None and sc.fail_at is None
+    if complete:
+        assert got == list(range(sc.items)), f"received {got}"
+    assert got == sorted(set(got)), f"duplicated or reordered: {got}"
+
+
+#: The prefetcher of the schedule running now, for the interrupts to act on.
+_current: list[Any] = [None]
+
+
+def _signal_close() -> None:
+    """A SIGTERM handler's graceful shutdown: close(timeout=1.0) on whatever thread it interrupted."""
+    pf = _current[0]
+    if pf is not None:
+        pf.close(timeout=1.0)
+
+
+def _finalizer() -> None:
+    """What the garbage collector runs for an abandoned prefetcher, on the thread it interrupted."""
+    pf = _current[0]
+    if pf is not None:
+        _abandon(pf._core)
+
+
+def _interrupts(kind: str | None, workers: int) -> tuple:
+    if kind == "signal":
+        return (Interrupt(_signal_close, threads="main", name="signal handler: close(timeout=1.0)"),)
+    if kind == "finalizer":
+        names = tuple(f"safeprefetch-pf-worker{w}" for w in range(workers))
+        return (Interrupt(_finalizer, threads=names, name="finalizer: close the abandoned prefetcher"),)
+    return ()
+
+
+#: The CI-sized sweep (each is exhaustive, or exhaustive within its bound).
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario("map-c1-w1-i2"),
+    Scenario("map-c2-w1-i3", items=3, capacity=2),
+    Scenario("map-c1-w2-i2", workers=2, bound=2),
+    Scenario("map-i0", items=0),
+    Scenario("iterable-c1-i2", source="iterable"),
+    Scenario("fetch_into-c1-i2", source="fetch_into"),
+    Scenario("source-error", items=2, fail_at=1),
+    Scenario("close-from-other-thread", mode="close_other"),
+    Scenario("early-close", items=3, mode="early_close"),
+    Scenario("abandon", mode="abandon"),
+    Scenario("get-timeout", mode="timeout", items=1),
+    Scenario("signal-handler-close", interrupt="signal", bound=2),
+    Scenario("finalizer-on-worker", interrupt="finalizer", bound=2),
+)
+
+
+def check_scenario(sc: Scenario, **options: Any) -> CodeCheckResult:
+    """Check one scenario of today's Prefetcher under every schedule (within its bound)."""
+    opts = dict(preemption_bound=sc.bound, reduce="none" if sc.bound is not None else "dpor",
+                interrupts=_interrupts(sc.interrupt, sc.workers), allow_alive=ALLOW_ALIVE, lock_release="any",
+                patch_globals=patches(), name=sc.name)
+    opts.update(options)
+    return api.check(sc.body(), **opts)
+
+
+# -- the code before the hardening (c24e732), reduced to its locking ---------------------------------------
+
+class StepTimeoutOld(Exception):
+    """c24e732's StepTimeout."""
+
+
+class OldRuntime:
+    """c24e732 ``safeprefetch/_live.py`` ``Runtime``, reduced to its locking.
+
+    One non-reentrant kernel lock (``threading.Lock``) guards the state; a
+    thread applies its step under it, or parks: marks itself parked, releases
+    the lock, and blocks on its own one-token lock; every step ends by waking
+    the parked threads whose step became enabled. The protocol is a stand-in
+    for the model (a buffer of ``capacity`` batches, a closing flag); the
+    locks, the parking and the order of their operations are the old code's.
+    """
+
+    def __init__(self, workers: int, capacity: int, items: int):
+        self._lock = threading.Lock()
+        n = workers + 2  # workers, the consumer, the closer
+        self._tokens = [threading.Lock() for _ in range(n)]
+        for tok in self._tokens:
+            tok.acquire()
+        self._parked = [False] * n
+        self.capacity, self.items = capacity, items
+        self.next = 0          # the next index to claim
+        self.ready: list[int] = []
+        self.filling = 0
+        self.delivered = 0
+        self.closing = False
+
+    def enabled(self, t: int, what: str) -> bool:
+        if what == "claim":
+            return self.closing or self.next >= self.items or len(self.ready) + self.filling < self.capacity
+        if what == "take":
+            return bool(self.ready) or self.closing or self.delivered >= self.items
+        return True
+
+    def apply(self, t: int, what: str, arg: Any = None) -> Any:
+        if what == "claim":
+            if self.closing or self.next >= self.items:
+                return None
+            self.filling += 1
+            self.next += 1
+            return self.next - 1
+        if what == "publish":
+            self.filling -= 1
+            self.ready.append(arg)
+            return None
+        if what == "take":
+            if self.ready:
+                self.delivered += 1
+                return self.ready.pop(0)
+            return None
+        self.closing = True  # "close"
+        return None
+
+    def step(self, t: int, what: str, arg: Any = None, timeout: float | None = None) -> Any:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while not self.enabled(t, what):
+                self._park(t, deadline)
+            out = self.apply(t, what, arg)
+            self._wake_enabled()
+            return out
+
+    def _park(self, t: int, deadline: float | None) -> None:
+        tok = self._tokens[t]
+        tok.acquire(False)  # drop a stale token (a wakeup that raced a timeout): sleep for real
+        self._parked[t] = True
+        self._lock.release()
+        try:
+            if deadline is None:
+                got = tok.acquire()
+            else:
+                remaining = deadline - time.monotonic()
+                got = remaining > 0 and tok.acquire(True, remaining)
+        finally:
+            self._lock.acquire()
+            self._parked[t] = False
+        if not got:
+            raise StepTimeoutOld
+
+    def _wake_enabled(self) -> None:
+        for u, parked in enumerate(self._parked):
+            if parked:
+                self._parked[u] = False
+                self._tokens[u].release()
+
+
+class OldPrefetcher:
+    """c24e732 ``safeprefetch/_prefetcher.py`` ``_Core``: the consumer lock, the close lock, ``close``."""
+
+    def __init__(self, source: Any, capacity: int, workers: int):
+        self.rt = OldRuntime(workers, capacity, len(source))
+        self.source = source
+        self.consumer_lock = threading.Lock()
+        self.close_lock = threading.Lock()
+        self.closed = False
+        self.consumer, self.closer = workers, workers + 1
+        self.threads = [threading.Thread(target=self._worker_main, args=(w,), daemon=True, name=f"worker{w}")
+                        for w in range(workers)]
+        for th in self.threads:
+            th.start()
+
+    def _worker_main(self, w: int) -> None:
+        rt = self.rt
+        while True:
+            i = rt.step(w, "claim")
+            if i is None:
+                return
+            batch = np.array(self.source[i])  # the fetch, outside the kernel lock
+            rt.step(w, "publish", int(batch[0]))
+
+    def get(self) -> Any:
+        with self.consumer_lock:
+            x = self.rt.step(self.consumer, "take")
+        if x is None:
+            raise StopIteration
+        return x
+
+    def close(self, timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        with self.close_lock:
+            if self.closed:
+                return
+            me = threading.current_thread()
+            self.rt.step(self.closer, "close")
+            for th in self.threads:
+                if th is not me:
+                    th.join(max(0.0, deadline - time.monotonic()))
+            self.closed = True
+
+
+def _old_abandon(pf: OldPrefetcher) -> None:
+    """c24e732's finalizer: close it (bounded; never raises)."""
+    try:
+        pf.close()
+    except Exception:  # noqa: BLE001 - a finalizer must not raise
+        pass
+
+
+def old_scenario(interrupt: str, items: int = 2, capacity: int = 1, workers: int = 1) -> Callable[[], None]:
+    """The old code's test body: drain, then close; the interrupt is given to ``check`` separately."""
+    def body() -> None:
+        pf = OldPrefetcher(MapSource(items), capacity, workers)
+        _current[0] = pf
+        try:
+            while True:
+                try:
+                    pf.get()
+                except StopIteration:
+                    break
+        finally:
+            pf.close()
+            _current[0] = None
+
+    body.__qualname__ = f"old-prefetcher[{interrupt}]"
+    return body
+
+
+def old_interrupts(kind: str, workers: int = 1) -> tuple:
+    if kind == "signal":
+        return (Interrupt(_signal_close, threads="main", name="signal handler: close(timeout=1.0)"),)
+    return (Interrupt(lambda: _old_abandon(_current[0]), threads=tuple(f"worker{w}" for w in range(workers)),
+                                    name="finalizer: close the abandoned prefetcher"),)
+
+
+# -- mutations of the runtime -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Mutation:
+    """An edit of the kernel's source that breaks it; ``old`` must occur exactly once in kernel.py."""
+
+    name: str
+    old: str
+    new: str
+    why: str = ""
+    scenario: Scenario = field(default_factory=lambda: Scenario("mutant", items=2, capacity=1))
+
+
+MUTATIONS: tuple[Mutation, ...] = (
+    Mutation("skipped wakeup",
+             "parked[u] = False; self._nparked -= 1; self._tokens[u].release(); woke = True",
+             "parked[u] = False; self._nparked -= 1; woke = True",
+             "a parked thread is marked awake but never given its token"),
+    Mutation("footprint missing a read",
+             "        self._check_invariants = check_invariants and bool(machine.invariants)\n",
+             "        self._check_invariants = check_invariants and bool(machine.invariants)\n"
+             "        for _es in self._entries:\n"
+             "            for _e in _es.values():\n"
+             "                if _e.reads:\n"
+             "                    _e.reads = _e.reads - {machine.field_names.index('slots')}\n",
+             "no step declares that it reads the slots, so a freed or filled slot wakes nobody"),
+    Mutation("park without its token",
+             "lock.release(); got = _wait(tok, remaining)",
+             "lock.release(); tok = threading.Lock(); tok.acquire(); got = _wait(tok, remaining)",
+             "the parked thread sleeps on a lock of its own, so the wakeup given to its token is lost"),
+    Mutation("close that does not wake",
+             "woke = self._wake_enabled(e.writes) if self._nparked else False",
+             "woke = self._wake_enabled(e.writes) if self._nparked and e.label != 'close' else False",
+             "the closer's step wakes no parked worker or consumer",
+             Scenario("mutant-close", items=3, capacity=1, mode="early_close")),
+)
+
+
+def mutant_runtime(mutation: Mutation, directory: str | Path) -> Any:
+    """A copy of ``safeprefetch/_runtime/kernel.py`` with ``mutation`` applied, loaded as its own module."""
+    from .._runtime import kernel
+
+    text = Path(kernel.__file__).read_text()
+    if text.count(mutation.old) != 1:
+        raise AssertionError(f"mutation {mutation.name!r}: its target no longer occurs exactly once in kernel.py")
+    path = Path(directory) / f"kernel_mutant_{abs(hash(mutation.name))}.py"
+    path.write_text(text.replace(mutation.old, mutation.new))
+    modname = f"safeprefetch._runtime.kernel_mutant_{abs(hash(mutation.name))}"
+    spec = importlib.util.spec_from_file_location(modname, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[modname] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.modules.pop(modname, None)
+    return module
+
+
+def check_mutation(mutation: Mutation, **options: Any) -> CodeCheckResult:
+    """Check a scenario with the mutated kernel swapped in for the real one."""
+    with tempfile.TemporaryDirectory() as d:
+        mutant = mutant_runtime(mutation, d)
+        sc = mutation.scenario
+        opts = dict(allow_alive=ALLOW_ALIVE, lock_release="any", name=f"mutant[{mutation.name}]",
+                    patch_globals={**patches(), (_core, "Runtime"): mutant.Runtime})
+        opts.update(options)
+        return api.check(sc.body(), **opts)
+
+
+def run_suite(scenarios: tuple[Scenario, ...] = SCENARIOS) -> list[dict[str, Any]]:
+    """Every scenario, the old code's two deadlocks and the mutations: one row each (for docs and the bench)."""
+    rows = []
+    for sc in scenarios:
+        r = check_scenario(sc)
+        rows.append({"what": sc.name, "expect": "ok", "verdict": r.verdict, "schedules": r.states,
+                     "bound": sc.bound, "covered": r.exhaustive or r.bound_covered, "seconds": r.seconds})
+    for kind in ("signal", "finalizer"):
+        r = api.check(old_scenario(kind), interrupts=old_interrupts(kind), lock_release="any",
+                                name=f"c24e732[{kind}]")
+        rows.append({"what": f"c24e732 + {kind}", "expect": "deadlock", "verdict": r.verdict, "schedules": r.states,
+                     "bound": None, "covered": True, "seconds": r.seconds, "trace": len(r.trace)})
+    for m in MUTATIONS:
+        r = check_mutation(m)
+        rows.append({"what": f"mutant: {m.name}", "expect": "violation", "verdict": r.verdict, "schedules": r.states,
+                     "bound": None, "covered": r.exhaustive, "seconds": r.seconds, "trace": len(r.trace)})
+    return rows

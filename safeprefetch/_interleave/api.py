@@ -1,0 +1,231 @@
+"""The public face of code checking: ``check``, ``replay``, the pytest decorator, the command.
+
+What it guarantees
+------------------
+``check(fn)`` explores the schedules of a zero-argument callable that starts
+threads and asserts, and returns a frozen
+:class:`~.report.CodeCheckResult`; ``@test(...)`` turns a pytest test into
+such a check that fails with the rendered counterexample; ``python -m
+safeprefetch check-code FILE::NAME`` runs one from the command line, with the
+exit codes of ``check``: 0 when no violation was found and the search covered
+what it promised (every schedule, or every schedule within the bound), 1 when
+a violation was found, 2 on a usage error (one line, no traceback), 3 when
+nothing was found but the search was cut short (``--allow-partial`` makes
+that 0).
+
+Bad arguments raise ``ValueError`` or ``TypeError`` naming the argument,
+before anything runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import inspect
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from .._check.result import Trace
+from .check import Interrupt, check_code, replay_code, settings_of
+from .report import CodeCheckResult, render_text, write_svg
+
+__all__ = ["InterleavingFailure", "check", "register", "replay", "test"]
+
+
+class InterleavingFailure(AssertionError):
+    """A ``@test`` check found a schedule that fails; the message is the rendered counterexample."""
+
+    def __init__(self, result: CodeCheckResult):
+        super().__init__(render_text(result))
+        self.result = result
+
+
+def check(fn: Callable[[], Any], *, strategy: str = "dfs", preemption_bound: int | None = None,
+          max_schedules: int | None = None, seed: int = 0, interrupts: Sequence[Interrupt] = (),
+          notify: str = "fifo", spurious: str = "off", lines: bool = False, reduce: str = "dpor",
+          lock_release: str = "owner", allow_alive: Sequence[str] = (), depth: int = 3,
+          time_budget: float | None = None, minimize: bool = True, max_steps: int = 20_000,
+          time_limit: float = 3600.0, wall_timeout: float = 20.0, name: str | None = None,
+          patch_globals: dict | None = None) -> CodeCheckResult:
+    """Explore the schedules of ``fn`` (a zero-argument callable that starts threads and asserts).
+
+    * ``strategy``: ``"dfs"`` (exhaustive, with DPOR unless ``reduce="none"``),
+      ``"pct"``, ``"random"`` or ``"hypothesis"`` (sampled: ``max_schedules``
+      runs, default 1,000, from ``seed``; ``depth`` is PCT's bug depth).
+    * ``preemption_bound``: explore only schedules with at most that many
+      preemptions (``dfs``); the result's ``bound_covered`` says the bound was
+      covered.
+    * ``interrupts``: :class:`Interrupt` callbacks the explorer may run on a
+      thread at any of its scheduling points (a signal handler, a finalizer).
+    * ``notify`` (``fifo``/``any``) and ``spurious`` (``off``/``on``): the
+      condition-variable semantics, as for models.
+    * ``lines``: also schedule at line events and before stores (data races).
+    * ``lock_release="any"``: Python's own rule for ``Lock`` (any thread may
+      release it); by default a release by a non-owner is a violation.
+    * ``allow_alive``: thread names that may outlive the test body.
+    * ``max_steps``/``time_limit``: a run longer than that (transitions /
+      virtual seconds) is a ``hang``; ``wall_timeout``: real seconds a thread may
+      run without reaching a scheduling point before the check stops with an
+      error; ``time_budget``: real seconds for the whole search.
+    * ``patch_globals``: ``{(module, name): replacement}`` swapped in for the
+      check (an object created before it, which the scheduler cannot see).
+    """
+    settings = settings_of(notify, spurious, lines, lock_release, allow_alive, max_steps, time_limit, wall_timeout)
+    return check_code(fn, strategy=strategy, preemption_bound=preemption_bound, max_schedules=max_schedules,
+                      seed=seed, interrupts=interrupts, settings=settings, reduce=reduce, depth=depth,
+                      time_budget=time_budget, minimize=minimize, name=name, patch_globals=patch_globals)
+
+
+def replay(fn: Callable[[], Any], trace: Trace | Any, *, interrupts: Sequence[Interrupt] = (), notify: str = "fifo",
+           spurious: str = "off", lines: bool = False, lock_release: str = "owner",
+           allow_alive: Sequence[str] = (), name: str | None = None) -> CodeCheckResult:
+    """Run ``fn`` once under a recorded schedule: a Trace, its JSON, or a result's ``to_json()``.
+
+    The settings must be those of the check that recorded it. Raises
+    ``ReplayDivergence`` when the code does something else under that schedule.
+    """
+    settings = settings_of(notify, spurious, lines, lock_release, allow_alive)
+    return replay_code(fn, trace, interrupts=interrupts, settings=settings, name=name)
+
+
+_CHECK_OPTIONS = set(inspect.signature(check).parameters) - {"fn"}
+
+
+def test(*, expect: str = "ok", **options: Any) -> Callable[[Callable[..., Any]], Callable[..., None]]:
+    """A pytest decorator: the test body is checked under every schedule (``check``'s options).
+
+    The test passes when the verdict is ``expect`` (``"ok"`` by default; a
+    deliberately broken design names the violation it must show). Pytest
+    fixtures still work: they are bound before the body is checked. A check
+    that was cut short (neither exhaustive nor covering its bound) without a
+    violation fails too, unless the strategy samples.
+    """
+    unknown = set(options) - _CHECK_OPTIONS
+    if unknown:
+        raise TypeError(f"interleavings.test got unknown options: {', '.join(sorted(unknown))}")
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., None]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> None:
+            body = functools.partial(fn, *args, **kwargs) if (args or kwargs) else fn
+            result = check(body, name=fn.__qualname__, **options)
+            if result.verdict != expect:
+                if result.violation is not None:
+                    raise InterleavingFailure(result)
+                raise AssertionError(f"{fn.__qualname__}: expected {expect}, but no schedule showed it\n"
+                                     + render_text(result))
+            sampled = options.get("strategy", "dfs") != "dfs"
+            if expect == "ok" and not sampled and not (result.exhaustive or result.bound_covered):
+                raise AssertionError(f"{fn.__qualname__}: the search was cut short; nothing is proved\n"
+                                     + render_text(result))
+
+        wrapper.interleavings = dict(options, expect=expect)  # type: ignore[attr-defined]
+        wrapper.interleavings_body = fn  # type: ignore[attr-defined]
+        return wrapper
+
+    return decorate
+
+
+# -- the command line ---------------------------------------------------------------------
+
+def register(sub: Any) -> dict[str, Callable[[Any], int]]:
+    """Add ``check-code`` to the CLI's subparsers; returns its handler."""
+    p = sub.add_parser("check-code", help="check real threading code under every schedule (FILE::TEST)")
+    p.add_argument("target", help="path/to/test_file.py::test_name (a zero-argument function, or one "
+                   "decorated with @interleavings.test)")
+    p.add_argument("--strategy", choices=["dfs", "pct", "random", "hypothesis"], help="default: dfs")
+    p.add_argument("--preemption-bound", type=int, metavar="K", help="only schedules with at most K preemptions")
+    p.add_argument("--max-schedules", type=int, metavar="N", help="stop after N schedules")
+    p.add_argument("--seed", type=int, help="seed for the sampling strategies")
+    p.add_argument("--notify", choices=["fifo", "any"])
+    p.add_argument("--spurious", choices=["off", "on"])
+    p.add_argument("--lines", action="store_true", help="also schedule at line events and before stores")
+    p.add_argument("--reduce", choices=["dpor", "none"])
+    p.add_argument("--time-budget", type=float, metavar="S", help="stop the search after S seconds")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--svg", metavar="FILE", help="also draw the counterexample as an SVG swimlane diagram")
+    p.add_argument("--replay", metavar="TRACE.json", help="run once under a saved schedule (a --json result)")
+    p.add_argument("--allow-partial", action="store_true", help="exit 0, not 3, when the search was cut short")
+    return {"check-code": _cmd_check_code}
+
+
+def _cmd_check_code(args: Any) -> int:
+    from .._tools.cliargs import UsageError
+
+    fn, options = _load_target(args.target, UsageError)
+    for opt in ("strategy", "preemption_bound", "max_schedules", "seed", "notify", "spurious", "reduce",
+                "time_budget"):
+        value = getattr(args, opt)
+        if value is not None:
+            options[opt] = value
+    if args.lines:
+        options["lines"] = True
+    options.pop("expect", None)
+    try:
+        if args.replay:
+            trace = _read_json(args.replay, UsageError)
+            keep = {k: options[k] for k in ("interrupts", "notify", "spurious", "lines", "lock_release",
+                                             "allow_alive") if k in options}
+            result = replay(fn, trace, name=args.target, **keep)
+        else:
+            result = check(fn, name=args.target, **options)
+    except (ValueError, TypeError) as e:
+        raise UsageError(str(e)) from None
+    if args.svg and result.violation is not None:
+        write_svg(result, args.svg)
+    print(json.dumps(result.to_json(), indent=2) if args.json else render_text(result))
+    if result.violation is not None:
+        return 1
+    if result.exhaustive or result.bound_covered or args.allow_partial or args.replay:
+        return 0
+    return 3
+
+
+def _read_json(path: str, usage: type) -> Any:
+    try:
+        return json.loads(Path(path).read_text())
+    except OSError as e:
+        raise usage(f"cannot read {path!r}: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise usage(f"{path!r} is not valid JSON: {e}") from None
+
+
+def _load_target(target: str, usage: type) -> tuple[Callable[[], Any], dict[str, Any]]:
+    """The function ``FILE::NAME`` names, and the options of its ``@test`` decorator (if any)."""
+    path_text, sep, attr = target.partition("::")
+    if not sep or not attr:
+        raise usage(f"{target!r}: give FILE.py::TEST_NAME")
+    path = Path(path_text)
+    if not path.is_file():
+        raise usage(f"no such file: {path_text!r}")
+    modname = f"_safeprefetch_check_code_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(modname, path)
+    if spec is None or spec.loader is None:
+        raise usage(f"cannot import {path_text!r}")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(path.resolve().parent))
+    try:
+        sys.modules[modname] = module
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(path.resolve().parent))
+    obj: Any = module
+    for part in attr.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            raise usage(f"{path_text!r} has no {attr!r}")
+    options = dict(getattr(obj, "interleavings", {}))
+    body = getattr(obj, "interleavings_body", obj)
+    if not callable(body):
+        raise usage(f"{attr!r} is not callable")
+    params = [p for p in inspect.signature(body).parameters.values()
+              if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if params:
+        raise usage(f"{attr!r} needs arguments ({', '.join(p.name for p in params)}): pytest fixtures are not "
+                    "available from the command line; run it with pytest")
+    return body, options
+
+
+test.__test__ = False  # type: ignore[attr-defined]  # pytest must not collect the decorator itself

@@ -1,0 +1,401 @@
+"""Checking code: run the test body under many schedules, judge each run, minimize what fails.
+
+What it guarantees
+------------------
+:func:`check_code` returns a frozen :class:`~.report.CodeCheckResult` whose
+verdict is ``ok`` only if no schedule the strategy ran showed a violation,
+and whose ``exhaustive`` is True only if that covers every schedule: a
+``dfs`` that ran to completion with no preemption bound cutting anything. A
+bounded ``dfs`` that ran to completion says ``bound_covered``: every
+schedule with at most that many preemptions was run. Sampling strategies
+(``random``, ``pct``, ``hypothesis``) are never exhaustive.
+
+A violation is reported with a **minimized** trace: first the fewest
+preemptions -- a preemption-bounded ``dfs`` with bounds 0, 1, ... up to the
+found trace's count, stopping at the first bound that shows a violation of
+the same kind (iterative context bounding, so that count is the least any
+schedule needs) -- then the fewest steps among the violations of that kind
+met within :data:`SHRINK_SCHEDULES` further schedules at that bound. The
+result says how long the first failing run was (``shrunk_from``).
+
+Every result can be replayed (:func:`replay_code`) from its trace, and a
+sampled one is also reproduced by its seed.
+"""
+
+from __future__ import annotations
+
+import random as _random
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from .._check.result import Trace, TraceStep, Violation
+from .explore import DFS, PCT, RandomWalk, Replay, Scripted, alt_text
+from .patching import patched
+from .report import CodeCheckResult, StepDetail
+from .runner import run_once
+from .scheduler import Execution, Settings, VThread
+
+__all__ = ["DEFAULT_SAMPLES", "Fresh", "Interrupt", "SHRINK_SCHEDULES", "STRATEGIES", "check_code", "fingerprint", "outcomes", "replay_code",
+           "settings_of"]
+
+STRATEGIES = ("dfs", "pct", "random", "hypothesis")
+#: Runs a sampling strategy makes when ``max_schedules`` is not given.
+DEFAULT_SAMPLES = 1000
+#: Extra schedules the minimizer runs, at the least preemption bound, looking for a shorter trace:
+#: enough to try the reorderings near the first one found, few enough to stay well under a second
+#: for the catalog's twins.
+SHRINK_SCHEDULES = 300
+
+
+@dataclass(frozen=True)
+class Fresh:
+    """A ``patch_globals`` value made anew for every schedule: ``factory()`` runs on the test body's
+    thread before the body, so what it creates (a process-wide singleton with its own lock or queue)
+    is controlled and belongs to that schedule alone."""
+
+    factory: Callable[[], Any]
+
+
+@dataclass(frozen=True)
+class Interrupt:
+    """A callback the explorer may run on a thread at one of its scheduling points.
+
+    As CPython runs a signal handler or a GC finalizer between two bytecodes
+    of whatever thread it interrupts, the explorer may run ``callback()`` on
+    a thread of ``threads`` (names; ``"*"`` for any), right before that thread
+    performs its next synchronization operation, at most ``times`` times a
+    run. Every such point is a scheduling choice, explored like the others.
+    An exception the callback raises propagates into the interrupted code
+    there (a ``KeyboardInterrupt`` landing at that line).
+    """
+
+    callback: Callable[[], Any]
+    threads: str | tuple[str, ...] = "main"
+    times: int = 1
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if not callable(self.callback):
+            raise TypeError(f"Interrupt needs a callable, not {self.callback!r}")
+        if self.times < 1:
+            raise ValueError("Interrupt.times must be at least 1")
+        if not self.name:
+            object.__setattr__(self, "name", getattr(self.callback, "__name__", "interrupt"))
+
+    def applies(self, vt: VThread) -> bool:
+        if self.threads == "*":
+            return True
+        names = (self.threads,) if isinstance(self.threads, str) else self.threads
+        return vt.name in names
+
+
+def settings_of(notify: str = "fifo", spurious: str = "off", lines: bool = False, lock_release: str = "owner",
+                allow_alive: Sequence[str] = (), max_steps: int = 20_000, time_limit: float = 3600.0,
+                wall_timeout: float = 20.0) -> Settings:
+    """Checked :class:`Settings` (a ``ValueError`` names the bad argument)."""
+    if notify not in ("fifo", "any"):
+        raise ValueError(f"notify must be 'fifo' or 'any', not {notify!r}")
+    if spurious not in ("off", "on"):
+        raise ValueError(f"spurious must be 'off' or 'on', not {spurious!r}")
+    if lock_release not in ("owner", "any"):
+        raise ValueError(f"lock_release must be 'owner' or 'any', not {lock_release!r}")
+    if max_steps < 1 or time_limit <= 0 or wall_timeout <= 0:
+        raise ValueError("max_steps, time_limit and wall_timeout must be positive")
+    if isinstance(allow_alive, str):
+        allow_alive = (allow_alive,)
+    return Settings(notify=notify, spurious=spurious, lines=bool(lines), lock_release=lock_release,
+                    allow_alive=tuple(allow_alive), max_steps=max_steps, time_limit=time_limit,
+                    wall_timeout=wall_timeout)
+
+
+class _Stats:
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+        self.schedules = 0
+        self.pruned = 0
+        self.transitions = 0
+        self.depth = 0
+        self.first: Execution | None = None
+        self.to_bug: int | None = None
+        self.t_bug: float | None = None
+
+    def add(self, ex: Execution) -> bool:
+        """Count a run; True when it failed (the first failure is kept)."""
+        self.schedules += 1
+        self.transitions += len(ex.events)
+        self.depth = max(self.depth, len(ex.events))
+        if ex.outcome == "pruned":
+            self.pruned += 1
+        if ex.outcome in ("ok", "pruned"):
+            return False
+        if self.first is None:
+            self.first = ex
+            self.to_bug = self.schedules
+            self.t_bug = time.perf_counter() - self.t0
+        return True
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+
+def check_code(fn: Callable[[], Any], *, strategy: str = "dfs", preemption_bound: int | None = None,
+               max_schedules: int | None = None, seed: int = 0, interrupts: Sequence[Interrupt] = (),
+               settings: Settings | None = None, reduce: str = "dpor", depth: int = 3,
+               time_budget: float | None = None, minimize: bool = True, name: str | None = None,
+               patch_globals: dict | None = None) -> CodeCheckResult:
+    """Run ``fn`` under the schedules of ``strategy`` and judge every run (see the module essay)."""
+    if not callable(fn):
+        raise TypeError(f"check needs a zero-argument callable, not {fn!r}")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
+    if preemption_bound is not None and preemption_bound < 0:
+        raise ValueError("preemption_bound must be None or at least 0")
+    if max_schedules is not None and max_schedules < 1:
+        raise ValueError("max_schedules must be None or at least 1")
+    if depth < 1:
+        raise ValueError("depth must be at least 1")
+    settings = settings or Settings()
+    interrupts = tuple(interrupts)
+    for i in interrupts:
+        if not isinstance(i, Interrupt):
+            raise TypeError(f"interrupts must be Interrupt values, not {i!r}")
+    name = name or getattr(fn, "__qualname__", None) or repr(fn)
+    stats = _Stats()
+    fn, patch_globals = _with_fresh(fn, patch_globals)
+    with patched(patch_globals):
+        covered = _search(fn, strategy, preemption_bound, max_schedules, seed, interrupts, settings, reduce, depth,
+                          time_budget, stats)
+        found = stats.first
+        shrunk_from = None
+        if found is not None and minimize:
+            shrunk_from = len(found.events)
+            found = _minimize(fn, found, interrupts, settings, reduce, time_budget)
+    return _result(name, fn, strategy, preemption_bound, seed, settings, reduce, stats, found, covered,
+                   shrunk_from, interrupts)
+
+
+def _with_fresh(fn: Callable[[], Any], extra: dict | None) -> tuple[Callable[[], Any], dict | None]:
+    """``fn`` preceded by making every :class:`Fresh` global anew; the static globals for ``patched``."""
+    if not extra:
+        return fn, extra
+    fresh = {k: v for k, v in extra.items() if isinstance(v, Fresh)}
+    if not fresh:
+        return fn, extra
+    static = {k: v for k, v in extra.items() if not isinstance(v, Fresh)}
+    for module, name in fresh:
+        static[(module, name)] = getattr(module, name)  # recorded, so the check puts it back
+
+    def body() -> Any:
+        for (module, name), f in fresh.items():
+            setattr(module, name, f.factory())
+        return fn()
+
+    body.__qualname__ = getattr(fn, "__qualname__", "body")
+    return body, static
+
+
+def _search(fn: Callable[[], Any], strategy: str, bound: int | None, max_schedules: int | None, seed: int,
+            interrupts: tuple, settings: Settings, reduce: str, depth: int, budget: float | None,
+            stats: _Stats) -> tuple[bool, bool]:
+    """Run schedules until a failure, the end of the search, or a limit: (complete, cut by the bound)."""
+    def out_of_time() -> bool:
+        return budget is not None and stats.elapsed() > budget
+
+    if strategy == "dfs":
+        dfs = DFS(reduce, bound)
+        while True:
+            if stats.add(run_once(fn, dfs, settings, interrupts)):
+                return True, dfs.bound_cut
+            if not dfs.next_schedule():
+                return True, dfs.bound_cut
+            if (max_schedules is not None and stats.schedules >= max_schedules) or out_of_time():
+                return False, dfs.bound_cut
+    rng = _random.Random(seed)
+    runs = max_schedules or DEFAULT_SAMPLES
+    if strategy == "hypothesis":
+        _hypothesis(fn, settings, interrupts, seed, runs, stats, out_of_time)
+        return False, False
+    k = 0
+    for n in range(runs):
+        if strategy == "random" or n == 0:
+            ctrl: Any = RandomWalk(_random.Random(rng.random()))
+        else:
+            ctrl = PCT(_random.Random(rng.random()), depth, k)
+        ex = run_once(fn, ctrl, settings, interrupts)
+        k = max(k, len(ex.events))
+        if stats.add(ex) or out_of_time():
+            break
+    return False, False
+
+
+def _hypothesis(fn: Callable[[], Any], settings: Settings, interrupts: tuple, seed: int, runs: int,
+                stats: _Stats, out_of_time: Callable[[], bool]) -> None:
+    try:
+        import hypothesis
+        from hypothesis import strategies as st
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise ValueError("strategy 'hypothesis' needs the 'hypothesis' package "
+                         "(pip install hypothesis, or the 'test' extra)") from None
+    kind: list[str] = []
+
+    class _Failed(Exception):
+        pass
+
+    def schedule(xs: list[int]) -> None:
+        if out_of_time() and stats.first is None:
+            return
+        ex = run_once(fn, Scripted(xs), settings, interrupts)
+        failed = stats.add(ex)
+        if failed and (not kind or ex.outcome == kind[0]):
+            kind.append(ex.outcome)
+            raise _Failed
+
+    test = hypothesis.given(st.lists(st.integers(0, 7), max_size=200))(schedule)
+    test = hypothesis.settings(database=None, max_examples=runs, deadline=None,
+                               phases=[hypothesis.Phase.generate, hypothesis.Phase.shrink],
+                               suppress_health_check=list(hypothesis.HealthCheck), report_multiple_bugs=False,
+                               verbosity=hypothesis.Verbosity.quiet, print_blob=False)(test)
+    test = hypothesis.seed(seed)(test)
+    try:
+        test()
+    except _Failed:
+        pass
+
+
+def _minimize(fn: Callable[[], Any], found: Execution, interrupts: tuple, settings: Settings, reduce: str,
+              budget: float | None) -> Execution:
+    """Fewest preemptions (iterative bounding), then fewest steps within SHRINK_SCHEDULES more runs."""
+    kind = found.outcome
+    best = found
+    used = sum(1 for e in found.events if e.preempt)
+    t0 = time.perf_counter()
+    for bound in range(0, used + 1):
+        dfs = DFS(reduce, bound)
+        hit = None
+        extra = 0
+        while True:
+            ex = run_once(fn, dfs, settings, interrupts)
+            if ex.outcome == kind:
+                if hit is None or len(ex.events) < len(hit.events):
+                    hit = ex
+            if hit is not None:
+                extra += 1
+                if extra > SHRINK_SCHEDULES:
+                    break
+            if not dfs.next_schedule() or (budget is not None and time.perf_counter() - t0 > budget):
+                break
+        if hit is not None:
+            if sum(1 for e in hit.events if e.preempt) < used or len(hit.events) <= len(best.events):
+                best = hit
+            break
+    return best
+
+
+def _trace_of(ex: Execution) -> tuple[Trace, tuple[StepDetail, ...]]:
+    steps, details = [], []
+    for e in ex.events:
+        steps.append(TraceStep(ex.threads[e.t].name, e.label, alt_text(ex, e.choice)))
+        w = e.op.where if e.choice.interrupt is None else None
+        details.append(StepDetail(w[0] if w else None, w[1] if w else None, tuple(e.changes), e.note))
+    return Trace(tuple(steps)), tuple(details)
+
+
+def _result(name: str, fn: Any, strategy: str, bound: int | None, seed: int, settings: Settings, reduce: str,
+            stats: _Stats, found: Execution | None, covered: tuple[bool, bool], shrunk_from: int | None,
+            interrupts: tuple) -> CodeCheckResult:
+    complete, cut = covered
+    config = {"strategy": strategy, "preemption_bound": bound, "reduce": reduce, "notify": settings.notify,
+              "spurious": settings.spurious, "lines": settings.lines, "interrupts": len(interrupts)}
+    if found is None:
+        exhaustive = strategy == "dfs" and complete and not cut
+        bound_covered = strategy == "dfs" and complete
+        what = ("every schedule" if exhaustive else f"every schedule within {bound} preemption(s)"
+                if bound_covered else f"{stats.schedules:,} schedule(s), not all")
+        note = f"{strategy}: {what}; no violation"
+        return CodeCheckResult(model=name, config=config, strategy=strategy, exhaustive=exhaustive, verdict="ok",
+                               states=stats.schedules, transitions=stats.transitions, seconds=stats.elapsed(),
+                               max_depth=stats.depth, pruned=stats.pruned,
+                               seed=None if strategy == "dfs" else seed, preemption_bound=bound,
+                               bound_covered=bound_covered, note=note)
+    trace, details = _trace_of(found)
+    violation = Violation(found.outcome, found.message, trace)
+    exc = None
+    if found.exception is not None:
+        exc = f"{type(found.exception).__name__}: {found.exception}"
+    return CodeCheckResult(
+        model=name, config=config, strategy=strategy, exhaustive=True, verdict=found.outcome,
+        states=stats.schedules, transitions=stats.transitions, seconds=stats.elapsed(), violation=violation,
+        max_depth=stats.depth, pruned=stats.pruned, seed=None if strategy == "dfs" else seed,
+        preemption_bound=bound, bound_covered=False, preemptions=sum(1 for e in found.events if e.preempt),
+        schedules_to_bug=stats.to_bug, seconds_to_bug=stats.t_bug, shrunk_from=shrunk_from, details=details,
+        threads=tuple(vt.name for vt in found.threads), stuck=tuple(found.stuck), exception=exc,
+        note=f"{strategy}: {found.outcome} in schedule {stats.to_bug:,}")
+
+
+def replay_code(fn: Callable[[], Any], trace: Trace | Any, *, interrupts: Sequence[Interrupt] = (),
+                settings: Settings | None = None, name: str | None = None,
+                patch_globals: dict | None = None) -> CodeCheckResult:
+    """Run ``fn`` once under the schedule ``trace`` (a Trace, its JSON, or a result's JSON)."""
+    if not isinstance(trace, Trace):
+        trace = Trace.from_json(trace)
+    settings = settings or Settings()
+    stats = _Stats()
+    fn, patch_globals = _with_fresh(fn, patch_globals)
+    with patched(patch_globals):
+        ex = run_once(fn, Replay(trace), settings, tuple(interrupts))
+    stats.add(ex)
+    found = ex if ex.outcome not in ("ok", "pruned") else None
+    return _result(name or getattr(fn, "__qualname__", repr(fn)), fn, "replay", None, 0, settings, "none", stats,
+                   found, (False, False), None, tuple(interrupts))
+
+
+def fingerprint(ex: Execution) -> tuple:
+    """The run's Mazurkiewicz trace, canonically: per object, the order of the transitions that touch
+    it (each named by thread and its own count), consecutive reads as a set; and how the run ended.
+
+    Two schedules that differ only in the order of independent transitions get the same fingerprint,
+    so the set of fingerprints is what partial-order reduction must preserve (the differential test).
+    A run cut short by a violation raised in a step (an exception, a failed assertion, a leak) is not
+    a maximal run: only its kind counts, since which independent transitions happened before it
+    varies with the order explored."""
+    if ex.outcome not in ("ok", "deadlock", "lost_wakeup", "hang"):
+        return (ex.outcome,)
+    count: dict[int, int] = {}
+    per_key: dict[Any, list] = {}
+    stars: list = []
+    for e in ex.events:
+        n = count.get(e.t, 0)
+        count[e.t] = n + 1
+        me = (ex.threads[e.t].name, n, e.choice.alt)
+        keys = list(per_key) + ["*"] if e.star else list(e.keys)
+        if e.star:
+            stars.append(me)
+        for k in keys:
+            seq = per_key.setdefault(k, [])
+            if not e.write and not e.star and seq and isinstance(seq[-1], frozenset):
+                seq[-1] = seq[-1] | {me}
+            else:
+                seq.append(frozenset([me]) if not e.write and not e.star else me)
+    named = sorted((repr(k), tuple(v)) for k, v in per_key.items() if not isinstance(k, int))
+    anon = sorted(tuple(v) for k, v in per_key.items() if isinstance(k, int))
+    return ex.outcome, tuple(named), tuple(anon), tuple(stars), tuple(sorted(count.items()))
+
+
+def outcomes(fn: Callable[[], Any], *, reduce: str = "dpor", preemption_bound: int | None = None,
+             settings: Settings | None = None, interrupts: Sequence[Interrupt] = (),
+             max_schedules: int = 200_000) -> tuple[set, int]:
+    """(fingerprints of every complete run, schedules run): the differential test's view of a search."""
+    settings = settings or Settings()
+    dfs = DFS(reduce, preemption_bound)
+    seen: set = set()
+    n = 0
+    with patched():
+        while n < max_schedules:
+            ex = run_once(fn, dfs, settings, tuple(interrupts))
+            n += 1
+            if ex.outcome != "pruned":
+                seen.add(fingerprint(ex))
+            if not dfs.next_schedule():
+                break
+    return seen, n

@@ -1,0 +1,80 @@
+"""Line mode: scheduling points at line events and before stores, for data races on plain attributes.
+
+What it adds
+------------
+At synchronization granularity, the code between two synchronization
+operations runs atomically, so a data race on a plain attribute is invisible:
+``self.count += 1`` in two threads always adds two. With ``lines=True`` the
+scheduler also stops each controlled thread at every line event of the
+code under test, and right before every store instruction (``STORE_ATTR``,
+``STORE_SUBSCR``, ``STORE_GLOBAL``, ``STORE_DEREF``, ``STORE_NAME``), so the
+read and the write of ``x += 1`` can be separated by another thread: the
+lost update is then one of the schedules.
+
+Which code is traced: every file that is not part of the standard library,
+of an installed package's ``site-packages``, or of the scheduler itself. A line step
+depends on everything (nothing is known about what it touches), so partial
+order reduction does not prune around it: keep line-mode tests small, and
+bound their preemptions.
+"""
+
+from __future__ import annotations
+
+import dis
+import linecache
+import os
+import sys
+import sysconfig
+from typing import Any
+
+from .scheduler import Op, current
+
+__all__ = ["STORES", "trace_current_thread", "traced_file"]
+
+#: The opcodes a store point precedes.
+STORES = frozenset(dis.opmap[n] for n in ("STORE_ATTR", "STORE_SUBSCR", "STORE_GLOBAL", "STORE_DEREF", "STORE_NAME")
+                   if n in dis.opmap)
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_LIBS = tuple({os.path.abspath(p) for k in ("stdlib", "platstdlib", "purelib", "platlib")
+               if (p := sysconfig.get_paths().get(k))})
+_cache: dict[str, bool] = {}
+
+
+def traced_file(filename: str) -> bool:
+    """Whether line mode stops in code from ``filename``."""
+    hit = _cache.get(filename)
+    if hit is None:
+        path = os.path.abspath(filename)
+        hit = not (filename.startswith("<") or path.startswith(_HERE) or path.startswith(_LIBS))
+        _cache[filename] = hit
+    return hit
+
+
+def _local(frame: Any, event: str, arg: Any) -> Any:
+    if event == "line":
+        kind = "line"
+    elif event == "opcode" and frame.f_code.co_code[frame.f_lasti] in STORES:
+        kind = "store"
+    else:
+        return _local
+    c = current()
+    if c is not None:
+        ex, vt = c
+        code = frame.f_code
+        text = linecache.getline(code.co_filename, frame.f_lineno).strip()
+        ex.point(vt, Op(kind, None, (), star=True, where=(code.co_filename, frame.f_lineno),
+                        label=f"{kind}: {text[:40]}"))
+    return _local
+
+
+def _global(frame: Any, event: str, arg: Any) -> Any:
+    if event == "call" and traced_file(frame.f_code.co_filename):
+        frame.f_trace_opcodes = True
+        return _local
+    return None
+
+
+def trace_current_thread(on: bool) -> None:
+    """Turn line mode on or off for the calling thread."""
+    sys.settrace(_global if on else None)

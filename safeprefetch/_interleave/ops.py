@@ -1,0 +1,178 @@
+"""The vocabulary of one controlled execution: operations, choices, steps, settings, source lines.
+
+What it guarantees
+------------------
+These are plain values with no behaviour of their own: an :class:`Op` is
+what a thread announces at a scheduling point (what it touches, whether it
+is enabled, its deadline), a :class:`Choice` is what the scheduler decided,
+a :class:`Step` is one transition as it happened (with the vector clock
+partial-order reduction needs), and :class:`Settings` are the knobs every
+schedule of a check shares. They live apart from :mod:`.scheduler` so that
+the drop-ins, the explorer and line mode can name them without importing the
+scheduler's machinery, and the package stays free of import cycles.
+
+:func:`where` finds the line of the code under test that made an operation:
+the innermost frame outside this package and ``threading``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+__all__ = ["Aborted", "Choice", "Op", "SchedulerStuck", "Settings", "Step", "join_clock", "name_from_line",
+           "raised_at", "where"]
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_THREADING_FILE = os.path.abspath(sys.modules["threading"].__file__ or "")
+
+
+class Aborted(BaseException):
+    """Raised in a thread of an execution that has ended, to unwind it. Not an error of the code under test."""
+
+
+class SchedulerStuck(RuntimeError):
+    """A thread ran past ``wall_timeout`` without reaching a scheduling point."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The knobs of one execution (every schedule of a check shares them)."""
+
+    #: ``notify_one`` wakes the longest waiter (``fifo``) or any waiter (``any``: a choice).
+    notify: str = "fifo"
+    #: ``on``: a condition waiter may also wake without a notify (at most ``max_spurious`` times a run).
+    spurious: str = "off"
+    max_spurious: int = 1
+    #: Transitions one execution may take before it is a ``hang``.
+    max_steps: int = 20_000
+    #: Virtual seconds one execution may last before it is a ``hang``.
+    time_limit: float = 3600.0
+    #: Wall-clock seconds a thread may run without reaching a point before :class:`SchedulerStuck`.
+    wall_timeout: float = 20.0
+    #: ``owner``: releasing a ``Lock`` its releaser does not hold is a violation; ``any``: Python's
+    #: own rule for ``Lock`` (any thread may release it; ``RLock`` is always owner-only).
+    lock_release: str = "owner"
+    #: Thread names that may still be alive when the test body returns (not a leak).
+    allow_alive: tuple[str, ...] = ()
+    #: Scheduling points at line events and before stores, in the files under test.
+    lines: bool = False
+
+
+class Op:
+    """An operation a thread announces at a scheduling point.
+
+    ``keys`` name what it touches, for partial-order reduction: two
+    operations of different threads are independent when they share no key,
+    or share only keys both merely read. ``star`` operations (interrupts,
+    timed waits, line steps) depend on everything.
+    """
+
+    __slots__ = ("kind", "obj", "keys", "write", "star", "enabled", "deadline", "where", "alts", "label")
+
+    def __init__(self, kind: str, obj: Any, keys: Iterable[Any], *, write: bool = True,
+                 enabled: Callable[[], bool] | None = None, deadline: float | None = None,
+                 star: bool = False, alts: Callable[[], list] | None = None, where: tuple[str, int] | None = None,
+                 label: str | None = None):
+        self.kind = kind
+        self.obj = obj
+        self.keys = frozenset(keys)
+        self.write = write
+        self.enabled = enabled
+        self.deadline = deadline
+        self.star = star or deadline is not None
+        self.alts = alts
+        self.where = where
+        self.label = label
+
+    def describe(self) -> str:
+        if self.label is None:
+            name = getattr(self.obj, "_ilv_name", None) or ""
+            self.label = f"{self.kind} {name}".rstrip()
+        if self.where is not None:
+            return f"{self.label} @{os.path.basename(self.where[0])}:{self.where[1]}"
+        return self.label
+
+
+@dataclass(frozen=True, order=True)
+class Choice:
+    """What the scheduler decided: thread ``t`` goes on, with alternative ``alt``.
+
+    ``alt`` is ``0`` for the announced operation as such; a waiter's index
+    for a ``notify_one`` under ``notify=any``; ``-1`` for a spurious wakeup;
+    ``-(2 + i)`` to run interrupt ``i`` on the thread first.
+    """
+
+    t: int
+    alt: int = 0
+
+    @property
+    def interrupt(self) -> int | None:
+        return -2 - self.alt if self.alt <= -2 else None
+
+
+@dataclass
+class Step:
+    """One transition of an execution, as it happened."""
+
+    t: int
+    choice: Choice
+    op: Op
+    label: str
+    keys: frozenset
+    write: bool
+    star: bool
+    clock: list[int]
+    #: A switch away from a thread that could have gone on.
+    preempt: bool = False
+    #: ``name=state`` of what the transition changed, filled in at the next decision.
+    changes: list[str] = field(default_factory=list)
+    note: str = ""
+
+
+def where(depth: int = 2) -> tuple[str, int] | None:
+    """The file and line of the innermost caller outside this package and ``threading``."""
+    f = sys._getframe(depth)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(_HERE) and fn != _THREADING_FILE:
+            return fn, f.f_lineno
+        f = f.f_back
+    return None
+
+
+def join_clock(into: list[int], other: Iterable[int]) -> None:
+    for i, v in enumerate(other):
+        if i < len(into):
+            if v > into[i]:
+                into[i] = v
+        else:
+            into.append(v)
+
+
+def name_from_line(line: tuple[str, int] | None) -> str | None:
+    """``not_full`` from ``self.not_full = threading.Condition(...)``: the target of the assignment."""
+    if line is None:
+        return None
+    import linecache
+    import re
+
+    text = linecache.getline(line[0], line[1]).strip()
+    m = re.match(r"(?:[A-Za-z_][\w.]*\.)?([A-Za-z_]\w*)\s*(?::[^=]*)?=(?!=)", text)
+    if m is None:
+        return None
+    return m.group(1)
+
+
+def raised_at(e: BaseException) -> str:
+    tb = e.__traceback__
+    last = None
+    while tb is not None:
+        if not tb.tb_frame.f_code.co_filename.startswith(_HERE):
+            last = tb
+        tb = tb.tb_next
+    if last is None:
+        return ""
+    return f" at {os.path.basename(last.tb_frame.f_code.co_filename)}:{last.tb_lineno}"

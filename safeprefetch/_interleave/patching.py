@@ -1,0 +1,299 @@
+"""Putting the drop-ins in place for the duration of a check, and taking them out again.
+
+What it guarantees
+------------------
+While a check runs, the code under test uses plain ``threading``, ``queue``
+and ``time`` and gets the controlled versions:
+
+* ``threading.Lock``, ``RLock``, ``Condition``, ``Semaphore``,
+  ``BoundedSemaphore``, ``Event``, ``Barrier``; ``queue.Queue``,
+  ``LifoQueue``, ``PriorityQueue``, ``SimpleQueue`` (and ``queue.ShutDown``
+  on versions before 3.13); ``time.sleep``, ``monotonic``, ``perf_counter``,
+  ``time`` and their ``_ns`` forms are replaced in their modules;
+* **names imported directly** (``from threading import Lock``, ``from time
+  import monotonic as now``) are replaced too: every loaded module's globals
+  are scanned for the original objects, and each binding found is swapped and
+  put back afterwards;
+* ``threading.Thread`` keeps its class (subclasses defined before the check
+  still work), and its ``start``, ``join`` and ``is_alive`` are replaced by
+  controlled versions: ``start`` runs the thread under the scheduler, with
+  ``threading.current_thread()`` returning the Thread object as usual.
+
+Every replacement checks who calls it. A thread the scheduler controls gets
+the controlled behaviour; any other thread (pytest's, the garbage
+collector's, a library's background thread) gets the original, untouched.
+That is what makes patching process-wide names safe while other threads run.
+
+What it cannot cover, and says so
+---------------------------------
+* An *instance* created before the check (a module-level ``_lock =
+  threading.Lock()``) is a real lock: the scheduler cannot see it. If a
+  controlled thread blocks on it, the check stops with
+  :class:`~.scheduler.SchedulerStuck` naming the thread and its line.
+  Create such objects inside the test body, or pass ``patch_globals`` to have
+  them replaced.
+* ``_thread``, ``os`` pipes, sockets and ``select`` are not controlled.
+* A class that subclasses a real ``threading.Event`` or ``Condition`` before
+  the check keeps the real behaviour.
+* Default arguments and attributes that captured an original
+  (``def f(sleep=time.sleep)``) keep it.
+
+Only one check runs at a time in a process: a second one, from another
+thread or nested inside a test body, raises ``RuntimeError``.
+"""
+
+from __future__ import annotations
+
+import _thread
+import gc
+import queue as _queue
+import sys
+import threading
+import time as _time
+from typing import Any, Callable
+
+from .primitives import VBarrier, VBoundedSemaphore, VCondition, VEvent, VLock, VRLock, VSemaphore, deadline_of, until
+from .queues import ShutDown, VLifoQueue, VPriorityQueue, VQueue, VSimpleQueue
+from .scheduler import _ACTIVE, Execution, Op, VThread, current, where
+
+__all__ = ["patched"]
+
+_BUSY = _thread.allocate_lock()
+
+
+class _Switch(type):
+    """A drop-in class: controlled instances for controlled threads, the original for everyone else."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        real = cls.__dict__.get("_ilv_real")
+        if real is not None and current() is None:
+            return real(*args, **kwargs)
+        return super().__call__(*args, **kwargs)
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        if type.__instancecheck__(cls, obj):
+            return True
+        real_type = cls.__dict__.get("_ilv_real_type")
+        return real_type is not None and isinstance(obj, real_type)
+
+
+def _switch(name: str, base: type, real: Any, real_type: Any = None) -> type:
+    doc = f"Controlled ``{name}`` for controlled threads; the original otherwise."
+    return _Switch(name, (base,), {"_ilv_real": real, "_ilv_real_type": real_type, "__doc__": doc,
+                                   "__module__": __name__})
+
+
+def _rlock_type() -> Any:
+    return type(threading.RLock())
+
+
+# -- time ------------------------------------------------------------------------
+
+_MONO_BASE = 1000.0
+_EPOCH_BASE = 1_700_000_000.0
+
+
+def _timefunc(orig: Callable[[], Any], base: float, ns: bool) -> Callable[[], Any]:
+    def now() -> Any:
+        c = current()
+        if c is None:
+            return orig()
+        t = base + c[0].clock
+        return int(t * 1e9) if ns else t
+
+    now.__name__ = getattr(orig, "__name__", "now")
+    now.__doc__ = f"Virtual ``time.{now.__name__}`` for controlled threads."
+    return now
+
+
+def _make_sleep(orig: Callable[[float], None]) -> Callable[[float], None]:
+    def sleep(secs: float) -> None:
+        """Virtual ``time.sleep``: a scheduling point that is enabled once virtual time reaches its end."""
+        c = current()
+        if c is None:
+            return orig(secs)
+        if secs < 0:
+            raise ValueError("sleep length must be non-negative")
+        ex, vt = c
+        end = ex.clock + secs
+        ex.point(vt, Op("sleep", None, (), enabled=lambda: ex.clock >= end, deadline=end if secs > 0 else None,
+                        where=where(2), label=f"sleep {secs:g}"))
+
+    return sleep
+
+
+# -- Thread --------------------------------------------------------------------------
+
+_ORIG_THREAD = {name: getattr(threading.Thread, name) for name in ("start", "join", "is_alive")}
+
+
+def _thread_of(ex: Execution, obj: Any) -> VThread | None:
+    return ex.thread_objs.get(id(obj))
+
+
+def _start(self: threading.Thread) -> None:
+    c = current()
+    if c is None:
+        return _ORIG_THREAD["start"](self)
+    ex, vt = c
+    if not getattr(self, "_initialized", False):
+        raise RuntimeError("thread.__init__() not called")
+    if _thread_of(ex, self) is not None:
+        raise RuntimeError("threads can only be started once")
+    index = len(ex.threads)
+    ex.point(vt, Op("start", self, (("start", index), ("thread", index)), where=where(2),
+                    label=f"start {self.name}"))
+    new = ex.add_thread(self.name, self.run, obj=self, daemon=self.daemon)
+    ex.thread_objs[id(self)] = new
+    ex.start_clock(new.index, vt.index)
+
+
+def _join(self: threading.Thread, timeout: float | None = None) -> None:
+    c = current()
+    if c is None:
+        return _ORIG_THREAD["join"](self, timeout)
+    ex, vt = c
+    target = _thread_of(ex, self)
+    if target is None:
+        if not getattr(self, "_started", None) or self.ident is None:
+            raise RuntimeError("cannot join thread before it is started")
+        return _ORIG_THREAD["join"](self, timeout)
+    if target is vt:
+        raise RuntimeError("cannot join current thread")
+    blocks, deadline = deadline_of(ex, True, timeout) if timeout is not None else (True, None)
+    ready = until(ex, lambda: target.finished, deadline if blocks else ex.clock)
+    ex.point(vt, Op("join", self, (("thread", target.index),), enabled=ready,
+                    deadline=deadline if blocks else None, write=False, where=where(2), label=f"join {self.name}"))
+
+
+def _is_alive(self: threading.Thread) -> bool:
+    c = current()
+    if c is None:
+        return _ORIG_THREAD["is_alive"](self)
+    ex, vt = c
+    target = _thread_of(ex, self)
+    if target is None:
+        return _ORIG_THREAD["is_alive"](self)
+    ex.point(vt, Op("is_alive", self, (("thread", target.index),), write=False, where=where(2),
+                    label=f"is_alive {self.name}"))
+    return not target.finished
+
+
+# -- the patch table -------------------------------------------------------------------
+
+def _table() -> list[tuple[Any, str, Any]]:
+    """(module, name, replacement) for every name the check replaces in its home module."""
+    t = [
+        (threading, "Lock", _switch("Lock", VLock, threading.Lock, _thread.LockType)),
+        (threading, "RLock", _switch("RLock", VRLock, threading.RLock, _rlock_type())),
+        (threading, "Condition", _switch("Condition", VCondition, threading.Condition, threading.Condition)),
+        (threading, "Semaphore", _switch("Semaphore", VSemaphore, threading.Semaphore, threading.Semaphore)),
+        (threading, "BoundedSemaphore", _switch("BoundedSemaphore", VBoundedSemaphore, threading.BoundedSemaphore,
+                                                threading.BoundedSemaphore)),
+        (threading, "Event", _switch("Event", VEvent, threading.Event, threading.Event)),
+        (threading, "Barrier", _switch("Barrier", VBarrier, threading.Barrier, threading.Barrier)),
+        (_queue, "Queue", _switch("Queue", VQueue, _queue.Queue, _queue.Queue)),
+        (_queue, "LifoQueue", _switch("LifoQueue", VLifoQueue, _queue.LifoQueue, _queue.LifoQueue)),
+        (_queue, "PriorityQueue", _switch("PriorityQueue", VPriorityQueue, _queue.PriorityQueue,
+                                          _queue.PriorityQueue)),
+        (_queue, "SimpleQueue", _switch("SimpleQueue", VSimpleQueue, _queue.SimpleQueue, _queue.SimpleQueue)),
+        (_time, "sleep", _make_sleep(_time.sleep)),
+    ]
+    for name, base, ns in (("monotonic", _MONO_BASE, False), ("monotonic_ns", _MONO_BASE, True),
+                           ("perf_counter", _MONO_BASE, False), ("perf_counter_ns", _MONO_BASE, True),
+                           ("time", _EPOCH_BASE, False), ("time_ns", _EPOCH_BASE, True)):
+        t.append((_time, name, _timefunc(getattr(_time, name), base, ns)))
+    return t
+
+
+#: Modules whose own bindings are not scanned: the patched modules themselves (their names are
+#: replaced explicitly; their internals must keep the originals) and this package.
+_SKIP = ("threading", "queue", "time", "_thread", "_queue", "sys", "builtins", "gc")
+
+
+class patched:
+    """Context manager: the drop-ins in place, the direct imports swapped, the cyclic GC paused.
+
+    ``extra`` maps further ``(module, name)`` pairs to replacements (the
+    ``patch_globals`` of a check). The garbage collector is paused so that no
+    finalizer runs at a moment the schedule does not decide; it is resumed,
+    and run once, when the check ends.
+    """
+
+    def __init__(self, extra: dict[tuple[Any, str], Any] | None = None):
+        self.extra = extra or {}
+        self.undo: list[tuple[Any, str, Any]] = []
+        self.gc_was_enabled = False
+
+    def __enter__(self) -> "patched":
+        if _ACTIVE[0] is not None or not _BUSY.acquire(False):
+            raise RuntimeError("a check is already running in this process (checks cannot run concurrently or "
+                               "nested inside a test body)")
+        try:
+            table = _table()
+            by_id: dict[int, tuple[Any, Any]] = {}
+            for module, name, new in table:
+                old = getattr(module, name)
+                by_id[id(old)] = (old, new)
+                self._set(vars(module), name, new)
+            if not hasattr(_queue, "ShutDown"):
+                self._set(vars(_queue), "ShutDown", ShutDown)
+            for meth, fn in (("start", _start), ("join", _join), ("is_alive", _is_alive)):
+                self._set_attr(threading.Thread, meth, fn)
+            self._scan(by_id)
+            for (module, name), new in self.extra.items():
+                self._set(vars(module) if not isinstance(module, dict) else module, name, new)
+            self.gc_was_enabled = gc.isenabled()
+            gc.disable()
+        except BaseException:
+            self._undo()
+            _BUSY.release()
+            raise
+        return self
+
+    def _scan(self, by_id: dict[int, tuple[Any, Any]]) -> None:
+        here = __name__.rsplit(".", 1)[0]
+        for modname, module in list(sys.modules.items()):
+            if module is None or modname in _SKIP or modname.startswith(here):
+                continue
+            try:
+                names = vars(module)
+            except TypeError:
+                continue
+            if not isinstance(names, dict):
+                continue
+            for name, value in list(names.items()):
+                hit = by_id.get(id(value))
+                if hit is not None and hit[0] is value:
+                    self._set(names, name, hit[1])
+
+    def _set(self, names: dict, name: str, new: Any) -> None:
+        self.undo.append((names, name, names.get(name, _MISSING)))
+        names[name] = new
+
+    def _set_attr(self, cls: type, name: str, new: Any) -> None:
+        self.undo.append((cls, name, cls.__dict__[name]))
+        setattr(cls, name, new)
+
+    def _undo(self) -> None:
+        for target, name, old in reversed(self.undo):
+            if isinstance(target, dict):
+                if old is _MISSING:
+                    target.pop(name, None)
+                else:
+                    target[name] = old
+            else:
+                setattr(target, name, old)
+        self.undo.clear()
+
+    def __exit__(self, *exc: Any) -> None:
+        self._undo()
+        try:
+            if self.gc_was_enabled:
+                gc.enable()
+            gc.collect()
+        finally:
+            _BUSY.release()
+
+
+_MISSING = object()

@@ -1,0 +1,48 @@
+"""Interleaving tests for real threading code.
+
+Model the design, then test the code: ``check`` runs a test body that starts
+plain ``threading``/``queue`` threads under a deterministic scheduler, at
+every schedule that matters, and reports a violation (deadlock, lost wakeup,
+an uncaught exception or failed assertion, a leaked thread, a hang in
+virtual time, a lock released by a non-owner) with a minimized, replayable
+trace::
+
+    from safeprefetch import interleavings
+
+    result = interleavings.check(my_test_body, preemption_bound=2)
+    print(interleavings.render(result))
+
+``@interleavings.test(...)`` does the same from pytest; ``python -m
+safeprefetch check-code FILE.py::TEST`` from the command line. See
+docs/interleavings.md.
+"""
+
+from ._interleave.api import InterleavingFailure as InterleavingFailure
+from ._interleave.api import check as check
+from ._interleave.api import replay as replay
+from ._interleave.api import test as test
+from ._interleave.check import Interrupt as Interrupt
+from ._interleave.explore import Nondeterministic as Nondeterministic
+from ._interleave.queues import ShutDown as ShutDown
+from ._interleave.report import CodeCheckResult as CodeCheckResult
+from ._interleave.report import StepDetail as StepDetail
+from ._interleave.report import render_text as render
+from ._interleave.report import svg_text as svg
+from ._interleave.report import write_svg as write_svg
+from ._interleave.scheduler import SchedulerStuck as SchedulerStuck
+
+__all__ = [
+    "CodeCheckResult",
+    "InterleavingFailure",
+    "Interrupt",
+    "Nondeterministic",
+    "SchedulerStuck",
+    "ShutDown",
+    "StepDetail",
+    "check",
+    "render",
+    "replay",
+    "svg",
+    "test",
+    "write_svg",
+]
