@@ -373,3 +373,21 @@ def test_bitstate_budgets_are_checked_and_clamped():
         check(model, store="bitstate", memory=1)
     huge = check(model, store="bitstate", memory=1 << 39)  # more than the machine: its memory instead
     assert huge.verdict == "ok" and huge.stop_reason == "bitstate" and not huge.exhaustive
+
+
+def test_cluster_fingerprints_refuse_unequal_values_that_print_alike():
+    """The cross-process fingerprint tells refused values apart by repr: a repr hiding a field is refused."""
+    from dataclasses import dataclass, field
+
+    from safeprefetch._check.fingerprint import stable_fingerprinter
+    from safeprefetch.model import ModelError
+
+    @dataclass(frozen=True)
+    class Msg:
+        seq: int
+        payload: str = field(repr=False)
+
+    fp = stable_fingerprinter((Msg(1, "ok"), 0))
+    assert fp((Msg(1, "ok"), 0)) == fp((Msg(1, "ok"), 0)) != fp((Msg(2, "ok"), 0))
+    with pytest.raises(ModelError, match="print alike"):
+        fp((Msg(1, "bad"), 0))
