@@ -252,7 +252,7 @@ def test_bitstate_under_pressure_skips_states_and_says_so():
     assert runs[0].states != runs[1].states  # independent hash functions skip different states
     assert "not a proof" in __import__("safeprefetch._check.trace", fromlist=["render_result"]).render_result(
         runs[0], model.compile(config))
-    with pytest.raises(Exception, match="leaves no room for a bitstate array"):
+    with pytest.raises(Exception, match="below what this process already holds"):
         check(model, config, store="bitstate", memory=10)
     assert all(not r.exhaustive and r.stop_reason == "bitstate" for r in runs)
 
@@ -328,7 +328,9 @@ def test_depth_first_search_keeps_its_memory_budget():
     from safeprefetch import check
 
     model, config = MODELS[BUDGETED[0]], BUDGETED[1]
-    r = check(model, config, reduce="none", strategy="dfs", memory=1)
+    from safeprefetch._check.budget import resident_bytes
+
+    r = check(model, config, reduce="none", strategy="dfs", memory=resident_bytes() + (8 << 20))
     assert r.verdict == "ok" and not r.exhaustive and r.stop_reason == "memory" and r.states < 131_149
 
 
@@ -369,8 +371,14 @@ def test_bitstate_budgets_are_checked_and_clamped():
     from safeprefetch import check
 
     model = MODELS["semaphores"]
+    from safeprefetch._check.bitstate import _bits_for_budget
+    from safeprefetch._check.budget import resident_bytes
+
+    for store in ("full", "fingerprint", "bitstate"):
+        with pytest.raises(Exception, match="below what this process already holds"):
+            check(model, store=store, memory=1)
     with pytest.raises(Exception, match="leaves no room"):
-        check(model, store="bitstate", memory=1)
+        _bits_for_budget(resident_bytes() + 100)
     huge = check(model, store="bitstate", memory=1 << 39)  # more than the machine: its memory instead
     assert huge.verdict == "ok" and huge.stop_reason == "bitstate" and not huge.exhaustive
 
@@ -391,3 +399,17 @@ def test_cluster_fingerprints_refuse_unequal_values_that_print_alike():
     assert fp((Msg(1, "ok"), 0)) == fp((Msg(1, "ok"), 0)) != fp((Msg(2, "ok"), 0))
     with pytest.raises(ModelError, match="print alike"):
         fp((Msg(1, "bad"), 0))
+
+
+def test_cli_store_and_memory_are_checked_and_reach_check_all(capsys):
+    from safeprefetch._cli.main import main
+
+    for bad in (["--strategy", "random", "--memory", "lots"], ["--strategy", "random", "--memory", "8G"],
+                ["--strategy", "pct", "--store", "fingerprint"], ["--memory", "lots"], ["--memory", "1"]):
+        assert main(["check", "semaphores", *bad]) == 2, bad
+        assert "error:" in capsys.readouterr().err
+    assert main(["check", "--all", "--store", "fingerprint", "--json"]) == 0
+    import json
+
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == len(MODELS) and {r["store"] for r in rows} == {"fingerprint"}

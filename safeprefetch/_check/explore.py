@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping
 
 from .._dsl.model import Machine, Model, ModelError
 from .bitstate import BitstateExplorer
+from .budget import format_bytes, resident_bytes
 from .explorer import DEFAULT_MAX_STATES, DEFAULT_REDUCE, Explorer
 from .fpsearch import FingerprintExplorer
 from .replay import choice_step, final_verdict, replay, replay_choices
@@ -65,8 +66,13 @@ def explore(machine: Machine, *, strategy: str = "bfs", max_states: int = DEFAUL
     """
     if store not in STORES:
         raise ModelError(f"unknown store {store!r} (known: {', '.join(STORES)})")
-    if memory is not None and memory <= 0:
-        raise ModelError("memory must be a positive number of bytes")
+    if memory is not None:
+        if memory <= 0:
+            raise ModelError("memory must be a positive number of bytes")
+        held = resident_bytes()
+        if memory <= held:
+            raise ModelError(f"memory budget {format_bytes(memory)} is below what this process already holds "
+                             f"({format_bytes(held)}): no search fits in it")
     if store == "bitstate":  # depth first by design: its trace is the stack
         return BitstateExplorer(machine, max_states=max_states, progress=progress, reduce=reduce,
                                 progress_every=progress_every, memory=memory).run()

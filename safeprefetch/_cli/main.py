@@ -117,6 +117,9 @@ def _cmd_check(args) -> int:
                        progress=_Progress(memory), reduce=args.reduce, progress_every=args.progress_seconds,
                        store=args.store, memory=memory)
     else:
+        if args.memory is not None or args.store != "full":
+            raise UsageError(f"--store and --memory apply to the exhaustive searches (bfs, dfs), "
+                             f"not to --strategy {args.strategy}, which stores no visited set")
         from .._check.strategies import search  # schedule-sampling strategies for configs too big to exhaust
 
         result = search(machine, args.strategy, seed=args.seed, budget=args.budget, depth=args.depth,
@@ -157,7 +160,8 @@ def _check_all(args) -> int:
     results: list[CheckResult] = []
     for name, model in catalog().items():
         machine = model.compile({})
-        r = check(machine, strategy=args.strategy, max_states=args.max_states, reduce=args.reduce)
+        r = check(machine, strategy=args.strategy, max_states=args.max_states, reduce=args.reduce,
+                  store=args.store, memory=_memory_arg(args.memory))
         from dataclasses import replace
         results.append(replace(r, expected=model.expected))
     mismatches = [r for r in results if r.verdict != r.expected]
