@@ -157,15 +157,20 @@ def test_a_timed_out_wait_is_withdrawn_by_the_next_request(recorded):
         assert wait_until(lambda: held(pf, "FILLING") == [] and held(pf, "CANCELLED") == [])
 
 
+def speculate_10_11_then_ask_50(pf, pred):
+    """10 and 11 are speculated and land; then a request for 50, predicting 51 and 52, evicts them."""
+    pred.next = [10, 11]
+    pf.get(0)
+    assert wait_until(lambda: held(pf, "READY") == [10, 11])
+    pred.next = [51, 52]
+    assert pf.get(50)[0] == 50
+
+
 def test_unused_speculation_is_evicted_to_make_room(recorded):
     src = Source(100)
     pred = Fixed()
     with OnDemandPrefetcher(src, capacity=3, workers=2, predict=pred) as pf:
-        pred.next = [10, 11]
-        pf.get(0)
-        assert wait_until(lambda: held(pf, "READY") == [10, 11])
-        pred.next = [51, 52]
-        assert pf.get(50)[0] == 50
+        speculate_10_11_then_ask_50(pf, pred)
         assert not {10, 11} & {i for _s, i in pf.slots()}
         assert wait_until(lambda: held(pf, "READY") == [51, 52])
         assert pf.stats.wasted == 2  # 10 and 11 can no longer be used; 51 and 52 still may
@@ -179,11 +184,7 @@ def test_wasted_counts_evictions_while_other_speculation_is_in_flight(recorded):
     src = Source(100, held={51, 52})
     pred = Fixed()
     with OnDemandPrefetcher(src, capacity=3, workers=2, predict=pred) as pf:
-        pred.next = [10, 11]
-        pf.get(0)
-        assert wait_until(lambda: held(pf, "READY") == [10, 11])
-        pred.next = [51, 52]
-        assert pf.get(50)[0] == 50  # evicts 10 and 11 for 51 and 52, whose fetches then block
+        speculate_10_11_then_ask_50(pf, pred)  # the fetches of 51 and 52 then block
         assert wait_until(lambda: sorted(src.started) == [51, 52])
         assert held(pf, "FILLING") == [51, 52]
         stats = pf.stats
