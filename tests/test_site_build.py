@@ -70,6 +70,16 @@ def test_api_reference_documents_the_public_modules_only(site):
         assert not re.search(r'id="safeprefetch\._', page.read_text()), page.name
 
 
+def test_api_reference_turns_sphinx_roles_into_code_and_links(site):
+    # The docstrings say :class:`Lease`; the page shows `Lease`, linked to where it is documented.
+    for page in (site / "api").glob("*.html"):
+        left = re.findall(r":(?:class|func|meth|data|mod|attr|exc|obj):<code>", page.read_text(encoding="utf-8"))
+        assert left == [], page.name
+    api = (site / "api" / "safeprefetch.html").read_text(encoding="utf-8")
+    assert '<a href="#safeprefetch.Lease"><code>Lease</code></a>' in api
+    assert '<a href="#safeprefetch.PrefetcherClosed"><code>PrefetcherClosed</code></a>' in api
+
+
 def test_every_catalog_model_has_a_playground_with_every_setting(site):
     index = (site / "playground" / "index.html").read_text(encoding="utf-8")
     for name in catalog():
