@@ -136,6 +136,21 @@ def test_clicking_through_one_cond_signal_by_hand_announces_the_deadlock(page, s
     sync_api.expect(page.locator('.pg-progress[data-model="one_cond_signal"]')).to_have_text("found it")
 
 
+def test_clicking_a_thread_steps_it_when_it_has_one_step(page, site):
+    root = open_model(page, site, "one_cond_signal")
+    card = lambda name: page.locator(f'.pg-thread[data-thread="{name}"]')  # noqa: E731
+    card("consumer0").locator("h4").click()
+    sync_api.expect(root).to_have_attribute("data-steps", "1")
+    assert page.locator("#pg-lane tr").nth(1).locator("td").nth(2).text_content() == "lock"  # consumer0's column
+    # consumer0 holds the lock: producer0 cannot move, and clicking it does nothing.
+    assert "waits for lock" in card("producer0").locator(".pg-blocked").text_content()
+    assert card("producer0").locator(".pg-clickable").count() == 0
+    card("producer0").locator("h4").click()
+    card("consumer0").locator(".pg-program").click()  # its program is clickable too
+    sync_api.expect(root).to_have_attribute("data-steps", "2")
+    assert json.loads(root.get_attribute("data-path"))[0][0] == json.loads(root.get_attribute("data-path"))[1][0]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(n for n, m in MODELS.items() if m.expected != "ok"))
 def test_every_bug_can_be_clicked_through_by_hand(page, site, name):
