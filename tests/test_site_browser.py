@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from _site import built_site
+from _site import SITE_TIMEOUT, built_site
 from safeprefetch import catalog, check, replay
 from safeprefetch.model import StepViolation
 from safeprefetch._check.expand import Expander
@@ -39,7 +39,7 @@ sync_api = pytest.importorskip("playwright.sync_api",
 if not CHROMIUM.exists():
     pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium chromium-driver)", allow_module_level=True)
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = pytest.mark.timeout(SITE_TIMEOUT)
 
 
 @pytest.fixture(scope="module")

@@ -13,12 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from _site import built_site, docs_extra_missing
+from _site import SITE_TIMEOUT, built_site, docs_extra_missing
 from safeprefetch import catalog
 from safeprefetch._tools.fix import fix_model
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
+
+pytestmark = pytest.mark.timeout(SITE_TIMEOUT)
 
 
 @pytest.fixture(scope="module")
