@@ -356,7 +356,16 @@ def _stats(source_delay: float, consumer_delay: float):
     return pf.stats
 
 
-@pytest.mark.parametrize("source_delay, consumer_delay", [(0.03, 0.0), (0.0, 0.02)])
+def _reading(stats) -> str:
+    """What the story page should say of a run, by PrefetchStats' rule and the page's 5% threshold."""
+    if stats.bottleneck == "source":
+        return "slow"
+    return "little" if stats.worker_fetch_seconds < 0.05 * stats.elapsed_seconds else "hidden"
+
+
+#: Source-bound; consumer-bound with nothing to read; consumer-bound with reads to hide (whatever the
+#: machine's load makes of them, the page must agree with the stats object).
+@pytest.mark.parametrize("source_delay, consumer_delay", [(0.03, 0.0), (0.0, 0.02), (0.01, 0.03)])
 def test_the_story_page_explains_the_learners_own_stats(page, site, source_delay, consumer_delay):
     stats = _stats(source_delay, consumer_delay)
     page.goto((site / "story.html").as_uri())
@@ -368,6 +377,7 @@ def test_the_story_page_explains_the_learners_own_stats(page, site, source_delay
     page.click("#boon-go")
     verdict = page.locator("#boon-verdict")
     sync_api.expect(verdict).to_have_attribute("data-bottleneck", stats.bottleneck)
+    assert verdict.get_attribute("data-reading") == _reading(stats), stats.summary()
     page.fill("#boon-input", "hello")
     page.click("#boon-go")
     sync_api.expect(verdict).to_contain_text("does not look like")
