@@ -136,6 +136,21 @@ def test_docs_build_refuses_to_empty_a_folder_that_is_not_a_site(tmp_path):
     assert done.returncode == 2 and "overwrite docs/" in done.stderr
 
 
+def test_strict_build_fails_on_a_broken_link(tmp_path):
+    if docs_extra_missing():
+        pytest.skip(docs_extra_missing())
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "index.md").write_text("# Home\n\nSee [the missing page](nowhere.md).\n")
+    done = _docs("build", "--docs", str(docs), "--out", str(tmp_path / "site"), "--no-demo", "--model", "monitor",
+                 "--strict", timeout=SITE_TIMEOUT - 60)
+    assert done.returncode == 1, done.stderr
+    assert "nowhere.md" in done.stderr and "--strict: MkDocs gave" in done.stderr
+    assert (tmp_path / "site" / "index.html").is_file()  # written all the same, for a look
+    done = _docs("build", "--docs", str(tmp_path / "site" / "assets"), "--out", str(tmp_path / "x"), "--no-demo")
+    assert done.returncode == 2 and "not a docs folder" in done.stderr
+
+
 def test_a_missing_docs_extra_is_one_clear_line(tmp_path):
     # A real interpreter in which mkdocs cannot be imported.
     code = ("import sys; sys.modules['mkdocs'] = None\n"

@@ -120,8 +120,13 @@ def require_mkdocs():
     return load_config, build
 
 
-def docs_source() -> Path:
-    """The repository's docs/ folder (the site is built from a source checkout)."""
+def docs_source(docs: str | Path | None = None) -> Path:
+    """The docs folder to build from: ``docs``, or the repository's docs/ (a source checkout)."""
+    if docs is not None:
+        docs = Path(docs).resolve()
+        if not (docs / "index.md").is_file():
+            raise SiteError(f"--docs {docs} has no index.md: it is not a docs folder")
+        return docs
     docs = Path(__file__).resolve().parents[2] / "docs"
     if not (docs / "index.md").is_file():
         raise SiteError(f"no docs/index.md next to the package ({docs}): build the site from a source checkout")
@@ -291,16 +296,18 @@ class _Collect(logging.Handler):
         self.messages.append(record.getMessage())
 
 
-def build_site(out: str | Path, *, story: Story | None = None, models: Sequence[str] | None = None) -> SiteReport:
+def build_site(out: str | Path, *, story: Story | None = None, models: Sequence[str] | None = None,
+               docs: str | Path | None = None) -> SiteReport:
     """Build the site into ``out`` (replaced if it exists); ``models`` limits the playground pages
-    (the ``prefetcher`` page is always built: the story page plays it).
+    (the ``prefetcher`` page is always built: the story page plays it); ``docs`` is the folder of
+    pages to build from (default: the checkout's docs/).
 
     Raises :class:`SiteError` when the ``docs`` extra is missing, docs/ cannot be
     found, a model name is unknown, or MkDocs fails.
     """
     load_config, build = require_mkdocs()
     t0 = time.perf_counter()
-    src_docs = docs_source()
+    src_docs = docs_source(docs)
     names = list(catalog()) if models is None else list(dict.fromkeys(models))
     unknown = sorted(set(names) - set(catalog()))
     if unknown:
