@@ -248,6 +248,27 @@ def test_the_semantics_switch_changes_no_predicate_wait_s_verdict(page, site):
     sync_api.expect(verdict).to_have_attribute("data-verdict", "lost_wakeup")
 
 
+def test_show_me_animates_and_undo_stops_it(page, site):
+    trace = check(MODELS["no_predicate_wait"].compile({})).trace
+    root = open_model(page, site, "no_predicate_wait")
+    page.select_option("#pg-speed", "slow")  # 700 ms a step: the page's own timer plays it
+    page.click("#pg-show")
+    sync_api.expect(root).to_have_attribute("data-steps", "2", timeout=WAIT_MS)
+    playing, enabled = page.evaluate("""() => [document.querySelector('.pg-root').getAttribute('data-playing'),
+        document.querySelectorAll('button.pg-step:not([disabled])').length]""")
+    assert playing != "yes" or enabled == 0  # no clicking into a playback
+    page.click("#pg-undo")
+    stopped = page.evaluate("() => document.querySelector('.pg-root').playground.timer === null")
+    assert stopped and root.get_attribute("data-playing") is None
+    steps = int(root.get_attribute("data-steps"))
+    assert steps < len(trace)
+    page.select_option("#pg-speed", "fast")
+    page.click("#pg-show")
+    sync_api.expect(root).to_have_attribute("data-over", "yes", timeout=WAIT_MS)
+    assert root.get_attribute("data-kind") == "lost_wakeup" and root.get_attribute("data-steps") == str(len(trace))
+    assert "You found the bug" not in page.locator("#pg-status").text_content()  # watched, not found
+
+
 #: Random clicks inside the page (each a DOM click on an enabled step button, through the page's own
 #: handlers); after each, what the page says. Restart when a run ends. A seeded LCG keeps it replayable.
 _CLICKS = """([seed, clicks]) => {
