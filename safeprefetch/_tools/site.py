@@ -215,10 +215,11 @@ def _playground(dst: Path, names: Sequence[str]) -> tuple[list[str], int]:
         (dst / rel).write_text(_playground_page(name, meta, names, documented), encoding="utf-8")
         pages.append(rel)
         summary = meta["summary"].replace("|", "\\|")  # a pipe would end the table cell
-        rows.append(f"| [{name}]({name}.md) | {summary} | {meta['expected']} | {meta['difficulty']} | "
+        shown = name.replace("_", "_<wbr>")  # long names break at their underscores, not mid-word
+        rows.append(f"| [{shown}]({name}.md) | {summary} | {meta['expected']} | {meta['difficulty']} | "
                     f'<span class="pg-progress" data-model="{name}"></span> |')
-    index = (_web("playground-index.md") + "\n| model | the bug (or the design) | verdict | difficulty "
-             "| your progress |\n|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
+    index = (_web("playground-index.md") + '\n<div class="pg-index" markdown>\n\n| model | the bug (or the design) '
+             "| verdict | difficulty | your progress |\n|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n</div>\n\n"
              '<script src="assets/playground.js"></script>\n')
     (dst / "playground" / "index.md").write_text(index, encoding="utf-8")
     return pages, total
