@@ -60,12 +60,15 @@ def browser(tmp_path_factory):
 @pytest.fixture
 def page(browser):
     page = browser.new_page()
-    errors = []
+    errors, remote = [], []
     page.on("pageerror", lambda e: errors.append(str(e)))
+    # Offline means offline: every request a page makes is for a file of the built site.
+    page.on("request", lambda r: None if r.url.startswith(("file://", "data:", "blob:")) else remote.append(r.url))
     yield page
     page.close()
     # Material's search worker cannot start from file:// (its own, documented limit); nothing else may fail.
     assert [e for e in errors if "search_index" not in e] == []
+    assert remote == []
 
 
 def open_model(page, site, name, variant=None):
