@@ -79,7 +79,7 @@ class SiteError(Exception):
 
 @dataclass(frozen=True)
 class Story:
-    """A live run of the prefetcher, recorded for the story page (see ``safeprefetch._harness.story``)."""
+    """A live run of the prefetcher, recorded for the story page (by ``safeprefetch._harness.docsite.record_story``)."""
 
     #: The prefetching loop's timeline, drawn as SVG by ``write_timeline``'s renderer.
     timeline_svg: str
