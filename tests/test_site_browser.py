@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from _site import built_site
+from _site import SITE_TIMEOUT, built_site
 from safeprefetch import catalog, check, replay
 from safeprefetch.model import StepViolation
 from safeprefetch._check.expand import Expander
@@ -39,7 +39,7 @@ sync_api = pytest.importorskip("playwright.sync_api",
 if not CHROMIUM.exists():
     pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium chromium-driver)", allow_module_level=True)
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = pytest.mark.timeout(SITE_TIMEOUT)
 
 
 @pytest.fixture(scope="module")
@@ -60,12 +60,15 @@ def browser(tmp_path_factory):
 @pytest.fixture
 def page(browser):
     page = browser.new_page()
-    errors = []
+    errors, remote = [], []
     page.on("pageerror", lambda e: errors.append(str(e)))
+    # Offline means offline: every request a page makes is for a file of the built site.
+    page.on("request", lambda r: None if r.url.startswith(("file://", "data:", "blob:")) else remote.append(r.url))
     yield page
     page.close()
     # Material's search worker cannot start from file:// (its own, documented limit); nothing else may fail.
     assert [e for e in errors if "search_index" not in e] == []
+    assert remote == []
 
 
 def open_model(page, site, name, variant=None):
@@ -134,6 +137,21 @@ def test_clicking_through_one_cond_signal_by_hand_announces_the_deadlock(page, s
     # Progress is kept in localStorage and shown on the index.
     page.goto((site / "playground" / "index.html").as_uri())
     sync_api.expect(page.locator('.pg-progress[data-model="one_cond_signal"]')).to_have_text("found it")
+
+
+def test_clicking_a_thread_steps_it_when_it_has_one_step(page, site):
+    root = open_model(page, site, "one_cond_signal")
+    card = lambda name: page.locator(f'.pg-thread[data-thread="{name}"]')  # noqa: E731
+    card("consumer0").locator("h4").click()
+    sync_api.expect(root).to_have_attribute("data-steps", "1")
+    assert page.locator("#pg-lane tr").nth(1).locator("td").nth(2).text_content() == "lock"  # consumer0's column
+    # consumer0 holds the lock: producer0 cannot move, and clicking it does nothing.
+    assert "waits for lock" in card("producer0").locator(".pg-blocked").text_content()
+    assert card("producer0").locator(".pg-clickable").count() == 0
+    card("producer0").locator("h4").click()
+    card("consumer0").locator(".pg-program").click()  # its program is clickable too
+    sync_api.expect(root).to_have_attribute("data-steps", "2")
+    assert json.loads(root.get_attribute("data-path"))[0][0] == json.loads(root.get_attribute("data-path"))[1][0]
 
 
 @pytest.mark.slow
@@ -231,6 +249,27 @@ def test_the_semantics_switch_changes_no_predicate_wait_s_verdict(page, site):
     page.select_option("#pg-notify", "fifo")
     page.select_option("#pg-spurious", "off")
     sync_api.expect(verdict).to_have_attribute("data-verdict", "lost_wakeup")
+
+
+def test_show_me_animates_and_undo_stops_it(page, site):
+    trace = check(MODELS["no_predicate_wait"].compile({})).trace
+    root = open_model(page, site, "no_predicate_wait")
+    page.select_option("#pg-speed", "slow")  # 700 ms a step: the page's own timer plays it
+    page.click("#pg-show")
+    sync_api.expect(root).to_have_attribute("data-steps", "2", timeout=WAIT_MS)
+    playing, enabled = page.evaluate("""() => [document.querySelector('.pg-root').getAttribute('data-playing'),
+        document.querySelectorAll('button.pg-step:not([disabled])').length]""")
+    assert playing != "yes" or enabled == 0  # no clicking into a playback
+    page.click("#pg-undo")
+    stopped = page.evaluate("() => document.querySelector('.pg-root').playground.timer === null")
+    assert stopped and root.get_attribute("data-playing") is None
+    steps = int(root.get_attribute("data-steps"))
+    assert steps < len(trace)
+    page.select_option("#pg-speed", "fast")
+    page.click("#pg-show")
+    sync_api.expect(root).to_have_attribute("data-over", "yes", timeout=WAIT_MS)
+    assert root.get_attribute("data-kind") == "lost_wakeup" and root.get_attribute("data-steps") == str(len(trace))
+    assert "You found the bug" not in page.locator("#pg-status").text_content()  # watched, not found
 
 
 #: Random clicks inside the page (each a DOM click on an enabled step button, through the page's own
@@ -341,7 +380,16 @@ def _stats(source_delay: float, consumer_delay: float):
     return pf.stats
 
 
-@pytest.mark.parametrize("source_delay, consumer_delay", [(0.03, 0.0), (0.0, 0.02)])
+def _reading(stats) -> str:
+    """What the story page should say of a run, by PrefetchStats' rule and the page's 5% threshold."""
+    if stats.bottleneck == "source":
+        return "slow"
+    return "little" if stats.worker_fetch_seconds < 0.05 * stats.elapsed_seconds else "hidden"
+
+
+#: Source-bound; consumer-bound with nothing to read; consumer-bound with reads to hide (whatever the
+#: machine's load makes of them, the page must agree with the stats object).
+@pytest.mark.parametrize("source_delay, consumer_delay", [(0.03, 0.0), (0.0, 0.02), (0.01, 0.03)])
 def test_the_story_page_explains_the_learners_own_stats(page, site, source_delay, consumer_delay):
     stats = _stats(source_delay, consumer_delay)
     page.goto((site / "story.html").as_uri())
@@ -353,6 +401,7 @@ def test_the_story_page_explains_the_learners_own_stats(page, site, source_delay
     page.click("#boon-go")
     verdict = page.locator("#boon-verdict")
     sync_api.expect(verdict).to_have_attribute("data-bottleneck", stats.bottleneck)
+    assert verdict.get_attribute("data-reading") == _reading(stats), stats.summary()
     page.fill("#boon-input", "hello")
     page.click("#boon-go")
     sync_api.expect(verdict).to_contain_text("does not look like")

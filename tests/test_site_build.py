@@ -13,12 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from _site import built_site, docs_extra_missing
+from _site import SITE_TIMEOUT, built_site, docs_extra_missing
 from safeprefetch import catalog
 from safeprefetch._tools.fix import fix_model
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
+
+pytestmark = pytest.mark.timeout(SITE_TIMEOUT)
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +70,16 @@ def test_api_reference_documents_the_public_modules_only(site):
     assert "assert_verdict" in (site / "api" / "safeprefetch.testing.html").read_text()
     for page in (site / "api").glob("*.html"):
         assert not re.search(r'id="safeprefetch\._', page.read_text()), page.name
+
+
+def test_api_reference_turns_sphinx_roles_into_code_and_links(site):
+    # The docstrings say :class:`Lease`; the page shows `Lease`, linked to where it is documented.
+    for page in (site / "api").glob("*.html"):
+        left = re.findall(r":(?:class|func|meth|data|mod|attr|exc|obj):<code>", page.read_text(encoding="utf-8"))
+        assert left == [], page.name
+    api = (site / "api" / "safeprefetch.html").read_text(encoding="utf-8")
+    assert '<a href="#safeprefetch.Lease"><code>Lease</code></a>' in api
+    assert '<a href="#safeprefetch.PrefetcherClosed"><code>PrefetcherClosed</code></a>' in api
 
 
 def test_every_catalog_model_has_a_playground_with_every_setting(site):
@@ -122,6 +134,21 @@ def test_docs_build_refuses_to_empty_a_folder_that_is_not_a_site(tmp_path):
     assert done.returncode == 2 and "unknown catalog model" in done.stderr
     done = _docs("build", "--out", str(DOCS), "--no-demo")
     assert done.returncode == 2 and "overwrite docs/" in done.stderr
+
+
+def test_strict_build_fails_on_a_broken_link(tmp_path):
+    if docs_extra_missing():
+        pytest.skip(docs_extra_missing())
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "index.md").write_text("# Home\n\nSee [the missing page](nowhere.md).\n")
+    done = _docs("build", "--docs", str(docs), "--out", str(tmp_path / "site"), "--no-demo", "--model", "monitor",
+                 "--strict", timeout=SITE_TIMEOUT - 60)
+    assert done.returncode == 1, done.stderr
+    assert "nowhere.md" in done.stderr and "--strict: MkDocs gave" in done.stderr
+    assert (tmp_path / "site" / "index.html").is_file()  # written all the same, for a look
+    done = _docs("build", "--docs", str(tmp_path / "site" / "assets"), "--out", str(tmp_path / "x"), "--no-demo")
+    assert done.returncode == 2 and "not a docs folder" in done.stderr
 
 
 def test_a_missing_docs_extra_is_one_clear_line(tmp_path):

@@ -2,7 +2,7 @@
 
 What it guarantees
 ------------------
-``python -m safeprefetch docs build [--out DIR]`` builds the documentation
+``python -m safeprefetch docs build [--out DIR] [--strict]`` builds the documentation
 site (:func:`~.._tools.site.build_site`) into ``DIR`` (default ``site/``).
 The story page shows a real run, so the build records one: the demo's
 training-like loop (:func:`~.demo.run_demo`), small, at the shape of the
@@ -17,8 +17,9 @@ prints the state graph a playground page is made of, as JSON
 (:func:`~.._tools.playground.export_graph`), for a catalog model or a
 model file.
 
-Exit codes: 0 on success, 2 on a usage error or a missing ``docs`` extra,
-one line on stderr.
+Exit codes: 0 on success, 1 when ``--strict`` and MkDocs warned (a broken
+link, a missing page: ``.ci/run`` builds with it), 2 on a usage error or a
+missing ``docs`` extra, one line on stderr.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def _cmd_docs(args) -> int:
         return 0
     try:
         story = None if args.no_demo else record_story()
-        report = build_site(args.out, story=story, models=args.model or None)
+        report = build_site(args.out, story=story, models=args.model or None, docs=args.docs)
     except SiteError as e:
         raise UsageError(str(e)) from None
     for warning in report.warnings:
@@ -76,6 +77,9 @@ def _cmd_docs(args) -> int:
     print(f"site written to {report.out} ({len(report.pages)} pages, {len(report.playgrounds)} playgrounds, "
           f"{report.data_bytes / 1e6:.1f} MB of state graphs, {report.seconds:.1f} s); "
           f"open {report.out / 'index.html'}")
+    if args.strict and report.warnings:
+        print(f"error: --strict: MkDocs gave {len(report.warnings)} warning(s)", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -88,6 +92,9 @@ def register(sub) -> dict[str, Any]:
     b.add_argument("--no-demo", action="store_true", help="skip the live run the story page shows")
     b.add_argument("--model", action="append", metavar="NAME",
                    help="only these catalog models get a playground page (default: all)")
+    b.add_argument("--docs", metavar="DIR", help="build from this folder of pages (default: the checkout's docs/)")
+    b.add_argument("--strict", action="store_true",
+                   help="exit 1 when MkDocs warns (a broken link, a missing page); the site is still written")
     g = which.add_parser("graph", help="print a model's state graph as the playground's JSON")
     g.add_argument("model", help="catalog name or path to a .py file")
     g.add_argument("--set", action="append", metavar="NAME=VALUE", help="set a config parameter")

@@ -79,7 +79,7 @@ class SiteError(Exception):
 
 @dataclass(frozen=True)
 class Story:
-    """A live run of the prefetcher, recorded for the story page (see ``safeprefetch._harness.story``)."""
+    """A live run of the prefetcher, recorded for the story page (by ``safeprefetch._harness.docsite.record_story``)."""
 
     #: The prefetching loop's timeline, drawn as SVG by ``write_timeline``'s renderer.
     timeline_svg: str
@@ -120,8 +120,13 @@ def require_mkdocs():
     return load_config, build
 
 
-def docs_source() -> Path:
-    """The repository's docs/ folder (the site is built from a source checkout)."""
+def docs_source(docs: str | Path | None = None) -> Path:
+    """The docs folder to build from: ``docs``, or the repository's docs/ (a source checkout)."""
+    if docs is not None:
+        docs = Path(docs).resolve()
+        if not (docs / "index.md").is_file():
+            raise SiteError(f"--docs {docs} has no index.md: it is not a docs folder")
+        return docs
     docs = Path(__file__).resolve().parents[2] / "docs"
     if not (docs / "index.md").is_file():
         raise SiteError(f"no docs/index.md next to the package ({docs}): build the site from a source checkout")
@@ -210,10 +215,11 @@ def _playground(dst: Path, names: Sequence[str]) -> tuple[list[str], int]:
         (dst / rel).write_text(_playground_page(name, meta, names, documented), encoding="utf-8")
         pages.append(rel)
         summary = meta["summary"].replace("|", "\\|")  # a pipe would end the table cell
-        rows.append(f"| [{name}]({name}.md) | {summary} | {meta['expected']} | {meta['difficulty']} | "
+        shown = name.replace("_", "_<wbr>")  # long names break at their underscores, not mid-word
+        rows.append(f"| [{shown}]({name}.md) | {summary} | {meta['expected']} | {meta['difficulty']} | "
                     f'<span class="pg-progress" data-model="{name}"></span> |')
-    index = (_web("playground-index.md") + "\n| model | the bug (or the design) | verdict | difficulty "
-             "| your progress |\n|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
+    index = (_web("playground-index.md") + '\n<div class="pg-index" markdown>\n\n| model | the bug (or the design) '
+             "| verdict | difficulty | your progress |\n|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n</div>\n\n"
              '<script src="assets/playground.js"></script>\n')
     (dst / "playground" / "index.md").write_text(index, encoding="utf-8")
     return pages, total
@@ -291,16 +297,18 @@ class _Collect(logging.Handler):
         self.messages.append(record.getMessage())
 
 
-def build_site(out: str | Path, *, story: Story | None = None, models: Sequence[str] | None = None) -> SiteReport:
+def build_site(out: str | Path, *, story: Story | None = None, models: Sequence[str] | None = None,
+               docs: str | Path | None = None) -> SiteReport:
     """Build the site into ``out`` (replaced if it exists); ``models`` limits the playground pages
-    (the ``prefetcher`` page is always built: the story page plays it).
+    (the ``prefetcher`` page is always built: the story page plays it); ``docs`` is the folder of
+    pages to build from (default: the checkout's docs/).
 
     Raises :class:`SiteError` when the ``docs`` extra is missing, docs/ cannot be
     found, a model name is unknown, or MkDocs fails.
     """
     load_config, build = require_mkdocs()
     t0 = time.perf_counter()
-    src_docs = docs_source()
+    src_docs = docs_source(docs)
     names = list(catalog()) if models is None else list(dict.fromkeys(models))
     unknown = sorted(set(names) - set(catalog()))
     if unknown:

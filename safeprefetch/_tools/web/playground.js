@@ -388,8 +388,18 @@
           locals.appendChild(el("li", { text: f.slice(th.name.length + 1) + " = " + st.shown[i] }));
         }
       });
+      // Clicking the thread itself (its name or its program) steps it when it has exactly one step to take.
+      var only = moves.length === 1 && !(over || moves[0].held || self.timer !== null) ? moves[0] : null;
+      var head = el("h4", { text: th.name + " (" + th.role + ")" });
+      if (only) {
+        [head, list].forEach(function (part) {
+          part.classList.add("pg-clickable");
+          part.setAttribute("title", "click to step " + th.name + ": " + only.step);
+          part.addEventListener("click", function () { self.by = "hand"; self.take(only); });
+        });
+      }
       self.threadsBox.appendChild(el("section", { cls: "pg-thread", "data-thread": th.name }, [
-        el("h4", { text: th.name + " (" + th.role + ")" }), buttons, list, locals]));
+        head, buttons, list, locals]));
     });
   };
 

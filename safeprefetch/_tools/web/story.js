@@ -2,13 +2,16 @@
  * "Is prefetching a boon here?": read a PrefetchStats.summary() the learner pastes, and say what it means.
  *
  * The rule is PrefetchStats' own (safeprefetch/_prefetcher/stats.py): a consumer that waited more than
- * 10% of the elapsed time means the source is the bottleneck; otherwise the consumer is. The numbers are
+ * 10% of the elapsed time means the source is the bottleneck; otherwise the consumer is. A consumer-bound
+ * loop whose workers read for under 5% of its time had little for prefetching to hide, and is told so. The numbers are
  * read from the summary's three lines; tests/test_site_browser.py pastes a real run's summary and checks
  * that the page names the same bottleneck as the stats object did, so a change of format fails there.
  */
 (function () {
   "use strict";
   var STARVED = 0.1;
+  // Reading that takes less than this share of the loop's time is not worth hiding: the loop is all compute.
+  var LITTLE = 0.05;
   var LINE1 = /(\d+) batches in ([\d.]+) s \(([\d.]+)\/s\); consumer waited ([\d.]+) s \(([\d.]+)%\)/;
   var LINE2 = /workers: (\d+), fetching ([\d.]+) s, blocked on a full buffer ([\d.]+) s; prefetch efficiency ([\d.]+)%/;
   var LINE3 = /buffer: capacity (\d+).*?occupancy mean ([\d.]+) max (\d+); bottleneck: (\w+)/;
@@ -31,12 +34,17 @@
     var head = "Your loop waited " + s.waitPct + "% of the time (" + s.wait + " s of " + s.elapsed + " s). " +
                "The " + s.workers + " worker(s) spent " + s.fetch + " s reading; about " + hidden.toFixed(3) +
                " s of that was hidden behind your loop (prefetch efficiency " + s.efficiency + "%). ";
+    if (bottleneck === "consumer" && s.fetch < LITTLE * s.elapsed) {
+      return { bottleneck: bottleneck, reading: "little", text: "Prefetching does no harm here, but it has " +
+        "little to hide. " + head + "Reading took under " + 100 * LITTLE + "% of the loop's time: the time is " +
+        "in your own loop, and a plain loop over the source would be about as fast." };
+    }
     if (bottleneck === "consumer") {
-      return { bottleneck: bottleneck, text: "Yes, prefetching is a boon here. " + head +
+      return { bottleneck: bottleneck, reading: "hidden", text: "Yes, prefetching is a boon here. " + head +
         "Your own loop is the bottleneck: the workers sat " + s.blocked + " s on a full buffer, so more " +
         "workers would not help, and capacity " + s.capacity + " is enough (mean occupancy " + s.mean + ")." };
     }
-    return { bottleneck: bottleneck, text: "Prefetching helps, but not enough: the source is the bottleneck. " +
+    return { bottleneck: bottleneck, reading: "slow", text: "Prefetching helps, but not enough: the source is the bottleneck. " +
       head + "Add workers (you have " + s.workers + ") if the source serves requests in parallel, or make " +
       "each read cheaper; a larger capacity only helps with bursty reads." };
   }
@@ -49,6 +57,7 @@
     var p = document.createElement("p");
     p.id = "boon-verdict";
     p.setAttribute("data-bottleneck", said.bottleneck);
+    p.setAttribute("data-reading", said.reading || "");
     p.textContent = said.text;
     out.appendChild(p);
   }
