@@ -619,7 +619,8 @@ def index_page(models: Mapping[str, type[Model]], results: Mapping[str, CheckRes
             "(starvation, bounded progress after shutdown), progress lines, state-count regression.",
             "- [strategies.md](strategies.md): random, PCT, preemption-bounded and Hypothesis-driven "
             "schedules for configurations too big to exhaust.",
-            "- [parallel.md](parallel.md): exploration across processes, partitioned by state hash.",
+            "- [parallel.md](parallel.md): the search on a dask cluster (the sequential result, exactly) "
+            "and swarms; costs, sizing.",
             "- [soak.md](soak.md): the live Prefetcher under 10,000 random fault scenarios.",
             "- [architecture.md](architecture.md): the layers and what each may import, where new work "
             "goes, and one batch from the source to your loop.",

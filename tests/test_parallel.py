@@ -356,3 +356,30 @@ def test_the_stable_fingerprint_tells_apart_every_state_the_explorer_tells_apart
     assert f is not fingerprinter(machine.init)
     assert len({f(s) for s in e.parents}) == len(e.parents)
     assert all(f(s) == f(tuple(s)) and f(s) != 0 for s in e.parents)
+
+
+def test_check_all_refuses_a_cluster(capsys):
+    assert main(["check", "--all", "--cluster", "local:2"]) == 2
+    assert "not --all" in capsys.readouterr().err
+
+
+def test_bench_parallel_checks_agreement_and_prints_the_per_state_costs(capsys):
+    pytest.importorskip("distributed")
+    from safeprefetch._harness.bench_parallel import main as bench
+
+    assert bench(["prefetcher", "--repeat", "1", "--workers", "1", "--wait", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "| defaults | 101 | all |" in out and "x" in out.split("| all |")[1].splitlines()[0]
+    assert out.count("    worker ") == 1 and "expand" in out and "rss" in out
+    costs = next(line for line in out.splitlines() if "per state, CPU summed over workers" in line)
+    assert "bytes sent" in costs and " barriers" in costs
+
+
+@pytest.mark.slow
+def test_bench_parallel_measures_the_cluster_message_costs(capsys):
+    pytest.importorskip("distributed")
+    from safeprefetch._harness.bench_parallel import main as bench
+
+    assert bench(["--costs", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "client barrier" in out and "one at a time" in out and "MB/s" in out

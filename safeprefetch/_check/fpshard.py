@@ -36,12 +36,11 @@ the table's size.
 from __future__ import annotations
 
 import pickle
-import time
 import numpy as np
 
 from .._dsl.model import Machine
 from .fingerprint import FingerprintTable
-from .shard import RADIX, Link, Worker
+from .shard import RADIX, Link, Stamp, Worker, clock
 
 __all__ = ["FingerprintWorker"]
 
@@ -71,7 +70,7 @@ class FingerprintWorker(Worker):
     def _fingerprints(self, states: list[tuple]) -> np.ndarray:
         return np.fromiter(map(self.route, states), np.uint64, len(states))
 
-    def _exchange(self, successors: dict[tuple, int]) -> tuple[list[tuple], list[int], float, float]:
+    def _exchange(self, successors: dict[tuple, int]) -> tuple[list[tuple], list[int], Stamp, Stamp]:
         """Route successors by fingerprint, with their keys and parents' fingerprints; keep the new ones.
 
         ``successors`` iterates in key order (each state was inserted at its smallest key), so
@@ -82,7 +81,7 @@ class FingerprintWorker(Worker):
         successors.clear()
         fps = self._fingerprints(states)
         parents = self.level_fps[np.searchsorted(self.level_serials, keys // RADIX)]
-        routed = received = time.perf_counter()
+        routed = received = clock()
         if self.nproc > 1:
             states, keys, fps, parents, routed, received = self._route(states, keys, fps, parents)
         new = np.flatnonzero(self.table.add_new(fps, parents))
@@ -90,7 +89,7 @@ class FingerprintWorker(Worker):
         return [states[i] for i in new.tolist()], keys[new].tolist(), routed, received
 
     def _route(self, states: list[tuple], keys: np.ndarray, fps: np.ndarray,
-               parents: np.ndarray) -> tuple[list[tuple], np.ndarray, np.ndarray, np.ndarray, float, float]:
+               parents: np.ndarray) -> tuple[list[tuple], np.ndarray, np.ndarray, np.ndarray, Stamp, Stamp]:
         """Send each successor to the owner of its fingerprint; return ours and the received, in key order."""
         nproc = self.nproc
         owners = (fps % np.uint64(nproc)).astype(np.intp)
@@ -100,9 +99,9 @@ class FingerprintWorker(Worker):
         mine = parts[self.me]
         all_states = [states[i] for i in mine.tolist()]
         all_keys, all_fps, all_parents = [keys[mine]], [fps[mine]], [parents[mine]]
-        routed = time.perf_counter()
+        routed = clock()
         got = self._recv("batch", nproc - 1)
-        received = time.perf_counter()
+        received = clock()
         for _, _, blob in got:
             their_states, k, f, p = pickle.loads(blob)
             all_states += their_states

@@ -34,13 +34,15 @@ States go to their owner by :func:`~.fingerprint.stable_fingerprint`
 (modulo P), which every process computes alike: dask workers do not share
 a hash secret, so ``hash(state)`` would send one state to two owners.
 
-One level has four phases, timed for the benchmark (``timing``): expand
+One level has six phases, timed for the benchmark (``timing``): expand
 this worker's slice into a per-level dict of successors (dropping the many
 duplicates one level produces); route each distinct successor to its owner
 and receive the others' (``route``, ``wait``); insert in key order
 (``merge``); exchange the sorted keys of the new states to rank them
 (``rank``); then keep what the state cap allows and check invariants
-(``commit``).
+(``commit``). Each phase is timed twice: wall-clock seconds (``"expand"``),
+which include waiting for peers and, on a shared machine, for a core; and
+this thread's CPU seconds (``"expand cpu"``), the work itself.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ from .expand import Expander, counted_at_cut
 from .fingerprint import stable_fingerprinter
 from .verdict import terminal
 
-__all__ = ["RADIX", "Link", "Worker"]
+__all__ = ["RADIX", "Link", "Worker", "clock"]
 
 #: Radix of discovery keys: ``key = serial(parent) * RADIX + position of the successor``.
 #: 2**16 leaves room for 65,535 successors of one state (catalog models have fewer than
@@ -65,6 +67,15 @@ __all__ = ["RADIX", "Link", "Worker"]
 RADIX = 1 << 16
 
 _PICKLE = pickle.HIGHEST_PROTOCOL
+
+
+#: A moment, as :func:`clock` gives it.
+Stamp = tuple[float, float]
+
+
+def clock() -> Stamp:
+    """Wall-clock and this thread's CPU seconds: a phase's time, and its work on a shared machine."""
+    return time.perf_counter(), time.thread_time()
 
 
 class Link(Protocol):
@@ -132,22 +143,24 @@ class Worker:
 
     def level(self, stored: int, remaining: int) -> dict[str, Any]:
         """Expand this worker's part of one level; exchange; number and keep the new states."""
-        c0, t0, sent0 = time.process_time(), time.perf_counter(), self.sent_bytes
+        c0, t0, sent0 = time.process_time(), clock(), self.sent_bytes
         successors, transitions, term, step = self._expand_slice()
-        t1 = time.perf_counter()
+        t1 = clock()
         new, self.new_keys, t_routed, t_received = self._exchange(successors)
-        t3 = time.perf_counter()
+        t3 = clock()
         ranks = self._ranks(self.new_keys)
-        t4 = time.perf_counter()
+        t4 = clock()
         kept, cut, inv = self._commit(new, ranks, stored, remaining)
         first = min((c for c in (step, inv) if c is not None), key=lambda c: c[1], default=None)
-        t5 = time.perf_counter()
+        t5 = clock()
         # The immutable states stored so far need no more cyclic-GC scans: freezing them keeps
         # full collections from rescanning the whole visited set (about 9% faster at 300k states).
         gc.freeze()
-        timing = {"expand": t1 - t0, "route": t_routed - t1, "wait": t_received - t_routed,
-                  "merge": t3 - t_received, "rank": t4 - t3, "commit": t5 - t4, "cpu": time.process_time() - c0,
-                  "bytes sent": self.sent_bytes - sent0}
+        timing = {"cpu": time.process_time() - c0, "bytes sent": self.sent_bytes - sent0}
+        marks = (("expand", t0), ("route", t1), ("wait", t_routed), ("merge", t_received), ("rank", t3),
+                 ("commit", t4), ("", t5))
+        for (phase, (w0, c0)), (_, (w1, c1)) in zip(marks, marks[1:]):
+            timing[phase], timing[f"{phase} cpu"] = w1 - w0, c1 - c0
         return {"new": kept, "transitions": transitions, "frontier": len(self.frontier), "term": term,
                 "on": first, "cut": cut, "timing": timing}
 
@@ -188,14 +201,14 @@ class Worker:
                     break
         return successors, transitions, term, step
 
-    def _exchange(self, successors: dict[tuple, int]) -> tuple[list[tuple], list[int], float, float]:
+    def _exchange(self, successors: dict[tuple, int]) -> tuple[list[tuple], list[int], Stamp, Stamp]:
         """Route successors to their owners, receive ours, and insert them in key order.
 
         Returns this level's new states and their keys (ascending), and when routing and
         receiving ended. With one worker the successors are ours and already in key order.
         """
         if self.nproc == 1:
-            now = time.perf_counter()
+            now = clock()
             return (*self._insert(successors.items()), now, now)
         import numpy as np
 
@@ -210,14 +223,14 @@ class Worker:
         self._send_all("batch", lambda w: (out_states[w], out_keys[w].tobytes()))
         states, keys = out_states[self.me], out_keys[self.me]
         out_states = out_keys = []
-        routed = time.perf_counter()
+        routed = clock()
         # Unpickling and merging build nothing but tuples, which cannot form reference
         # cycles: no need for the cyclic GC to watch them being made.
         gc_was_on = gc.isenabled()
         gc.disable()
         try:
             got = self._recv("batch", nproc - 1)
-            received = time.perf_counter()
+            received = clock()
             for _, _, blob in got:
                 their_states, their_keys = pickle.loads(blob)
                 states += their_states

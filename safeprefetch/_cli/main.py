@@ -99,6 +99,8 @@ def _cmd_check(args) -> int:
     if args.all:
         if args.model:
             raise UsageError("give a MODEL or --all, not both")
+        if args.cluster is not None or args.swarm is not None:
+            raise UsageError("--cluster and --swarm check one MODEL, not --all")
         return _check_all(args)
     if not args.model:
         raise UsageError("check needs a MODEL (or --all)")

@@ -193,19 +193,29 @@ def _speedup(model: Any, config: dict, args: Any, counts: list[int]) -> int:
     return 0
 
 
+PHASES = ("expand", "route", "wait", "merge", "rank", "commit")
+
+
 def _print_stats(n: int, st: Any, states: int) -> None:
-    """One worker count's last run: phases per worker, then per-state and per-level costs."""
+    """One worker count's last run: phases per worker, then per-state costs from CPU time.
+
+    Wall-clock phases include waiting for peers and, on a shared machine, for a core; the CPU
+    seconds of the shard's thread per phase are the work itself, and the worker process's CPU
+    beyond them is dask's (receiving and sending messages, heartbeats).
+    """
     print(f"  W={n}: {st.levels} levels, actors started in {st.setup_seconds:.2f} s")
     for w, tm in enumerate(st.phases):
-        print(f"    worker {w}: " + " ".join(f"{k} {v:,.0f}" if k == "bytes sent" else f"{k} {v:.2f}"
-                                            for k, v in tm.items())
-              + f"  rss {st.rss[w] / 2**20:,.0f} MB" + (f", table {st.table_bytes[w] / 2**20:,.1f} MB"
-                                                       if st.table_bytes[w] else ""))
-    cpu = sum(tm.get("cpu", 0.0) for tm in st.phases)
-    sent = sum(tm.get("bytes sent", 0.0) for tm in st.phases)
-    expand = sum(tm.get("expand", 0.0) for tm in st.phases)
-    print(f"    per state: {cpu / states * 1e6:.1f} us CPU over all workers ({expand / states * 1e6:.1f} us expanding), "
-          f"{sent / states:,.0f} bytes sent")
+        table = f", table {st.table_bytes[w] / 2**20:,.1f} MB" if st.table_bytes[w] else ""
+        print(f"    worker {w}: wall s " + " ".join(f"{k} {tm.get(k, 0.0):.2f}" for k in PHASES)
+              + "; CPU s " + " ".join(f"{k} {tm.get(k + ' cpu', 0.0):.2f}" for k in PHASES if k != "wait")
+              + f", process {tm.get('cpu', 0.0):.2f}; sent {tm.get('bytes sent', 0):,.0f} B; "
+              f"rss {st.rss[w] / 2**20:,.0f} MB{table}")
+    total = {k: sum(tm.get(k, 0.0) for tm in st.phases) for k in ("cpu", "bytes sent", *(p + " cpu" for p in PHASES))}
+    shard = sum(total[p + " cpu"] for p in PHASES)
+    print(f"    per state, CPU summed over workers: {total['cpu'] / states * 1e6:.1f} us in the worker processes = "
+          + " + ".join(f"{p} {total[p + ' cpu'] / states * 1e6:.2f}" for p in PHASES if p != "wait")
+          + f" + dask {(total['cpu'] - shard) / states * 1e6:.2f} us; {total['bytes sent'] / states:,.0f} bytes sent"
+          + f"; {st.levels} barriers")
     if st.table_bytes and any(st.table_bytes):
         print(f"    fingerprint tables: {sum(st.table_bytes) / states:.1f} bytes per state")
 
