@@ -212,20 +212,23 @@ def test_3_ctrl_c_right_after_the_consumer_gate_is_taken_leaks_nothing(baseline)
         assert got == [1, 2, 3, 4, 5]
 
 
-def test_3_ctrl_c_inside_the_wake_up_loop_loses_no_wakeup(baseline):
-    """Finding 3b: an interrupt inside the kernel's wake-up loop lost a worker's wakeup for good."""
+@pytest.mark.parametrize("runtime, loop", [("plain", "_wake_enabled"), ("generated", "_wake_set")])
+def test_3_ctrl_c_inside_the_wake_up_loop_loses_no_wakeup(baseline, runtime, loop):
+    """Finding 3b: an interrupt inside the kernel's wake-up loop lost a worker's wakeup for good. The
+    generated runtime wakes from a precomputed wake set (``_wake_set``), the plain one tests every parked
+    thread (``_wake_enabled``): both are interrupted."""
     from safeprefetch._runtime.kernel import Runtime
 
     class Slow(Items):
         pass
 
-    with Prefetcher(Slow(8), capacity=1, workers=1) as pf:
+    with Prefetcher(Slow(8), capacity=1, workers=1, runtime=runtime) as pf:
         assert int(pf.get()[0]) == 0
         rt, w = pf._core.rt, pf._core.worker_ids[0]
         assert wait_until(lambda: rt._parked[w])  # the worker waits for the slot the consumer holds next
         # The consumer's release wakes the worker: interrupt the wake-up loop of the next get.
         with pytest.raises(KeyboardInterrupt):
-            _interrupt_at(Runtime._wake_enabled.__code__, pf, pf.get)
+            _interrupt_at(getattr(Runtime, loop).__code__, pf, pf.get)
         got = [int(pf.get(timeout=5)[0]) for _ in range(7)]
         assert got == list(range(1, 8))
 

@@ -44,15 +44,30 @@ def test_every_interruption_point_keeps_the_contract(scenario, effect):
     assert report.fired >= 0.8 * report.runs, f"{report.fired} of {report.runs} points reached"
 
 
-def test_the_sweep_covers_every_consumer_and_close_path():
+@pytest.mark.parametrize("scenario", [Scenario("get", "park"), Scenario("get", "ready", workers=1, capacity=1)],
+                         ids=str)
+def test_the_plain_runtime_keeps_the_contract_too(monkeypatch, scenario):
+    """The sweep above runs the default (generated) runtime; the plain one stays selectable, so it is swept
+    too, where its wake-up code differs: a consumer parked for a batch, and a release that must wake a
+    parked worker."""
+    monkeypatch.setenv("SAFEPREFETCH_RUNTIME", "plain")
+    report = sweep([(scenario, "raise")])
+    assert report.problems == (), "\n".join(f"{p.point}: {p.what}" for p in report.problems)
+    assert report.fired >= 0.8 * report.runs, f"{report.fired} of {report.runs} points reached"
+
+
+@pytest.mark.parametrize("runtime, wake", [("generated", "Runtime._wake_set"), ("plain", "Runtime._wake_enabled")])
+def test_the_sweep_covers_every_consumer_and_close_path(monkeypatch, runtime, wake):
     """The union of recorded points reaches the kernel's park, wake-up, apply and settle code and every
-    consumer-side method, so 'every point' means something."""
+    consumer-side method, so 'every point' means something. Both runtimes: the generated transitions
+    (the default) wake from precomputed wake sets, the plain ones test every parked thread."""
+    monkeypatch.setenv("SAFEPREFETCH_RUNTIME", runtime)
     seen = set()
     for sc, effect in [(Scenario("get", "park"), "raise"), (Scenario("lease", "ready", then="copy"), "raise"),
                        (Scenario("copy", "held"), "raise"), (Scenario("release", "ready"), "raise"),
                        (Scenario("close", "ready"), "raise"), (Scenario("get", "error"), "raise")]:
         seen |= {p.function for p in points(sc, effect)}
-    for function in ["Runtime.step", "Runtime._take", "Runtime._apply", "Runtime._park", "Runtime._wake_enabled",
+    for function in ["Runtime.step", "Runtime._take", "Runtime._apply", "Runtime._park", wake,
                      "_wait", "wait_gate", "ConsumerSide.consume", "ConsumerSide.handout", "ConsumerSide._serve",
                      "ConsumerSide._take_run", "ConsumerSide._release_run", "ConsumerSide._terminal",
                      "ConsumerSide.release_lease", "CloseSide.close", "CloseSide.begin_close", "CloseSide.finish_close",

@@ -28,7 +28,7 @@ from .errors import PrefetcherExhausted
 from .core import Core
 from .lease import Lease, NotCopyable
 from .lifecycle import reaper, register
-from .machine import machine_for
+from .machine import RUNTIMES, default_runtime, machine_for, transitions_for
 from .policy import DEFAULT_AUTOTUNE_MAX, MAX_RUN
 from .sources import SourceBox, index_plan, read_first
 from .stats import PrefetchStats
@@ -98,6 +98,11 @@ class Prefetcher(NotCopyable):
     limit, and shrinks while the buffer stays full. The resize steps are part
     of the checked model (its tuner thread). ``timeline=True`` records
     per-thread spans and buffer occupancy for :meth:`timeline`.
+    ``runtime`` chooses how the checked model runs: ``"generated"`` (the
+    default; its transitions compiled to straight-line code, proved equal to
+    the model state by state) or ``"plain"`` (the model's own step
+    functions, as the checker runs them); ``None`` reads
+    ``SAFEPREFETCH_RUNTIME``.
 
     Consume with ``for batch in pf`` (arrays you own), :meth:`get`,
     :meth:`copy_prefetched` (into your array, no allocation), :meth:`lease`
@@ -118,12 +123,13 @@ class Prefetcher(NotCopyable):
                  seed: int = 0, epoch: int = 0, executor: Any = None, timeout: float | None = None,
                  close_timeout: float = DEFAULT_CLOSE_TIMEOUT, thread_safe: bool = True,
                  name: str | None = None, autotune: bool = False, max_capacity: int | None = None,
-                 timeline: bool = False):
+                 timeline: bool = False, runtime: str | None = None):
         cfg = _Config.check(capacity=capacity, workers=workers, ordered=ordered, shape=shape, dtype=dtype,
                             memory_budget=memory_budget, rank=rank, world_size=world_size, even=even,
                             shuffle=shuffle, seed=seed, epoch=epoch, executor=executor, timeout=timeout,
                             close_timeout=close_timeout, thread_safe=thread_safe, autotune=autotune,
-                            max_capacity=max_capacity, timeline=timeline, name=name or f"{id(self):x}")
+                            max_capacity=max_capacity, timeline=timeline, name=name or f"{id(self):x}",
+                            runtime=default_runtime() if runtime is None else runtime)
         opened = _open(source, cfg)
         pool, slots = _pool(opened, cfg)
         workers = min(cfg.workers, max(1, opened.items)) if opened.map_style else cfg.workers
@@ -134,9 +140,10 @@ class Prefetcher(NotCopyable):
             source=source if cfg.executor is not None else None, preloaded=opened.preloaded,
             thread_safe=cfg.thread_safe)
         capacity = min(cfg.capacity, slots)
+        shape = (slots, workers, cfg.ordered, opened.sized, capacity if cfg.autotune else 0, min(slots, MAX_RUN))
         self._core = core = Core(
-            machine=machine_for(slots, workers, opened.items, cfg.ordered, opened.sized,
-                                capacity if cfg.autotune else 0, min(slots, MAX_RUN)),
+            machine=machine_for(shape[0], shape[1], opened.items, *shape[2:]),
+            compiled=transitions_for(*shape) if cfg.runtime == "generated" else None,
             pool=pool, shape=opened.shape, dtype=opened.dtype, plan=opened.plan, box=box, executor=cfg.executor,
             workers=workers, close_timeout=cfg.close_timeout, name=cfg.name, timeline=cfg.timeline,
             timeout=cfg.timeout)
@@ -413,6 +420,7 @@ class _Config:
     max_capacity: int | None
     timeline: bool
     name: str
+    runtime: str
 
     @property
     def slots(self) -> int:
@@ -448,6 +456,8 @@ class _Config:
         if not isinstance(name, str):
             raise TypeError(f"name must be a str, not {type(name).__name__}")
         budget = kw["memory_budget"]
+        if kw["runtime"] not in RUNTIMES:
+            raise ValueError(f"runtime must be one of {', '.join(map(repr, RUNTIMES))}, not {kw['runtime']!r}")
         return cls(
             capacity=capacity, workers=as_int("workers", kw["workers"], 1), ordered=as_bool("ordered", kw["ordered"]),
             shape=as_shape(kw["shape"]), dtype=as_dtype(kw["dtype"]),
@@ -457,7 +467,7 @@ class _Config:
             timeout=as_seconds("timeout", kw["timeout"]),
             close_timeout=as_seconds("close_timeout", kw["close_timeout"], positive=True),
             thread_safe=as_bool("thread_safe", kw["thread_safe"]), autotune=autotune, max_capacity=max_capacity,
-            timeline=as_bool("timeline", kw["timeline"]), name=name)
+            timeline=as_bool("timeline", kw["timeline"]), name=name, runtime=kw["runtime"])
 
 
 @dataclass

@@ -41,9 +41,10 @@ runtime_factory: list = [Runtime]
 class Core(FetchSide, ConsumerSide, CloseSide):
     def __init__(self, *, machine: Any, pool: np.ndarray | None, shape: tuple[int, ...] | None, dtype: Any,
                  plan: np.ndarray | None, box: SourceBox, executor: Any, workers: int, close_timeout: float | None,
-                 name: str, timeline: bool = False, timeout: float | None = None):
+                 name: str, timeline: bool = False, timeout: float | None = None, compiled: Any = None):
         self.machine = m = machine
-        self.rt = runtime_factory[0](m, {P.ACTION_FETCH: self._fetch}, check_invariants=True)
+        # ``compiled``: the machine's generated transitions (the default), or None for its plain steps.
+        self.rt = runtime_factory[0](m, {P.ACTION_FETCH: self._fetch}, check_invariants=True, compiled=compiled)
         self._index_machine(m, workers)
         # -- the pool: pool[k, ...] is a 0-d array (not a numpy scalar) when batches are 0-d, and
         # leases are views of a read-only alias of it (their writeable flag cannot be set).

@@ -1,17 +1,34 @@
 """The reference prefetcher model, compiled for a live configuration, once per shape.
 
 The live Prefetcher runs ``models/prefetcher.py`` itself: the machine here is
-that model compiled with the real capacity, workers, stream length and mode.
+that model compiled with the real capacity, workers, stream length and mode,
+and its transitions generated as straight-line code (``_runtime/codegen.py``,
+validated against the machine state by state in tests/test_codegen.py),
+which is what the runtime calls by default. ``runtime="plain"`` (or
+``SAFEPREFETCH_RUNTIME=plain``) runs the machine's own step functions instead.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+import os
 
+from .._runtime.codegen import CompiledMachine, compile_transitions
 from ..models import _protocol as P
 
-__all__ = ["compile_reference", "machine_for"]
+__all__ = ["RUNTIMES", "compile_reference", "default_runtime", "machine_for", "transitions_for"]
+
+#: The two ways to run the model live: its generated transitions (the default), or its plain step functions.
+RUNTIMES = ("generated", "plain")
+
+
+def default_runtime() -> str:
+    """``SAFEPREFETCH_RUNTIME`` (``generated`` or ``plain``), read at each construction; ``generated`` if unset."""
+    value = os.environ.get("SAFEPREFETCH_RUNTIME", "generated").strip().lower() or "generated"
+    if value not in RUNTIMES:
+        raise ValueError(f"SAFEPREFETCH_RUNTIME must be one of {', '.join(RUNTIMES)}, not {value!r}")
+    return value
 
 
 def compile_reference(capacity: int, workers: int, items: int, ordered: bool, sized: bool, target: int = 0, run: int = 1):
@@ -56,3 +73,16 @@ def machine_for(capacity: int, workers: int, items: int, ordered: bool, sized: b
     m.init = base.init[:i] + (items,) + base.init[i + 1:]
     m.config = {**base.config, "items": items}
     return m
+
+
+@functools.lru_cache(maxsize=256)
+def transitions_for(capacity: int, workers: int, ordered: bool, sized: bool, target: int = 0,
+                    run: int = 1) -> CompiledMachine:
+    """The generated transitions of the machine of this shape, once per shape (any stream length).
+
+    Generated from the same template ``machine_for`` derives every length from;
+    the stream length is state (``length``), which the transitions read from it.
+    """
+    from ..models.prefetcher import Prefetcher as Model
+
+    return compile_transitions(_template(capacity, workers, ordered, sized, target, run), Model)

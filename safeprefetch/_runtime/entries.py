@@ -5,13 +5,23 @@ label, whether it is external, its branches and their indices, its fire,
 guard-only tests (``enabled`` for any branch, ``enabled_one`` for one), and
 its read/write footprint, which decides which parked threads a step must
 wake.
+
+An entry comes from the machine's own ``fire`` (:class:`Entry`), or from the
+generated transitions (:func:`generated_entry`, ``codegen.py``): then it
+also has ``first`` (the first enabled branch, in one call), ``choose`` (the
+branch a caller asked for, without building a list), per-branch write sets
+(``bwrites``) and wake sets (``wake``), and ``reads`` is what its *guards*
+read, which is all that decides whether a parked thread may go on.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-__all__ = ["ActionContext", "Entry", "never"]
+__all__ = ["GENERIC", "ActionContext", "Entry", "generated_entry", "never"]
+
+#: What ``Entry.choose`` returns for a branch request only the kernel's generic path can serve.
+GENERIC: Any = type("_Generic", (), {"__repr__": lambda self: "GENERIC"})()
 
 
 class ActionContext:
@@ -70,7 +80,7 @@ class Entry:
     """
 
     __slots__ = ("label", "external", "action", "branches", "bindex", "fire", "one", "enabled", "enabled_one",
-                 "reads", "writes")
+                 "reads", "writes", "first", "choose", "bwrites", "wake")
 
     def __init__(self, info: Any, fire: Callable | None):
         self.label = info.label
@@ -103,3 +113,65 @@ class Entry:
         #: cannot have become enabled by it.
         self.reads = fp[0] if fp is not None else None
         self.writes = fp[1] if fp is not None else None
+        #: Generated steps only (see generated_entry); None here.
+        self.first = self.choose = self.bwrites = self.wake = None
+
+
+def generated_entry(info: Any, step: Any) -> Entry:
+    """The entry of a generated step (``codegen.GeneratedStep``): the same interface, and the fast path.
+
+    ``fire``, ``one``, ``enabled`` and ``enabled_one`` keep their meaning (the
+    generic kernel paths, a forced schedule, use them); ``first(state)`` and
+    ``choose(state, branch)`` give ``(branch index, successor)`` or None
+    directly; ``bwrites[b]`` and ``wake[b]`` are branch ``b``'s write set and
+    wake set; ``reads`` is what the step's guards read.
+    """
+    e = Entry(info, None)
+    ones, tests = step.ones, step.enabled
+    nb = len(ones)
+
+    def fire(state: tuple) -> list:
+        out = []
+        for bi in range(nb):
+            nxt = ones[bi](state)
+            if nxt is not None:
+                out.append((bi, nxt))
+        return out
+
+    def one(state: tuple, bi: int) -> list:
+        nxt = ones[bi](state)
+        return [] if nxt is None else [(bi, nxt)]
+
+    def enabled(state: tuple) -> bool:
+        for bi in range(nb):
+            if tests[bi](state):
+                return True
+        return False
+
+    bindex = e.bindex if info.branches else {None: 0}
+
+    def choose(state: tuple, branch: Any) -> Any:
+        """``(bi, successor)`` for ``branch`` (a name, or a tuple of names: the first enabled), or None."""
+        if type(branch) is tuple:
+            for name in branch:
+                bi = bindex.get(name)
+                if bi is None:
+                    return GENERIC
+                nxt = ones[bi](state)
+                if nxt is not None:
+                    return bi, nxt
+            return None
+        bi = bindex.get(branch)
+        if bi is None:
+            return GENERIC
+        nxt = ones[bi](state)
+        return None if nxt is None else (bi, nxt)
+
+    e.fire, e.one, e.enabled = fire, one, enabled
+    e.enabled_one = lambda state, bi: bool(tests[bi](state))
+    e.first, e.choose = step.first, choose
+    e.reads = step.reads
+    e.bwrites = step.writes
+    e.writes = frozenset().union(*step.writes)
+    e.wake = step.wake
+    return e

@@ -43,6 +43,13 @@ applies the step the model gives it.
   shutdown_hang) and carrying the same state printout.
 * A step that raises a model violation, or a state that breaks an invariant,
   fails the runtime with :class:`LiveViolation`.
+* With ``compiled=`` (``codegen.compile_transitions``: the machine's steps
+  generated as straight-line code and validated against it), a step calls
+  its generated transition instead of ``fire``: the first enabled branch in
+  one call, invariants checked inside it, and only the parked threads in
+  that branch's precomputed wake set tested. Same steps, same states, same
+  record: ``tests/test_codegen.py`` proves the transitions are the machine's,
+  and runs this runtime both ways.
 
 Interrupts: the kernel's methods are marked protected (``_interrupts.py``):
 with the SIGINT wrapper installed, Ctrl-C landing in them is deferred to the
@@ -69,7 +76,6 @@ support are the only ones that do.
 
 from __future__ import annotations
 
-import random
 import sys
 import threading
 import time
@@ -80,7 +86,9 @@ from .._check.result import Trace
 from .._check.verdict import classify_hang
 from .interrupts import deliver, guard, interruptible, outermost, protected
 from .._dsl.model import DONE, Machine
-from .entries import ActionContext, Entry, never
+from .codegen import Broken, CompiledMachine
+from .driving import Driving
+from .entries import GENERIC, ActionContext, Entry, generated_entry, never
 from .errors import LiveDeadlock, LiveError, LiveViolation, StepTimeout
 
 #: What an interrupted step owes when its footprint is unknown: a test of every parked thread.
@@ -98,7 +106,7 @@ __all__ = [
 ]
 
 
-class Runtime:
+class Runtime(Driving):
     """Runs one compiled machine on real threads.
 
     ``actions`` maps an external step's action name to ``f(ctx) -> branch``
@@ -106,8 +114,10 @@ class Runtime:
     """
 
     def __init__(self, machine: Machine, actions: Mapping[str, Callable[[ActionContext], str | None]] | None = None,
-                 *, record: bool = False, check_invariants: bool = True, schedule: Trace | None = None):
+                 *, record: bool = False, check_invariants: bool = True, schedule: Trace | None = None,
+                 compiled: CompiledMachine | None = None):
         self.machine = machine
+        self.compiled = compiled
         self.actions = dict(actions or {})
         n = len(machine.thread_names)
         # An RLock used without re-entry: it can say whether the calling thread holds it
@@ -117,8 +127,12 @@ class Runtime:
         self._owed: Any = None  # wakeups a step still owes (its write footprint), None when paid
         self._state = machine.init
         self._pci = machine.pc_index
-        self._entries = [{pc: Entry(info, machine.tables[t].get(pc)) for pc, info in machine.infos[t].items()}
-                         for t in range(n)]
+        gen = compiled.steps if compiled is not None else [{}] * n
+        self._entries = [{pc: generated_entry(info, gen[t][pc]) if pc in gen[t] else Entry(info, machine.tables[t].get(pc))
+                          for pc, info in machine.infos[t].items()} for t in range(n)]
+        # Precomputed wake sets are exact when every step is generated (no primitive moves a parked
+        # thread's program counter) and no schedule forces the order.
+        self._wake_sets = compiled is not None and not compiled.refused and schedule is None
         # Parking. Each thread has a private lock used as a one-token semaphore: held
         # means "no wakeup pending". A waker releases it (under the kernel lock, and
         # only for a thread marked parked, which it unmarks in the same breath), the
@@ -141,7 +155,9 @@ class Runtime:
         # invariant that needs a view) goes through machine.invariant_violation, which
         # names it.
         fast = machine._fast_invariants if self._check_invariants else []
-        if all(raw for *_x, raw in fast):
+        if compiled is not None and compiled.invariants_folded:
+            self._inv_preds = ()  # checked inside the generated transitions, where the step may break them
+        elif all(raw for *_x, raw in fast):
             self._inv_preds: tuple = tuple(pred for _n, _k, pred, _raw in fast)
         else:
             self._inv_preds = (never,)  # always take the full check
@@ -174,18 +190,6 @@ class Runtime:
 
     def pc(self, thread: int) -> str:
         return self._state[self._pci[thread]]
-
-    def trace(self) -> Trace:
-        """The recorded steps as a trace (needs ``record=True``)."""
-        if self.record is None:
-            raise ValueError("this runtime does not record its steps")
-        m = self.machine
-        steps, state = [], m.init
-        for t, b, nxt in self.record:
-            steps.append(choice_step(m, state, (t, b)))
-            if isinstance(nxt, tuple):
-                state = nxt
-        return Trace(tuple(steps))
 
     # -- the kernel (all under self._lock) -----------------------------------
     #
@@ -257,11 +261,13 @@ class Runtime:
     def _apply(self, t: int, e: Entry, b: int, nxt: Any) -> None:
         pos = self._pos + 1 if self._schedule is not None else 0
         if type(nxt) is not tuple:
+            if type(nxt) is Broken:  # a generated transition's successor breaks an invariant
+                self._broken(t, e, b, nxt, pos)
             if self.record is not None:
                 self.record.append((t, b, nxt))  # a violating step is recorded too: it is the last one
             self._fail(LiveViolation(nxt.kind, f"{self.machine.thread_names[t]}: {nxt.message}", self._state,
                                      self._describe(self._state)))
-        owed = e.writes if e.writes is not None else _EVERYTHING
+        owed = e.bwrites[b] if e.bwrites is not None else e.writes if e.writes is not None else _EVERYTHING
         # One line, no interruption point before its last call: the step happens together
         # with the wakeups it owes, its count and its record.
         self._owed = owed; self._state = nxt; self.steps += 1; self._pos = pos; self.record is not None and self.record.append((t, b, nxt))  # noqa: E702,E501
@@ -271,7 +277,12 @@ class Runtime:
                 if bad:
                     self._fail(LiveViolation(bad[0], bad[1], nxt, self._describe(nxt)))
                 break
-        woke = self._wake_enabled(e.writes) if self._nparked else False
+        if not self._nparked:
+            woke = False
+        elif self._wake_sets:
+            woke = self._wake_set(e.wake[b])
+        else:
+            woke = self._wake_enabled(owed if owed is not _EVERYTHING else None)
         self._owed = None
         if not woke and self._nparked and nxt[self._pci[t]] == DONE:
             # The last runnable thread just finished and woke nobody: the parked ones may be
@@ -280,6 +291,33 @@ class Runtime:
                 self._detect_deadlock()
             except LiveError:
                 pass
+
+    @protected
+    def _broken(self, t: int, e: Entry, b: int, broken: Broken, pos: int) -> None:
+        """A generated transition's successor breaks an invariant: store it, as the plain path does, and fail."""
+        nxt = broken.state
+        self._owed = _EVERYTHING; self._state = nxt; self.steps += 1; self._pos = pos; self.record is not None and self.record.append((t, b, nxt))  # noqa: E702,E501
+        self._fail(LiveViolation(broken.kind, broken.message, nxt, self._describe(nxt)))
+
+    @protected
+    def _wake_set(self, wake: tuple) -> bool:
+        """Wake the parked threads of a branch's precomputed wake set whose step is now enabled; True if any.
+
+        ``wake`` lists ``(thread, program counters)``: the steps whose guard reads a
+        field the branch may write. Any other parked thread reads nothing it
+        changed, so it is still disabled (``_wake_enabled`` decides the same,
+        thread by thread).
+        """
+        if self._failure is not None:
+            return self._wake_enabled(None)
+        woke = False
+        state, pci, parked = self._state, self._pci, self._parked
+        for u, pcs in wake:
+            if parked[u]:
+                pc = state[pci[u]]
+                if pc in pcs and self._enabled(u, self._entries[u][pc], self._want[u]):
+                    parked[u] = False; self._nparked -= 1; self._tokens[u].release(); woke = True  # noqa: E702
+        return woke
 
     @protected
     def _settle(self) -> None:
@@ -408,6 +446,14 @@ class Runtime:
         free = self._schedule is None
         while True:
             e = self._entries[t][self._state[pci]]
+            if free and e.first is not None:  # a generated step: the branch's transition, in one call
+                r = e.first(self._state) if branch is None else e.choose(self._state, branch)
+                if r is not GENERIC:
+                    if r is not None:
+                        self._apply(t, e, r[0], r[1])
+                        return
+                    self._park(t, branch, deadline)
+                    continue
             # The common case (no forced order; any branch, or one of the step's own) calls the
             # step's fire directly.
             if free and e.fire is not None and (branch is None or branch in e.bindex):
@@ -504,34 +550,6 @@ class Runtime:
         nxt = self._entries[t].get(self._state[self._pci[t]])  # None once done
         if nxt is not None and not nxt.external:
             self._take(t, branch, deadline)
-
-    def run_thread(self, t: int, *, rng: random.Random | None = None, jitter: float = 0.0) -> None:
-        """Run thread ``t`` to completion (autonomous threads). Branches are chosen by ``rng`` if given."""
-        m = self.machine
-        while True:
-            with self._lock:
-                self._check()
-                if self._state[self._pci[t]] == DONE:
-                    return
-                branch: Any = None
-                if rng is not None and self._schedule is None:
-                    info = m.step_info(self._state, t)
-                    if info.kind != "external" and len(info.branches) > 1:
-                        # Every branch, in a random order: the step takes the first one enabled
-                        # *when it runs*. (Choosing one now and waiting for it would wait forever
-                        # if another thread's step disables it meanwhile.)
-                        branch = tuple(rng.sample(info.branches, len(info.branches)))
-                    elif info.kind == "external" and info.action not in self.actions:
-                        opts = m.fire(self._state, t)
-                        if len(opts) > 1:  # the outcome of an unbound action: any enabled one
-                            branch = choice_step(m, self._state, (t, rng.choice(opts)[0])).branch
-                    else:
-                        opts = m.fire(self._state, t)
-                        if len(opts) > 1:  # branches named at run time (notify=any's "wake X")
-                            branch = choice_step(m, self._state, (t, rng.choice(opts)[0])).branch
-            if jitter and rng is not None:
-                time.sleep(rng.random() * jitter)
-            self.step(t, branch)
 
     @protected
     def fail(self, error: LiveError) -> None:
