@@ -11,6 +11,7 @@ from safeprefetch import ModelError, catalog, load_model, replay
 from safeprefetch._check.explore import Explorer, final_verdict
 from safeprefetch._check.distributed import _Pool, explore_parallel_timed
 from safeprefetch.lowlevel import explore_parallel
+from safeprefetch.model import StepError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -180,9 +181,10 @@ BOOM = textwrap.dedent('''
 def test_an_exception_in_model_code_reaches_the_caller_and_stops_the_workers(tmp_path):
     path = tmp_path / "boom.py"
     path.write_text(BOOM)
-    with pytest.raises(ZeroDivisionError, match="n == 3") as info:
+    with pytest.raises(StepError, match="ZeroDivisionError: model bug at n == 3") as info:
         explore_parallel(load_model(str(path)), {}, processes=2)
     assert any("worker" in note for note in getattr(info.value, "__notes__", []))
+    assert isinstance(info.value.error, ZeroDivisionError) and info.value.label == "tick"
 
 
 def test_a_worker_that_dies_is_reported_and_the_others_are_stopped(tmp_path):

@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from . import specialize as _specialize
 from .graph import GraphStep
-from .program import DONE
+from .program import DONE, NOT_STARTED
 
 __all__ = ["Machine", "StepInfo"]
 
@@ -171,7 +171,8 @@ class Machine:
         return True
 
     def all_done(self, state: Sequence) -> bool:
-        return all(state[i] == DONE for i in self.pc_index)
+        """Every thread is done -- or was never started (a thread nobody spawned has nothing left to do)."""
+        return all(state[i] == DONE or state[i] == NOT_STARTED for i in self.pc_index)
 
     def describe(self, state: Sequence) -> dict[str, Any]:
         """Every named field of ``state``: shared variables, primitives, and each thread's pc and locals."""
@@ -203,7 +204,8 @@ class Machine:
                     r = _specialize.specialize(pred, self.shared_index, {}, {})
                     if r is not None:
                         fast = r[0]
-                        raw = not _specialize.bare_uses(fast, 0)  # only subscripts: a plain tuple will do
+                        # A known footprint means `s` is only ever subscripted: a plain tuple will do.
+                        raw = fast.__footprint__ is not None
                 cached.append((name, kind, fast, raw))
             self.__dict__["_fast_inv"] = cached
         return cached
