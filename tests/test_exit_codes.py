@@ -7,14 +7,12 @@ is enough.
 """
 
 import json
-import subprocess
 from dataclasses import replace
-import sys
 
 import pytest
+from test_cli import run  # python -m safeprefetch ARGS -> (exit code, stdout, stderr)
 
 from safeprefetch._cli import main as cli
-from safeprefetch.model import Model
 
 UNBOUNDED = '''
 """unbounded: a counter that grows forever, so no search can finish."""
@@ -30,11 +28,6 @@ class Unbounded(Model):
         p.step("count", lambda s, me: setattr(s, "n", s.n + 1), next="count")
         m.thread("counter", p)
 '''
-
-
-def run(*args):
-    p = subprocess.run([sys.executable, "-m", "safeprefetch", *args], capture_output=True, text=True, timeout=120)
-    return p.returncode, p.stdout, p.stderr
 
 
 @pytest.fixture
@@ -87,16 +80,13 @@ def test_a_violation_found_before_the_cap_exits_1():
     assert code == 1 and json.loads(out)["trace_length"] == 6
 
 
-class _Counter(Model):
-    """counter: grows forever (in-process twin of the file above)."""
+def _unbounded_model():
+    namespace: dict = {}
+    exec(UNBOUNDED, namespace)  # the file's model, in process
+    return namespace["Unbounded"]
 
-    name = "counter"
 
-    def build(self, m):
-        m.shared(n=0)
-        p = m.program("counter")
-        p.step("count", lambda s, me: setattr(s, "n", s.n + 1), next="count")
-        m.thread("counter", p)
+_Counter = _unbounded_model()
 
 
 def test_check_all_fails_on_an_incomplete_search(monkeypatch, capsys):

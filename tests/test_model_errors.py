@@ -4,10 +4,9 @@ shadows a setting, unknown names, and the CLI's and pytest's view of them."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
+from test_cli import run  # python -m safeprefetch ARGS -> (exit code, stdout, stderr)
 
 from safeprefetch import check
 from safeprefetch._cli.live import cap_table
@@ -36,11 +35,6 @@ class Raiser(Model):
 '''
 #: The line of ``s.n = 6 // (s.hits - 3)`` in RAISER, counted from the file's first line.
 RAISER_LINE = RAISER.split("\n").index("            s.n = 6 // (s.hits - 3)") + 1
-
-
-def run(*args):
-    p = subprocess.run([sys.executable, "-m", "safeprefetch", *args], capture_output=True, text=True, timeout=120)
-    return p.returncode, p.stdout, p.stderr
 
 
 @pytest.fixture

@@ -126,6 +126,47 @@ def test_an_event_wait_with_a_timeout_branches_on_the_flag():
     assert check(EventWait).verdict == "ok"
 
 
+class TimedGet(Model):
+    """timed_get: ``queue.get(timeout=)`` as a semaphore acquire with a timeout; a consumer that gives up."""
+
+    name = "timed_get"
+
+    def build(self, m):
+        m.shared(put=0, got=0)
+        m.semaphore("items", 0)
+
+        def put(s, me):
+            s.put += 1
+
+        def take(s, me):
+            s.got += 1
+
+        p = m.program("producer")
+        p.step("put", put, next="announce")
+        p.sem_release("announce", "items", next=DONE)
+        c = m.program("consumer")
+        c.sem_acquire("get", "items", next="take", timeout="gave up")
+        c.step("take", take, next=DONE)
+        c.step("gave up", next=DONE)
+        m.thread("producer", p)
+        m.thread("consumer", c)
+        m.at_end(lambda s: ("lost_item", f"{s.put - s.got} item(s) put, never taken") if s.put != s.got else None)
+
+
+def test_a_queue_get_with_a_timeout_times_out_only_while_the_queue_is_empty():
+    machine = TimedGet.compile()
+    assert machine.infos[1]["get"].branches == ("acquired", "timed out")
+    assert [b for b, _ in machine.fire(machine.init, 1)] == [1]  # empty: only the timeout
+    state = machine.init
+    for _ in range(2):  # the producer puts and announces
+        (_, state), = machine.fire(state, 0)
+    (b, after), = machine.fire(state, 1)  # an item: only "acquired"
+    assert b == 0 and machine.describe(after)["consumer.pc"] == "take"
+    r = check(TimedGet)
+    assert r.verdict == "lost_item" and len(r.trace) == 4
+    assert [s.step for s in r.trace if s.thread == "consumer"] == ["get", "gave up"]
+
+
 # -- try-locks -------------------------------------------------------------------------------------
 
 

@@ -16,8 +16,8 @@ apply -> next label (the fixed ``next``, or the ``next`` function's, checked
 against the declared targets by :class:`Site`). ``notify_one`` under
 ``notify=any`` branches over the waiters, and ``wait`` is three program
 counters; both are spelled out below, as are the kinds with two outcomes:
-``try_acquire`` (``acquired`` or ``busy``) and ``wait_flag`` with a timeout
-(``set`` or ``timed out``).
+``try_acquire`` (``acquired`` or ``busy``), and ``wait_flag`` and
+``sem_acquire`` with a timeout (``set`` or ``acquired``, or ``timed out``).
 
 Condition variables are Mesa-style. ``wait`` releases the mutex and enqueues
 the thread in one atomic step; the thread then sleeps (pc ``"L (asleep)"``)
@@ -319,13 +319,31 @@ def _notify_any(site: Site, ci: int, wake: Callable) -> Callable:
     return fire
 
 
+def _or_time_out(site: Site, available: Callable[[tuple], bool], take: Callable) -> Callable:
+    """A wait with a timeout: branch 0, ``take``, while ``available(state)``; else branch 1, go to the timeout's
+    label. Timing out is possible only while the wait could not succeed (see ``wait``'s ``timeout``)."""
+    my_pc, timed_out = site.my_pc, site.spec.alt
+
+    def fire(state):
+        if available(state):
+            return take(state)
+        s = list(state)
+        s[my_pc] = timed_out
+        return [(1, tuple(s))]
+    return fire
+
+
 def _sem_acquire(lay: Layout, site: Site) -> list:
     si = lay.index("semaphore", site.spec.obj, site.label)
 
     def apply(s, state):
         s[si] -= 1
     fire = _single(site, blocked=lambda state: state[si] <= 0, apply=apply)
-    return [(site.label, fire, site.info(fp=site.prim_fp(si)))]
+    if site.spec.alt is None:
+        return [(site.label, fire, site.info(fp=site.prim_fp(si)))]
+    # ``queue.get(timeout=)``, ``Semaphore.acquire(timeout=)``: ``acquired``, or ``timed out`` while at zero.
+    fire = _or_time_out(site, lambda state: state[si] > 0, fire)
+    return [(site.label, fire, site.info(branches=("acquired", "timed out"), fp=site.prim_fp(si)))]
 
 
 def _sem_release(lay: Layout, site: Site) -> list:
@@ -356,14 +374,7 @@ def _wait_flag(lay: Layout, site: Site) -> list:
         fire = _single(site, blocked=lambda state: not state[fi])
         return [(site.label, fire, site.info(fp=fp))]
     # ``Event.wait(timeout)``: branch 0 ``set``, branch 1 ``timed out`` (only while the flag is clear).
-    is_set, my_pc, timed_out = _single(site), site.my_pc, site.spec.alt
-
-    def fire(state):
-        if state[fi]:
-            return is_set(state)
-        s = list(state)
-        s[my_pc] = timed_out
-        return [(1, tuple(s))]
+    fire = _or_time_out(site, lambda state: state[fi], _single(site))
     return [(site.label, fire, site.info(branches=("set", "timed out"), fp=fp))]
 
 

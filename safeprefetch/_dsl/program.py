@@ -205,9 +205,19 @@ class Program:
         """Wake every waiter of ``cond``."""
         return self._add(StepSpec(label, "notify_all", next=next, obj=cond), to)
 
-    def sem_acquire(self, label: str, sem: str, *, next: Any, to: Sequence[str] | None = None) -> "Program":
-        """Take one unit of ``sem``; not enabled at zero."""
-        return self._add(StepSpec(label, "sem_acquire", next=next, obj=sem), to)
+    def sem_acquire(self, label: str, sem: str, *, next: Any, timeout: str | None = None,
+                    to: Sequence[str] | None = None) -> "Program":
+        """Take one unit of ``sem``; not enabled at zero.
+
+        ``timeout`` makes it ``Semaphore.acquire(timeout=)`` or, for a semaphore
+        counting a queue's items, ``queue.get(timeout=)``: at zero the thread
+        may instead time out and go to ``timeout`` (branches ``acquired`` and
+        ``timed out``).
+        """
+        if timeout is None:
+            return self._add(StepSpec(label, "sem_acquire", next=next, obj=sem), to)
+        return self._add(StepSpec(label, "sem_acquire", next=next, obj=sem, alt=timeout,
+                                  branches=("acquired", "timed out")), to)
 
     def sem_release(self, label: str, sem: str, *, next: Any, to: Sequence[str] | None = None) -> "Program":
         """Give one unit back to ``sem``; past its bound that is an ``overflow``."""
