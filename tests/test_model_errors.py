@@ -4,6 +4,8 @@ shadows a setting, unknown names, and the CLI's and pytest's view of them."""
 from __future__ import annotations
 
 import json
+import pickle
+import sys
 
 import pytest
 from test_cli import run  # python -m safeprefetch ARGS -> (exit code, stdout, stderr)
@@ -11,7 +13,7 @@ from test_cli import run  # python -m safeprefetch ARGS -> (exit code, stdout, s
 from safeprefetch import check
 from safeprefetch._cli.live import cap_table
 from safeprefetch._dsl import specialize
-from safeprefetch.model import DONE, Model, ModelError, StepError
+from safeprefetch.model import DONE, CheckError, Model, ModelError, StepError
 from safeprefetch.testing import assert_verdict
 
 RAISER = '''
@@ -65,8 +67,6 @@ def test_a_step_that_raises_names_thread_label_the_users_line_and_the_trace(rais
 
 
 def test_a_step_error_survives_pickling_as_a_worker_process_sends_it(raiser):
-    import pickle
-
     with pytest.raises(StepError) as info:
         check(_load(raiser))
     back = pickle.loads(pickle.dumps(info.value))
@@ -89,6 +89,49 @@ def test_a_typo_in_a_shared_name_suggests_the_right_one(tmp_path):
     path.write_text(RAISER.replace("s.hits += 1", "s.hist += 1"))
     with pytest.raises(StepError, match="no shared variable 'hist'; did you mean 'hits'"):
         check(_load(path))
+
+
+def _checked(invariant=None, at_end=None):
+    class Checked(Model):
+        """checked: a counter with a model-supplied invariant or end check."""
+
+        name = "checked"
+
+        def build(self, m):
+            m.shared(hits=0)
+            p = m.program("p")
+            p.step("bump", lambda s, me: setattr(s, "hits", s.hits + 1),
+                   next=lambda s, me: "bump" if s.hits < 3 else DONE, to=["bump", DONE])
+            m.thread("worker", p)
+            if invariant:
+                m.invariant("few hits", invariant)
+            if at_end:
+                m.at_end(at_end)
+    return Checked
+
+
+@pytest.mark.parametrize("specialized", [True, False])
+def test_an_invariant_that_raises_is_named_with_its_line_and_the_trace(specialized, monkeypatch):
+    monkeypatch.setattr(specialize, "ENABLED", specialized)
+    line = sys._getframe().f_lineno + 1
+    model = _checked(invariant=lambda s: s.hits < 2 or s.hist < 9)
+    with pytest.raises(CheckError) as info:
+        check(model)
+    e = info.value
+    assert e.thread is None and e.label == "invariant 'few hits'" and e.where == f"{__file__}:{line}"
+    assert str(e).startswith("invariant 'few hits': AttributeError") and str(e).endswith(", after 2 steps")
+    assert "no shared variable 'hist'; did you mean 'hits'" in str(e)
+    assert [s.step for s in e.trace] == ["bump", "bump"] and "hits=2" in e.table
+
+
+def test_an_end_check_that_raises_is_named_with_the_trace_that_finished():
+    with pytest.raises(CheckError) as info:
+        check(_checked(at_end=lambda s: 1 // (s.hits - 3)))
+    e = info.value
+    assert str(e).startswith("end check: ZeroDivisionError") and str(e).endswith(", after 3 steps")
+    assert len(e.trace) == 3
+    back = pickle.loads(pickle.dumps(e))
+    assert type(back) is CheckError and str(back) == str(e)
 
 
 def test_assert_verdict_shows_the_trace_table_when_the_verdict_is_wrong():

@@ -11,7 +11,7 @@ import pytest
 
 from safeprefetch import check, load_model
 from safeprefetch._check.explore import Explorer
-from safeprefetch.model import DONE, Model, ModelError
+from safeprefetch.model import DONE, CheckError, Model, ModelError
 
 # -- timed waits -----------------------------------------------------------------------------------
 
@@ -262,8 +262,9 @@ def test_the_threads_a_check_sees_are_read_only():
                 threads["a"].n = 5
             m.at_end(check_end)
 
-    with pytest.raises(AttributeError, match="cannot change"):
+    with pytest.raises(CheckError, match="end check: AttributeError: thread 'a': a check cannot change") as info:
         check(Peek)
+    assert isinstance(info.value.error, AttributeError)
     assert seen["a"] == (DONE, 0, True, ["a"])
 
 

@@ -4,14 +4,15 @@ What it guarantees
 ------------------
 When a step's effect, guard or ``next`` function raises, the compiled step
 raises a :class:`~.._dsl.model.StepError` naming the thread, the label and
-the user's ``file:line`` (``_dsl/usererror.py``); it cannot know the path
-that led there, because no search hands its path to a step.
+the user's ``file:line`` (``_dsl/usererror.py``); an invariant or end check
+that raises, a ``CheckError`` naming it. Neither can know the path that led
+there, because no search hands its path to a step or a check.
 :func:`step_error_with_trace` finds it: a plain breadth-first search of the
 same machine that stops at the first state whose expansion raises. It is
 run only once an error has happened, so no search pays for it; breadth
-first, the schedule is a shortest one; and it expands what the explorer
-expands (never a state that breaks an invariant), so it meets the same
-error, or one just as near the initial state.
+first, the schedule is a shortest one; and it expands and checks what the
+explorer does (never expanding a state that breaks an invariant), so it
+meets the same error, or one just as near the initial state.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections import deque
 from .._dsl.model import Machine, StepError
 from .expand import Expander
 from .replay import trace_of
+from .verdict import end_violation
 
 __all__ = ["path_from_parents", "step_error_with_trace"]
 
@@ -33,20 +35,27 @@ def step_error_with_trace(machine: Machine, error: StepError, max_states: int) -
     check_inv = machine.invariant_violation if machine.invariants else None
     parents: dict[tuple, tuple | None] = {machine.init: None}
     queue = deque([machine.init])
-    while queue and len(parents) <= max_states:
-        state = queue.popleft()
-        try:
+    at = machine.init  # where the error, if any, is raised
+    try:
+        if check_inv is not None and check_inv(at):
+            return error
+        while queue and len(parents) <= max_states:
+            at = state = queue.popleft()
             moves, _stuck = expand(state)
-        except StepError as e:
-            states, choices = path_from_parents(parents, state)
-            trace = trace_of(machine, states, choices)
-            return e.with_trace(trace, format_table(machine, trace) if choices else "")
-        for t, res in moves:
-            for b, nxt in res:
-                if nxt.__class__ is tuple and nxt not in parents:
-                    parents[nxt] = (state, (t, b))
-                    if check_inv is None or not check_inv(nxt):
-                        queue.append(nxt)
+            if not moves and machine.all_done(state):
+                end_violation(machine, state)  # an end check that raises
+            for t, res in moves:
+                for b, nxt in res:
+                    if nxt.__class__ is tuple and nxt not in parents:
+                        parents[nxt] = (state, (t, b))
+                        at = nxt
+                        if check_inv is None or not check_inv(nxt):
+                            queue.append(nxt)
+                at = state
+    except StepError as e:
+        states, choices = path_from_parents(parents, at)
+        trace = trace_of(machine, states, choices)
+        return e.with_trace(trace, format_table(machine, trace) if choices else "")
     return error  # not met again within the bound: report it without a schedule
 
 

@@ -41,7 +41,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .._dsl.model import DONE, Machine
+from .._dsl.model import DONE, Machine, ModelError
+from .._dsl.usererror import check_error
 from .._dsl.program import NOT_STARTED
 
 __all__ = ["HANG", "classify_hang", "end_violation", "judge_terminal", "terminal"]
@@ -69,8 +70,14 @@ def end_violation(machine: Machine, state: tuple) -> tuple[str, str] | None:
     if not machine.end_checks:
         return None
     s = machine.view(state)
-    for check_fn in machine.end_checks:
-        found = check_fn(s)
+    for k, check_fn in enumerate(machine.end_checks):
+        try:
+            found = check_fn(s)
+        except ModelError:
+            raise
+        except Exception as e:  # the model's own end check raised: name it
+            which = f" {k + 1} of {len(machine.end_checks)}" if len(machine.end_checks) > 1 else ""
+            raise check_error(f"end check{which}", e, state, machine.shared_index) from e
         if found:
             return found
     return None

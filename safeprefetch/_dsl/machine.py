@@ -31,6 +31,8 @@ from typing import Any, Callable, Mapping, Sequence
 from . import specialize as _specialize
 from .graph import GraphStep
 from .program import DONE, NOT_STARTED
+from .usererror import check_error
+from .violations import ModelError
 
 __all__ = ["Machine", "StepInfo"]
 
@@ -181,16 +183,22 @@ class Machine:
     def invariant_violation(self, state: tuple) -> tuple[str, str] | None:
         s = None
         fast = self.__dict__.get("_fast_inv") or self._fast_invariants
-        for name, kind, pred, raw in fast:
-            if raw:
-                if pred(state):
-                    continue
-            else:
-                if s is None:
-                    s = self.view(state)
-                if pred(s):
-                    continue
-            return kind, f"invariant {name!r} fails"
+        name = None
+        try:
+            for name, kind, pred, raw in fast:
+                if raw:
+                    if pred(state):
+                        continue
+                else:
+                    if s is None:
+                        s = self.view(state)
+                    if pred(s):
+                        continue
+                return kind, f"invariant {name!r} fails"
+        except ModelError:
+            raise
+        except Exception as e:  # the model's own invariant raised: name it
+            raise check_error(f"invariant {name!r}", e, state, self.shared_index) from e
         return None
 
     @property

@@ -30,6 +30,7 @@ from .modelbase import Model as Model
 from .program import DONE as DONE
 from .program import Program as Program
 from .violations import VIOLATION_KINDS as VIOLATION_KINDS
+from .violations import CheckError as CheckError
 from .violations import ModelError as ModelError
 from .violations import StepError as StepError
 from .violations import StepViolation as StepViolation
@@ -40,6 +41,7 @@ __all__ = [
     "DONE",
     "VIOLATION_KINDS",
     "Builder",
+    "CheckError",
     "GraphStep",
     "delivery_violation",
     "Machine",

@@ -8,9 +8,10 @@ mutex chooser: when one raises (a ``ZeroDivisionError``, a typo like
 ``file:line`` -- the innermost frame of the traceback outside the DSL,
 which for a specialized function is still the user's file and line (the
 rewriter compiles under the user's file name, see ``specialize.py``). An
-``AttributeError`` on the state or on ``me`` names the variables the model
-does have, with a "did you mean". The search that meets the error adds the
-schedule that reached it (``_check/explore.py``).
+invariant or end check that raises is named the same way, by its name (a
+:class:`CheckError`). An ``AttributeError`` on the state or on ``me`` names
+the variables the model does have, with a "did you mean". The search that
+meets the error adds the schedule that reached it (``_check/explore.py``).
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from typing import Any, Mapping
 
 from .graph import did_you_mean
 from .views import _LocalViewBase
-from .violations import StepError
+from .violations import CheckError, StepError
 
-__all__ = ["step_error"]
+__all__ = ["check_error", "step_error"]
 
 _DSL = os.path.dirname(os.path.abspath(__file__))
 
@@ -32,6 +33,11 @@ def step_error(thread: str, label: str, error: BaseException, state: tuple, shar
                local: Mapping[str, int]) -> StepError:
     """The :class:`StepError` for ``error``, raised by thread ``thread``'s step ``label`` in ``state``."""
     return StepError(thread, label, error, _user_frame(error), state, _detail(error, state, shared, local))
+
+
+def check_error(check: str, error: BaseException, state: tuple, shared: Mapping[str, int]) -> CheckError:
+    """The :class:`CheckError` for ``error``, raised by the invariant or end check ``check`` in ``state``."""
+    return CheckError(None, check, error, _user_frame(error), state, _detail(error, state, shared, {}))
 
 
 def _user_frame(error: BaseException) -> str | None:

@@ -23,7 +23,7 @@ import pickle
 
 from typing import Any, Sequence
 
-__all__ = ["VIOLATION_KINDS", "ModelError", "StepError", "StepViolation", "delivery_violation", "violate"]
+__all__ = ["VIOLATION_KINDS", "CheckError", "ModelError", "StepError", "StepViolation", "delivery_violation", "violate"]
 
 #: Stable names of every violation kind (part of the CLI contract).
 VIOLATION_KINDS = (
@@ -66,10 +66,13 @@ class StepError(ModelError):
         super().__init__(self._line())
 
     def _line(self) -> str:
+        return f"{self.thread}, step {self.label!r}: {self.detail}{self._suffix()}"
+
+    def _suffix(self) -> str:
         at = f" at {self.where}" if self.where else ""
         n = None if self.trace is None else len(self.trace)
         after = "" if n is None else ", in the initial state" if n == 0 else f", after {n} step{'' if n == 1 else 's'}"
-        return f"{self.thread}, step {self.label!r}: {self.detail}{at}{after}"
+        return at + after
 
     def with_trace(self, trace: Any, table: str) -> "StepError":
         """This error, with the schedule that reached it."""
@@ -85,12 +88,19 @@ class StepError(ModelError):
             pickle.dumps(error)
         except Exception:  # noqa: BLE001 - whatever pickling raises, the text is enough
             error = RuntimeError(f"{type(error).__name__}: {error}")
-        return (_step_error, (self.thread, self.label, error, self.where, self.state, self.detail, self.trace,
-                              self.table))
+        return (_step_error, (type(self), self.thread, self.label, error, self.where, self.state, self.detail,
+                              self.trace, self.table))
 
 
-def _step_error(thread, label, error, where, state, detail, trace, table) -> StepError:
-    e = StepError(thread, label, error, where, state, detail)
+class CheckError(StepError):
+    """An invariant or an end check of the model raised (``thread`` is None; ``label`` names the check)."""
+
+    def _line(self) -> str:
+        return f"{self.label}: {self.detail}{self._suffix()}"
+
+
+def _step_error(cls, thread, label, error, where, state, detail, trace, table) -> StepError:
+    e = cls(thread, label, error, where, state, detail)
     return e.with_trace(trace, table) if trace is not None else e
 
 
