@@ -9,7 +9,7 @@ table and the SVG swimlane (both computed by replaying the shortest trace),
 each program's graph (drawn from its ``next``/``to=`` declarations), the
 fix re-checked at the same configuration, and a diff of the two model
 sources. ``semantics.md`` runs every condvar model under all four condvar
-semantics. The tutorial in ``index.md`` is real code: the generator runs it
+semantics, and every model with progress steps under each fairness setting. The tutorial in ``index.md`` is real code: the generator runs it
 and pastes the output, and ``tests/test_docs.py`` extracts it and runs it
 again.
 
@@ -65,8 +65,9 @@ CHECKS = {
     "out_of_order": "at the end, an ordered stream delivered items out of order",
     "use_after_close": "a put or get that the close contract forbids succeeded",
     "error_lost": "a source error never reached the consumer",
-    "starvation": "a cycle the scheduling policy allows (weakly fair by default, or the model's priority "
-                  "policy) in which some thread never makes a progress step",
+    "starvation": "a cycle the scheduling policy allows (the model's priority policy, if any), fair under the "
+                  "`fairness` setting (weak by default, or strong) and without spurious wakeups, in which some "
+                  "thread never makes a progress step",
     "invariant": "any other model-declared invariant fails (e.g. a slot written while leased), or a thread "
                  "releases a mutex it does not hold, or waits without holding the condvar's mutex",
 }
@@ -91,7 +92,7 @@ RUN_CAP = 400
 
 def uses_condvars(machine: Machine) -> bool:
     """True when some step of ``machine`` waits on or notifies a condvar."""
-    return any(info.kind in ("wait", "notify_one", "notify_all")
+    return any(info.kind in ("wait", "timed_wait", "notify_one", "notify_all")
                for infos in machine.infos for info in infos.values())
 
 
@@ -360,7 +361,60 @@ def semantics_page(rows) -> str:
             "- Correct without spurious wakeups but broken with them: " + (", ".join(spur) if spur else "none")
             + ".", "",
             "Reproduce any cell with `python -m safeprefetch check MODEL --set notify=any --set spurious=on`.", ""]
-    return "\n".join(out)
+    return "\n".join(out + liveness_section(liveness_rows(catalog())))
+
+
+#: The liveness settings the semantics page crosses: fairness, then spurious wakeups.
+LIVENESS = (("weak", "off"), ("weak", "on"), ("strong", "off"), ("strong", "on"))
+
+
+def liveness_rows(models: Mapping[str, type[Model]]) -> list[tuple[str, str, dict[tuple[str, str], CheckResult]]]:
+    """For every model that declares progress steps: its scheduling policy and its result under each
+    :data:`LIVENESS` setting."""
+    rows = []
+    for name, model in models.items():
+        machine = model.compile({})
+        if not machine.progress_labels:
+            continue
+        cells = {(f, sp): check(model.compile({"fairness": f, "spurious": sp})) for f, sp in LIVENESS}
+        rows.append((name, machine.config["policy"], cells))
+    return rows
+
+
+def liveness_section(rows) -> list[str]:
+    out = ["## Liveness: fairness and spurious wakeups", "",
+           "Starvation is a cycle the scheduler may repeat forever while some thread never takes a progress "
+           "step (`m.progress(...)`), and whether a scheduler may do that is an assumption, the `fairness` "
+           "setting:", "",
+           "- `weak` (the default): a thread enabled in *every* state of the cycle takes a step in it. A thread "
+           "enabled only now and then -- a lock others keep re-taking -- may be passed over forever.",
+           "- `strong`: a step enabled in *some* state of the cycle is taken in it (enabled infinitely often, "
+           "taken infinitely often). Under it a lock's fix can be verified: a thread whose `acquire` is enabled "
+           "every time the lock is free gets it.", "",
+           "Spurious wakeups are finite: a spurious wakeup is allowed, never guaranteed, so it does not count "
+           "as enabled for fairness, and the cycle of a starvation lasso takes none (its stem may). A waiter "
+           "that woke spuriously forever would otherwise make every correct design that waits look starving. "
+           "The counterexample is the shortest lasso, stem plus cycle, over every starving thread.", "",
+           "Every catalog model that declares progress steps, at its default configuration (and its own "
+           "scheduling policy), under each setting:", "",
+           "| model | policy | weak, spurious off | weak, spurious on | strong, spurious off | "
+           "strong, spurious on |",
+           "|---|---|---|---|---|---|"]
+    for name, policy, cells in rows:
+        out.append(f"| [{name}](models/{name}.md) | {policy} | " + " | ".join(_cell(cells[k]) for k in LIVENESS)
+                   + " |")
+    fixed = [n for n, _p, c in rows if c[("strong", "off")].verdict == "ok" and c[("weak", "off")].verdict != "ok"]
+    always = [n for n, _p, c in rows if all(r.verdict == "starvation" for r in c.values())]
+    out += ["", "- Verified only under strong fairness: " + (", ".join(fixed) if fixed else "none")
+            + ". `writer_preference_rwlock` is the fix of `reader_preference_rwlock`: under weak fairness its "
+            "writer can still lose the monitor's lock to a reader forever before it announces itself, which is "
+            "what weak fairness permits, not a flaw of the design.",
+            "- Starving under every setting: " + (", ".join(always) if always else "none")
+            + ". No fairness helps a thread that is never enabled (the reader-preference writer asleep on its "
+            "condvar) or a priority policy that never lets it run.", "",
+            "Reproduce any cell with `python -m safeprefetch check MODEL --set fairness=strong --set spurious=on`.",
+            ""]
+    return out
 
 
 # -- the tutorial -------------------------------------------------------------

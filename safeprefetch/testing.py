@@ -33,7 +33,8 @@ from typing import Any
 from ._check.expand import Expander
 from ._check.explore import CheckResult, check
 from ._check.verdict import judge_terminal
-from ._dsl.model import Machine, Model
+from ._check.trace import format_table
+from ._dsl.model import Machine, Model, ModelError
 
 __all__ = ["OracleResult", "assert_verdict", "enumerate_schedules", "recording_runtimes", "thread_count"]
 
@@ -42,16 +43,32 @@ from ._prefetcher.lifecycle import thread_count as thread_count
 
 def assert_verdict(model: type[Model], verdict: str, trace_length: int | None = None,
                    **config: Any) -> CheckResult:
-    """Check ``model`` at ``config`` and assert its verdict (and shortest trace length)."""
-    result = check(model, config or None)
+    """Check ``model`` at ``config`` and assert its verdict (and shortest trace length).
+
+    A failure says what the checker found, with its trace as a table; a step
+    whose own code raised fails with its thread, label, ``file:line`` and the
+    schedule that reached it.
+    """
+    try:
+        result = check(model, config or None)
+    except ModelError as e:
+        table = getattr(e, "table", None)
+        raise AssertionError(f"{model.name} {config}: {e}" + (f"\n{table}" if table else "")) from e
     assert result.exhaustive, f"{model.name}: search was cut by the state bound"
-    assert result.verdict == verdict, (
-        f"{model.name} {config}: expected {verdict}, got {result.verdict}"
-        + (f" ({result.violation.message})" if result.violation else ""))
-    if trace_length is not None:
-        assert len(result.trace) == trace_length, (
-            f"{model.name} {config}: shortest trace has {len(result.trace)} steps, expected {trace_length}")
+    if result.verdict != verdict:
+        found = f" ({result.violation.message})" if result.violation else ""
+        raise AssertionError(f"{model.name} {config}: expected {verdict}, got {result.verdict}{found}"
+                             + _table(model, result))
+    if trace_length is not None and len(result.trace) != trace_length:
+        raise AssertionError(f"{model.name} {config}: shortest trace has {len(result.trace)} steps, expected "
+                             f"{trace_length}" + _table(model, result))
     return result
+
+
+def _table(model: type[Model], result: CheckResult) -> str:
+    if result.violation is None:
+        return ""
+    return "\n" + format_table(model.compile(result.config), result.trace, result.violation)
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,18 @@ BROKEN = {
     # Where threads meet the interpreter: code that runs on a thread already inside a step.
     "handler_close_holding_lock": ("deadlock", 2),
     "interrupt_after_acquire": ("deadlock", 3),
+    # A lasso under strong fairness: the writer sleeps while two readers keep the count above zero.
+    "reader_preference_rwlock": ("starvation", 24),
+    # The waits real code uses: a timed wait, a try-lock, a lock chosen by expression, an invariant
+    # that reads the threads, a thread started by another.
+    "polling_close": ("lost_wakeup", 14),
+    "trylock_flush": ("lost_item", 6),
+    "transfer_lock_order": ("deadlock", 2),
+    "check_then_set": ("invariant", 4),
+    "start_before_init": ("invariant", 2),
 }
 REFERENCE = {"prefetcher", "monitor", "semaphores", "channel", "handler_close_deferred", "interrupt_deferred",
-             "predictive_prefetcher"}
+             "predictive_prefetcher", "writer_preference_rwlock", "trylock_flush_recheck", "ordered_transfer"}
 
 MODELS = catalog()
 

@@ -140,3 +140,113 @@ def test_bounded_progress_check_from_the_cli():
     out = json.loads(late.stdout)
     assert late.returncode == 1 and out["verdict"] == "shutdown_hang"
     assert "may take 2 of its own steps" in out["message"] and out["trace"][-1]["step"] == "close"
+
+
+# -- fairness and spurious wakeups ---------------------------------------------------------------
+
+
+class FlagHandoff(Model):
+    """flag_handoff: two threads pass a turn back and forth through one monitor, forever (correct)."""
+
+    name = "flag_handoff"
+
+    def build(self, m):
+        m.shared(turn=0)
+        m.mutex("lock")
+        m.condvar("changed")
+
+        def hand_over(s, me):
+            s.turn = 1 - me.index
+
+        p = m.program("player")
+        p.acquire("lock", "lock", next="check")
+        p.step("check", next=lambda s, me: "take turn" if s.turn == me.index else "wait",
+               to=["take turn", "wait"])
+        p.wait("wait", "changed", "lock", next="check", until=lambda s, me: s.turn == me.index)
+        p.step("take turn", hand_over, next="notify")
+        p.notify_all("notify", "changed", next="unlock")
+        p.release("unlock", "lock", next="lock")
+        m.thread("player0", p)
+        m.thread("player1", p)
+        m.progress("take turn")
+
+
+def test_strong_fairness_runs_an_intermittently_enabled_thread():
+    assert check(GreedyLock).verdict == "starvation"
+    r = check(GreedyLock, {"fairness": "strong"})
+    assert r.verdict == "ok" and r.exhaustive
+
+
+def test_strong_fairness_still_finds_a_thread_that_is_never_enabled():
+    r = check(load_model("reader_preference_rwlock"), {"fairness": "strong"})
+    assert r.verdict == "starvation" and "writer0 never makes progress" in r.violation.message
+    assert "strongly fair" in r.violation.message
+
+
+def test_fairness_is_a_setting_with_two_values():
+    from safeprefetch.model import ModelError
+
+    assert GreedyLock.configure({"fairness": "strong"})["fairness"] == "strong"
+    assert GreedyLock.configure({})["fairness"] == "weak"
+    import pytest
+
+    with pytest.raises(ModelError, match="fairness must be one of weak|strong"):
+        GreedyLock.configure({"fairness": "fair"})
+
+
+def test_spurious_wakeups_do_not_starve_a_correct_handoff():
+    """Spurious wakeups are finite: a waiter that wakes spuriously forever is not a run a design must survive."""
+    for fairness in ("weak", "strong"):
+        r = check(FlagHandoff, {"spurious": "on", "fairness": fairness})
+        assert r.verdict == "ok" and r.exhaustive, (fairness, r.violation and r.violation.message)
+    assert check(FlagHandoff, {"notify": "any", "spurious": "on", "fairness": "strong"}).verdict == "ok"
+
+
+def test_the_correct_reader_writer_lock_passes_with_spurious_wakeups_under_strong_fairness():
+    model = load_model("writer_preference_rwlock")
+    for readers in (1, 2, 3):
+        r = check(model, {"readers": readers, "spurious": "on", "fairness": "strong"})
+        assert r.verdict == "ok" and r.exhaustive, readers
+
+
+def test_two_writers_can_starve_each_other_even_under_strong_fairness():
+    """Writer preference does not order writers: the one that loses the lock every time round starves."""
+    r = check(load_model("writer_preference_rwlock"), {"writers": 2})
+    assert r.verdict == "starvation" and "strongly fair" in r.violation.message
+
+
+def test_weak_fairness_lets_a_reader_re_take_the_lock_before_the_writer_announces():
+    r = check(load_model("writer_preference_rwlock"), {"fairness": "weak"})
+    assert r.verdict == "starvation" and "writer0 never makes progress" in r.violation.message
+    assert {s.thread for s in r.trace.steps[r.violation.cycle_start:]} == {"reader0"}
+
+
+def test_a_spurious_wakeup_may_lead_into_a_cycle_but_not_repeat_in_it():
+    """A cycle that needs a spurious wakeup each time round is not a starvation lasso; a stem may use one."""
+    class WokenBySpuriousOnly(Model):
+        """woken_by_spurious_only: a sleeper nobody notifies; once awake it blocks the watcher and spins."""
+
+        name = "woken_by_spurious_only"
+        settings = {"spurious": "on"}
+
+        def build(self, m):
+            m.shared(x=0)
+            m.mutex("lock")
+            m.condvar("never")
+            p = m.program("sleeper")
+            p.acquire("lock", "lock", next="sleep")
+            p.wait("sleep", "never", "lock", next="block")
+            p.step("block", lambda s, me: setattr(s, "x", 1), next="spin")
+            p.step("spin", next="spin")
+            w = m.program("watcher")
+            w.step("look", guard=lambda s, me: s.x == 0, next="look")
+            m.thread("sleeper", p)
+            m.thread("watcher", w)
+            m.progress("look")
+
+    r = check(WokenBySpuriousOnly)
+    assert r.verdict == "starvation" and "watcher never makes progress" in r.violation.message
+    labels = [s.step for s in r.trace]
+    assert "sleep: spurious wakeup" in labels[:r.violation.cycle_start]
+    assert labels[r.violation.cycle_start:] == ["spin"]
+    assert check(WokenBySpuriousOnly, {"spurious": "off"}).verdict == "ok"

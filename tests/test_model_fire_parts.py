@@ -6,16 +6,14 @@ shortcuts of ``fire`` and must never disagree with it. Checked here on every
 reachable state of every catalog model (and a few prefetcher configs, under
 each condvar semantics), for every thread and every branch.
 
-Specialization is a shortcut too: a model compiled with the specializer off
-(every user function run through views) reaches the same states, with the
-same successors, and gets the same verdict.
+Specialization is a shortcut too; tests/test_specialize.py compares it with
+the plain path.
 """
 
 import pytest
 
-from safeprefetch import catalog, check, load_model
+from safeprefetch import catalog, load_model
 from safeprefetch._check.explore import Explorer
-from safeprefetch._dsl import specialize
 
 CASES = [(name, {}) for name in sorted(catalog())]
 CASES += [("prefetcher", {"capacity": 2, "workers": 2, "items": 3, "close": True, "error": True, "abandon": True}),
@@ -55,35 +53,3 @@ def test_enabled_and_fire_branch_agree_with_fire(name, config):
                 assert machine.enabled(state, t, b) == bool(want)
             checked += 1
     assert checked > 0
-
-
-# -- specialization is a shortcut too: on and off, the same machine ------------------------------
-
-DIFFERENTIAL = [(name, {}) for name in sorted(catalog())] + [
-    ("monitor", {"notify": "any", "spurious": "on", "close": True}),
-    ("prefetcher", {"capacity": 2, "workers": 2, "items": 2, "close": True, "error": True, "abandon": True}),
-    ("prefetcher", {"capacity": 2, "workers": 1, "items": 3, "run": 2, "autotune": True, "close": True}),
-]
-
-
-@pytest.mark.parametrize("name,config", DIFFERENTIAL, ids=[f"{n}-{c}" for n, c in DIFFERENTIAL])
-def test_specialized_and_plain_steps_reach_the_same_states_and_verdict(name, config, monkeypatch):
-    """The specializer rewrites step functions to index the state; the plain path runs them through views.
-
-    Compiled either way (``specialize.ENABLED``), a model reaches the same states, with the same
-    successors from each, and gets the same verdict.
-    """
-    fast = load_model(name).compile(config)
-    fast_states, fast_verdict = _states(fast), check(fast).verdict  # before the switch: invariants are lazy
-    monkeypatch.setattr(specialize, "ENABLED", False)
-    plain = load_model(name).compile(config)
-    plain_states = _states(plain)
-    assert set(plain_states) == set(fast_states)
-    assert all(info.footprint is None for infos in plain.infos for info in infos.values()
-               if info.kind in ("step", "external"))  # nothing was specialized
-    for state in plain_states[:2000]:
-        for t in range(len(plain.thread_names)):
-            got, want = fast.fire(state, t), plain.fire(state, t)
-            assert [(b, n if isinstance(n, tuple) else n.kind) for b, n in got] == \
-                   [(b, n if isinstance(n, tuple) else n.kind) for b, n in want]
-    assert check(plain).verdict == fast_verdict

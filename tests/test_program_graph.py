@@ -248,7 +248,7 @@ def test_the_declared_targets_cover_every_move_the_checker_explores(name):
     for state in e.parents:
         for t, role in enumerate(machine.thread_roles):
             pc = machine.pc(state, t)
-            label = pc.split(" (", 1)[0] if pc.endswith((" (asleep)", " (woken)")) else pc
+            label = pc.split(" (", 1)[0] if pc.endswith((" (asleep)", " (woken)", " (timed out)")) else pc
             for _, nxt in machine.fire(state, t):
                 if isinstance(nxt, tuple) and not pc.endswith(" (asleep)"):
                     after = machine.pc(nxt, t)

@@ -16,13 +16,15 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Callable, Mapping
 
-from .._dsl.model import Machine, Model, ModelError
+from .._dsl.model import Machine, Model, ModelError, StepError
 from .bitstate import BitstateExplorer
 from .budget import format_bytes, resident_bytes
 from .explorer import DEFAULT_MAX_STATES, DEFAULT_REDUCE, Explorer
 from .fpsearch import FingerprintExplorer
 from .replay import choice_step, final_verdict, replay, replay_choices
 from .result import CheckResult, ReplayDivergence, Trace, TraceError, TraceStep, Violation
+from .steperror import step_error_with_trace
+from .symmetry_check import SYMMETRY_PROBE, symmetry_error
 from .verdict import classify_hang, end_violation
 
 # Re-exported: callers outside this layer (the runtime, the tools, the docs generator and the
@@ -64,8 +66,26 @@ def explore(machine: Machine, *, strategy: str = "bfs", max_states: int = DEFAUL
     ``memory`` is a budget in bytes: a search that would pass it stops early, not exhaustive,
     with ``stop_reason="memory"``, instead of raising MemoryError.
     """
+    try:
+        return _explore(machine, strategy, max_states, progress, reduce, progress_every, store, memory)
+    except StepError as e:  # a step's own code raised: say how the search got there
+        raise step_error_with_trace(machine, e, max_states) from e.__cause__
+    except RuntimeError as e:
+        # A wrong symmetry declaration shows first as a path the explorer cannot walk back; name it.
+        wrong = symmetry_error(machine, max_states) if machine.symmetry and reduce in ("symmetry", "all") else None
+        if wrong is None:
+            raise
+        raise wrong from e
+
+
+def _explore(machine: Machine, strategy: str, max_states: int, progress: Callable | None, reduce: str,
+             progress_every: float, store: str, memory: int | None) -> CheckResult:
     if store not in STORES:
         raise ModelError(f"unknown store {store!r} (known: {', '.join(STORES)})")
+    if machine.symmetry and reduce in ("symmetry", "all"):
+        wrong = symmetry_error(machine, SYMMETRY_PROBE)
+        if wrong is not None:
+            raise wrong
     if memory is not None:
         if memory <= 0:
             raise ModelError("memory must be a positive number of bytes")

@@ -79,11 +79,11 @@ def replay_choices(machine: Machine, trace: Trace | Iterable[TraceStep]) -> tupl
     state = machine.init
     steps = list(trace)
     for i, step in enumerate(steps):
-        choice, nxt = _resolve_choice(machine, state, step, i)
+        choice, nxt = _resolve_choice(machine, state, step, i + 1)  # steps are numbered from 1, as in tables
         choices.append(choice)
         if isinstance(nxt, StepViolation):
             if i != len(steps) - 1:
-                raise ReplayDivergence(f"step {i} raises {nxt.kind} but the trace goes on")
+                raise ReplayDivergence(f"step {i + 1} raises {nxt.kind} but the trace goes on")
             states.append(nxt)
             return states, choices
         state = nxt

@@ -201,7 +201,7 @@ class CheckResult:
             "step": v.step if v else None,
             "on_step": v.on_step if v else None,
             "cycle_start": v.cycle_start if v else None,
-            "trace_length": len(self.trace),
+            "trace_length": len(self.trace) if v else None,  # null, not 0, when there is no trace
             "trace": self.trace.to_json(),
             "store": self.store,
             "probabilistic": self.probabilistic,

@@ -10,7 +10,8 @@ sampling strategies, the oracle in :mod:`safeprefetch.testing`, and
 :func:`~.replay.final_verdict` on a recorded trace -- names it with the
 functions here, so they cannot disagree on what a terminal state means:
 
-* every thread done: the model's end-of-run checks run (lost, duplicate or
+* every thread done (or never started: a thread declared ``start=False``
+  that no step spawned has nothing left to do): the model's end-of-run checks run (lost, duplicate or
   out-of-order items, a swallowed error...); the first that fails is the
   verdict, and none failing is a clean finish;
 * otherwise, if the model says close, error or abandon was requested:
@@ -40,7 +41,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .._dsl.model import DONE, Machine
+from .._dsl.model import DONE, Machine, ModelError
+from .._dsl.usererror import check_error
+from .._dsl.program import NOT_STARTED
 
 __all__ = ["HANG", "classify_hang", "end_violation", "judge_terminal", "terminal"]
 
@@ -67,8 +70,14 @@ def end_violation(machine: Machine, state: tuple) -> tuple[str, str] | None:
     if not machine.end_checks:
         return None
     s = machine.view(state)
-    for check_fn in machine.end_checks:
-        found = check_fn(s)
+    for k, check_fn in enumerate(machine.end_checks):
+        try:
+            found = check_fn(s)
+        except ModelError:
+            raise
+        except Exception as e:  # the model's own end check raised: name it
+            which = f" {k + 1} of {len(machine.end_checks)}" if len(machine.end_checks) > 1 else ""
+            raise check_error(f"end check{which}", e, state, machine.shared_index) from e
         if found:
             return found
     return None
@@ -95,7 +104,7 @@ def judge_terminal(machine: Machine, path: Sequence[tuple],
 def classify_hang(machine: Machine, path: Sequence[tuple], choices: Sequence[tuple[int, int]]) -> tuple[str, str]:
     """Classify a terminal state (``path[-1]``) in which some thread is not done."""
     state = path[-1]
-    stuck = [t for t in range(len(machine.thread_names)) if state[machine.pc_index[t]] != DONE]
+    stuck = [t for t in range(len(machine.thread_names)) if state[machine.pc_index[t]] not in (DONE, NOT_STARTED)]
     names = ", ".join(f"{machine.thread_names[t]} at {machine.pc(state, t)!r}" for t in stuck)
     if machine.shutdown_pred is not None and machine.shutdown_pred(machine.view(state)):
         return "shutdown_hang", f"shutdown was requested but threads never return: {names}"

@@ -31,6 +31,8 @@ def _cmd_run(args) -> int:
 
     if args.attempts < 0:
         raise UsageError("--attempts must be >= 0")
+    if args.max_rows < 1:
+        raise UsageError("--max-rows must be at least 1")
     model = load_model(args.model)
     machine = model.compile(parse_sets(args.set or []))
     runs = []
@@ -70,11 +72,29 @@ def _cmd_run(args) -> int:
         print(f"live run of {machine.name}: {live.verdict} ({how}); {live.steps} steps, {live.seconds:.3f} s; "
               f"recorded steps {'conform to' if out['conforms'] else 'DO NOT conform to'} the model")
         if live.verdict != "ok":
-            print(format_table(machine, live.trace))
+            print(cap_table(format_table(machine, live.trace), args.max_rows))
             print(f"<== live {live.verdict}: {live.message}")
     if not out["conforms"]:
         return 1
     return 0 if live.verdict == "ok" else 1
+
+
+#: Steps of a live run's table that ``run`` prints by default: a model that never ends runs until its
+#: timeout and records tens of thousands of steps; the first and last thirty tell the story.
+MAX_ROWS = 60
+
+
+def cap_table(table: str, max_rows: int) -> str:
+    """A trace table with at most ``max_rows`` step rows: the first and the last halves, and a line saying
+    how many steps were left out in between."""
+    lines = table.split("\n")
+    head, rows = lines[:2], lines[2:]
+    if max_rows < 1 or len(rows) <= max_rows:
+        return table
+    first, last = (max_rows + 1) // 2, max_rows // 2
+    omitted = len(rows) - first - last
+    return "\n".join(head + rows[:first] + [f"... {omitted} steps omitted (--max-rows {max_rows}) ..."]
+                     + (rows[-last:] if last else []))
 
 
 def register(sub) -> dict:
@@ -87,6 +107,8 @@ def register(sub) -> dict:
     run.add_argument("--force", choices=["auto", "never"], default="auto",
                      help="replay the checker's counterexample on real threads if free runs show no bug")
     run.add_argument("--json", action="store_true")
+    run.add_argument("--max-rows", type=int, default=MAX_ROWS, metavar="N",
+                     help=f"print at most N steps of the trace table, the first and the last (default {MAX_ROWS})")
     sk = sub.add_parser("soak", help="run random fault scenarios against the live Prefetcher")
     sk.add_argument("--scenarios", type=int, default=1000)
     sk.add_argument("--seed", type=int, default=0)

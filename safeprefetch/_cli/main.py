@@ -7,10 +7,14 @@ The contract (fixed, scripts depend on it)::
     check --all [--json]
     replay MODEL TRACE.json
 
-Exit codes: ``check`` gives 0 when no violation was found, 1 when one was,
-2 on a usage or model error (one line on stderr, never a traceback).
+Exit codes: ``check`` gives 0 when no violation was found by a complete
+search, 1 when one was found, 2 on a usage or model error (one line on
+stderr, never a traceback), and 3 when no violation was found but the search
+was not complete (a state cap, a memory budget, a sampling strategy): a
+cut-off search is never a pass, unless ``--allow-partial`` says it may be.
 ``check --all`` gives 0 exactly when every catalog model's verdict equals the
-verdict it declares.
+verdict it declares, from a complete search; 1 when one differs; else 3 when
+some search was incomplete.
 """
 
 from __future__ import annotations
@@ -144,7 +148,18 @@ def _cmd_check(args) -> int:
         print(json.dumps(result.to_json(), indent=2))
     else:
         print(render_result(result, machine))
-    return 0 if result.ok else 1
+    return exit_code(result, args.allow_partial)
+
+
+#: The exit code of a search that found no violation but did not visit every state.
+INCOMPLETE = 3
+
+
+def exit_code(result: CheckResult, allow_partial: bool = False) -> int:
+    """0: no violation, complete search; 1: a violation; 3: no violation, incomplete (0 with ``allow_partial``)."""
+    if not result.ok:
+        return 1
+    return 0 if result.exhaustive or allow_partial else INCOMPLETE
 
 
 def _memory_arg(text: str | None) -> int | None:
@@ -167,6 +182,7 @@ def _check_all(args) -> int:
         from dataclasses import replace
         results.append(replace(r, expected=model.expected))
     mismatches = [r for r in results if r.verdict != r.expected]
+    incomplete = [r for r in results if r.ok and not r.exhaustive]
     if args.json:
         print(json.dumps([r.to_json() for r in results], indent=2))
     else:
@@ -177,7 +193,12 @@ def _check_all(args) -> int:
             print(f"{r.model.ljust(w)}  {r.expected:14}  {r.verdict:14}  {r.states:>9}  {r.seconds:>8.3f}  "
                   f"{len(r.trace):>5}  {mark}")
         print(f"{len(results) - len(mismatches)}/{len(results)} models match their expected verdict")
-    return 0 if not mismatches else 1
+        if incomplete:
+            print(f"{len(incomplete)} search(es) did not finish, so their ok is not a proof: "
+                  + ", ".join(r.model for r in incomplete), file=sys.stderr)
+    if mismatches:
+        return 1
+    return INCOMPLETE if incomplete and not args.allow_partial else 0
 
 
 def _cmd_replay(args) -> int:
@@ -197,6 +218,8 @@ def _cmd_replay(args) -> int:
         overrides = {k: v for k, v in value["config"].items()}
     overrides.update(parse_sets(args.set or []))
     trace = Trace.from_json(value)
+    if not len(trace):
+        raise TraceError(f"trace {str(path)!r} has no steps: there is nothing to replay")
     machine = model.compile(overrides)
     print(f"replay of {len(trace)} steps on {model.name}")
     print(format_table(machine, trace))
@@ -243,6 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "result (not exhaustive) instead of dying of MemoryError")
     ck.add_argument("--seed", type=int, default=0, help="seed for randomized strategies")
     ck.add_argument("--svg", metavar="FILE", help="also draw the counterexample as an SVG swimlane diagram")
+    ck.add_argument("--allow-partial", action="store_true",
+                    help="exit 0, not 3, when no violation was found by a search that did not finish")
     rp = sub.add_parser("replay", help="re-run a saved trace and print it")
     rp.add_argument("model")
     rp.add_argument("trace")
@@ -273,6 +298,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return COMMANDS[args.command](args)
     except (UsageError, ModelError, TraceError, ReplayDivergence) as e:
         print(f"error: {e}", file=sys.stderr)
+        table = getattr(e, "table", None)  # a step that raised, a wrong symmetry: the schedule that got there
+        if table:
+            print(f"the trace that reached it:\n{table}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         return 0

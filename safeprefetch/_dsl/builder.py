@@ -13,6 +13,7 @@ Every initial value must be hashable: it becomes a field of the state tuple.
 
 from __future__ import annotations
 
+import inspect
 import keyword
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -20,7 +21,7 @@ from typing import Any, Callable, Mapping
 from .program import Program
 from .violations import VIOLATION_KINDS, ModelError
 
-__all__ = ["Builder"]
+__all__ = ["Builder", "reads_threads"]
 
 
 @dataclass
@@ -28,6 +29,23 @@ class _Thread:
     name: str
     program: Program
     locals: dict[str, Any]
+    #: False for a thread that a ``spawn`` step starts (it begins at NOT_STARTED).
+    start: bool = True
+
+
+def reads_threads(check: Callable) -> bool:
+    """Whether an invariant or end check takes a second argument, the threads (see :meth:`Builder.invariant`)."""
+    try:
+        params = inspect.signature(check).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                  and p.default is p.empty]
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return True
+    if len(positional) > 2 or not positional:
+        raise ModelError(f"a check takes (s) or (s, threads), not {len(positional)} arguments")
+    return len(positional) == 2
 
 
 class Builder:
@@ -87,8 +105,13 @@ class Builder:
         self.programs[role] = p
         return p
 
-    def thread(self, name: str, program: Program, **locals: Any) -> None:
-        """Start a thread named ``name`` running ``program``."""
+    def thread(self, name: str, program: Program, *, start: bool = True, **locals: Any) -> None:
+        """A thread named ``name`` running ``program``, with its locals (defaults: the program's).
+
+        ``start=False`` declares a thread that another thread starts, with a
+        ``spawn`` step; until then it is at NOT_STARTED, and a thread that is
+        never started counts as finished at the end of a run.
+        """
         if any(t.name == name for t in self.threads):
             raise ModelError(f"thread {name!r} declared twice")
         unknown = set(locals) - set(program.locals)
@@ -97,16 +120,27 @@ class Builder:
         values = {**program.locals, **locals}
         for v in values.values():
             hash(v)
-        self.threads.append(_Thread(name, program, values))
+        self.threads.append(_Thread(name, program, values, bool(start)))
 
     def invariant(self, name: str, predicate: Callable, kind: str = "invariant") -> None:
-        """``predicate(s)`` must hold in every reachable state."""
+        """``predicate(s)`` must hold in every reachable state.
+
+        ``predicate(s, threads)`` also sees every thread: ``threads["worker0"]``
+        has the thread's locals as attributes, and ``pc`` (its current label)
+        and ``done``. Reading threads makes every step visible to the
+        invariant, so partial-order reduction stands down for such a model.
+        """
         if kind not in VIOLATION_KINDS:
             raise ModelError(f"unknown violation kind {kind!r}")
+        reads_threads(predicate)  # the arity, checked now
         self.invariants.append((name, kind, predicate))
 
     def at_end(self, check: Callable) -> None:
-        """``check(s)`` runs when every thread is done; it returns None or ``(kind, message)``."""
+        """``check(s)`` runs when every thread is done; it returns None or ``(kind, message)``.
+
+        ``check(s, threads)`` also sees every thread's locals (see :meth:`invariant`).
+        """
+        reads_threads(check)
         self.end_checks.append(check)
 
     def shutdown_when(self, predicate: Callable) -> None:

@@ -23,14 +23,17 @@ compiling with specialization on or off (``specialize.ENABLED``).
 
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import partial
 from typing import Any, Callable
 
-from .builder import Builder
+from .builder import Builder, reads_threads
 from .graph import GraphStep, program_graph
-from .layout import Layout, Site
+from .layout import WAITS, Layout, Site
 from .machine import Machine, StepInfo
 from .primitives import PRIMITIVES
-from .program import ASLEEP
+from .program import ASLEEP, NOT_STARTED
+from .views import make_threads_view
 from .user_steps import compile_user_step
 from .violations import ModelError
 
@@ -74,11 +77,17 @@ def compile_model(name: str, config: dict[str, Any], b: Builder, strict: bool = 
                 if fire is not None:
                     table[pc] = fire
                 info[pc] = si
-            if spec.kind == "wait":
+            if spec.kind in WAITS:
                 waits[(ti, spec.label + ASLEEP)] = (spec.obj, spec.until)
+        if not t.start:  # no move of its own until a spawn starts it
+            info[NOT_STARTED] = StepInfo(ti, NOT_STARTED, NOT_STARTED, "asleep")
         tables.append(table)
         infos.append(info)
     symmetry, priorities = _symmetry(b), _priorities(b)
+    threads_view = make_threads_view([t.name for t in b.threads], lay.pc_index, lay.local_index)
+    invariants = tuple((n, k, _with_threads(pred, threads_view)) for n, k, pred in b.invariants)
+    if any(reads_threads(pred) for _n, _k, pred in b.invariants):
+        _own_fields_are_visible(lay, infos)
     return Machine(
         name=name,
         config=config,
@@ -91,8 +100,8 @@ def compile_model(name: str, config: dict[str, Any], b: Builder, strict: bool = 
         local_index=tuple(lay.local_index),
         cond_index=lay.cond_index,
         mutex_index=lay.mutex_index,
-        invariants=tuple(b.invariants),
-        end_checks=tuple(b.end_checks),
+        invariants=invariants,
+        end_checks=tuple(_with_threads(check, threads_view) for check in b.end_checks),
         shutdown_pred=b.shutdown_pred,
         waits=waits,
         view=lay.view,
@@ -105,6 +114,32 @@ def compile_model(name: str, config: dict[str, Any], b: Builder, strict: bool = 
         graph=graph,
         thread_roles=tuple(t.program.role for t in b.threads),
     )
+
+
+def _with_threads(check: Callable, threads_view: Callable) -> Callable:
+    """``check`` as a function of the shared view alone: a check that reads threads gets them built from it."""
+    if not reads_threads(check):
+        return check
+    return partial(_call_with_threads, check, threads_view)
+
+
+def _call_with_threads(check: Callable, threads_view: Callable, s: Any) -> Any:
+    return check(s, threads_view(s))
+
+
+def _own_fields_are_visible(lay: Layout, infos: list[dict[str, StepInfo]]) -> None:
+    """An invariant reads threads: every step writes what it may see (the thread's pc and locals).
+
+    Footprints name the shared fields a step touches and leave out the
+    thread's own block, which no other *step* reads; an invariant that reads
+    threads does, so partial-order reduction must not call such a step
+    invisible.
+    """
+    for ti, info in enumerate(infos):
+        own = frozenset(range(lay.pc_index[ti], lay.pc_index[ti] + 1 + len(lay.local_index[ti])))
+        for pc, si in info.items():
+            if si.footprint is not None:
+                info[pc] = replace(si, footprint=(si.footprint[0], si.footprint[1] | own))
 
 
 def _symmetry(b: Builder) -> tuple[tuple[int, ...], ...]:

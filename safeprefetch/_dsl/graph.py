@@ -52,14 +52,16 @@ Open questions
 from __future__ import annotations
 
 import ast
+import difflib
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from .program import DONE, Program, StepSpec
 from .specialize import function_node
 from .violations import ModelError
 
-__all__ = ["GRAPH_PENDING", "GraphStep", "format_graph", "graph_json", "program_graph", "went_elsewhere"]
+__all__ = ["GRAPH_PENDING", "GraphStep", "format_graph", "did_you_mean", "graph_json", "object_name", "program_graph",
+           "went_elsewhere"]
 
 #: Catalog models (by name; models that extend them too) that may still compile with undeclared
 #: computed steps, until their owners add ``to=``. Keep this empty.
@@ -93,8 +95,17 @@ def went_elsewhere(role: str, label: str, target: Any, allowed: frozenset[str] |
                       f"which is not among the labels it declares: {declared}")
 
 
-def _unknown(role: str, label: str, target: str, where: str) -> ModelError:
-    return ModelError(f"program {role!r}: step {label!r} goes to unknown step {target!r} ({where})")
+def _unknown(role: str, label: str, target: str, where: str, labels: set[str]) -> ModelError:
+    return ModelError(f"program {role!r}: step {label!r} goes to unknown step {target!r} ({where})"
+                      + did_you_mean(target, [*labels, DONE]))
+
+
+def did_you_mean(name: Any, known: Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` naming the known names closest to ``name``, or ``""`` when none is close."""
+    if not isinstance(name, str):
+        return ""
+    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
 
 
 def _declared_targets(role: str, spec: StepSpec, labels: set[str], strict: bool) -> tuple[str, ...] | None:
@@ -105,14 +116,18 @@ def _declared_targets(role: str, spec: StepSpec, labels: set[str], strict: bool)
     if nxt is not None and not isinstance(nxt, str) and not callable(nxt):
         raise ModelError(f"program {role!r}: step {spec.label!r} has a bad next {nxt!r}")
     if isinstance(nxt, str) and nxt != DONE and nxt not in labels:
-        raise _unknown(role, spec.label, nxt, "its next")
+        raise _unknown(role, spec.label, nxt, "its next", labels)
     for t in spec.to or ():
         if t != DONE and t not in labels:
-            raise _unknown(role, spec.label, t, "declared in to=")
+            raise _unknown(role, spec.label, t, "declared in to=", labels)
+    alt = () if spec.alt is None else (spec.alt,)
+    for t in alt:
+        if t != DONE and t not in labels:
+            raise _unknown(role, spec.label, t, "busy=" if spec.kind == "try_acquire" else "timeout=", labels)
     if isinstance(nxt, str):
-        return tuple(dict.fromkeys((nxt, *(spec.to or ()))))
+        return tuple(dict.fromkeys((nxt, *(spec.to or ()), *alt)))
     if spec.to:
-        return tuple(dict.fromkeys(spec.to))
+        return tuple(dict.fromkeys((*spec.to, *alt)))
     if not strict:
         return None
     how = "its next is a function" if nxt is not None else "its effect returns the next label"
@@ -134,10 +149,17 @@ def program_graph(program: Program, strict: bool = True) -> dict[str, GraphStep]
                         raise ModelError(f"program {role!r}: step {spec.label!r} may go to {lit!r} (returned by "
                                          f"{_name(fn)}), which is not among the labels it declares: "
                                          f"{', '.join(repr(t) for t in targets)}; add it to to=")
-        objects = tuple(o for o in (spec.obj, spec.obj2) if o is not None)
+        objects = tuple(object_name(o) for o in (spec.obj, spec.obj2) if o is not None)
         out[spec.label] = GraphStep(spec.label, spec.kind, targets or (), objects, spec.branches or (),
                                     spec.action, targets is not None)
     return out
+
+
+def object_name(obj: Any) -> str:
+    """How a step names the primitive it acts on: its name, or for a mutex chosen by expression, the chooser."""
+    if isinstance(obj, str):
+        return obj
+    return f"chosen by {_name(obj)}"
 
 
 def _name(fn: Callable) -> str:

@@ -30,13 +30,18 @@ from typing import Any, Callable, Sequence
 
 from . import specialize as _specialize
 from .builder import Builder
-from .graph import GraphStep, went_elsewhere
+from .graph import GraphStep, did_you_mean, object_name, went_elsewhere
 from .machine import StepInfo
-from .program import ASLEEP, DONE, WOKEN, StepSpec
+from .program import ASLEEP, DONE, NOT_STARTED, WOKEN, StepSpec
 from .views import make_local_view, make_shared_view
-from .violations import ModelError
+from .usererror import step_error
+from .violations import ModelError, StepError
 
-__all__ = ["Layout", "Site", "union_fp"]
+__all__ = ["WAITS", "Layout", "Site", "union_fp"]
+
+#: The step kinds that sleep on a condvar.
+WAITS = ("wait", "timed_wait")
+
 
 def union_fp(fns: Sequence[Callable]) -> tuple[frozenset[int], frozenset[int]] | None:
     """The shared fields ``fns`` read and write together; None if any of them is unknown."""
@@ -70,14 +75,14 @@ class Layout:
                 raise ModelError(f"program {t.program.role!r} has no steps")
             self.pc_index.append(len(self.fields))
             self.fields.append(f"{t.name}.pc")
-            self.init.append(next(iter(t.program.specs)))
+            self.init.append(next(iter(t.program.specs)) if t.start else NOT_STARTED)
             self.local_index.append(self._place(t.locals.items(), prefix=f"{t.name}."))
         self.view = make_shared_view(self.shared_index)
         self.local_views = tuple(make_local_view(i, t.name, self.local_index[i]) for i, t in enumerate(b.threads))
         self.notify_any = b.settings.get("notify", "fifo") == "any"
         self.spurious = b.settings.get("spurious", "off") == "on"
         self.woken_pc = {spec.label + ASLEEP: spec.label + WOKEN for t in b.threads
-                         for spec in t.program.specs.values() if spec.kind == "wait"}
+                         for spec in t.program.specs.values() if spec.kind in WAITS}
 
     def _place(self, items, prefix: str = "") -> dict[str, int]:
         index: dict[str, int] = {}
@@ -91,15 +96,37 @@ class Layout:
 
     def index(self, kind: str, name: str | None, label: str) -> int:
         """The field of primitive ``name`` of ``kind`` used by step ``label``."""
+        known = getattr(self, self._KINDS[kind])
         try:
-            return getattr(self, self._KINDS[kind])[name]
+            return known[name]
         except KeyError:
-            raise ModelError(f"step {label!r} uses undeclared {kind} {name!r}") from None
+            raise ModelError(f"step {label!r} uses undeclared {kind} {name!r}" + did_you_mean(name, known)) from None
 
     def waiter_pcs(self, cond: str | None) -> list[int]:
         """The pc fields of every thread with a step that waits on ``cond`` (a notify may move them)."""
         return [self.pc_index[u] for u, th in enumerate(self.b.threads)
-                if any(sp.kind == "wait" and sp.obj == cond for sp in th.program.specs.values())]
+                if any(sp.kind in WAITS and sp.obj == cond for sp in th.program.specs.values())]
+
+    def thread_index(self, name: str, label: str) -> int:
+        """The index of thread ``name``, named by step ``label``."""
+        names = [t.name for t in self.b.threads]
+        if name not in names:
+            raise ModelError(f"step {label!r} names undeclared thread {name!r}" + did_you_mean(name, names))
+        return names.index(name)
+
+    def evaluator(self, ti: int, fn: Callable) -> tuple[Callable[[tuple], Any], Any]:
+        """``state -> fn(s, me)`` for thread ``ti`` on a private copy, and ``fn``'s footprint (None: unknown).
+
+        For the functions a primitive calls: a timed wait's ``until``, a mutex chooser.
+        """
+        fast, need_me = self.fast(ti, fn)
+        fp = union_fp([fast])
+        view, lview = self.view, self.local_views[ti]
+
+        def run(state: tuple) -> Any:
+            s = list(state) if fp is not None else view(state)
+            return fast(s, lview(s) if need_me else None)
+        return run, fp
 
     def fast(self, ti: int, fn: Callable | None) -> tuple[Callable | None, bool]:
         """``fn`` specialized for thread ``ti`` (see specialize.py), and whether it needs a ``me`` view."""
@@ -140,6 +167,11 @@ class Site:
     def elsewhere(self, target: Any) -> ModelError:
         return went_elsewhere(self.role, self.label, target, self.allowed)
 
+    def user_error(self, error: BaseException, state: tuple) -> StepError:
+        """The error to raise when this step's own code raised ``error`` in ``state`` (see usererror.py)."""
+        return step_error(self.thread_name, self.label, error, state, self.lay.shared_index,
+                          self.lay.local_index[self.ti])
+
     def resolver(self) -> Callable[[Any, Any], str]:
         """``(s, me) -> label`` for when the effect returned nothing: the fixed next, or ``next_fn``'s, checked."""
         if self.static_next is not None:
@@ -176,7 +208,8 @@ class Site:
 
     def info(self, branches: Sequence[str] = (), action: str | None = None, fp: Any = None) -> StepInfo:
         """The StepInfo of this step's own program counter (its label)."""
-        return StepInfo(self.ti, self.label, self.label, self.spec.kind, tuple(branches), self.spec.obj, action, fp)
+        obj = None if self.spec.obj is None else object_name(self.spec.obj)
+        return StepInfo(self.ti, self.label, self.label, self.spec.kind, tuple(branches), obj, action, fp)
 
     def prim_fp(self, *fields: int, writes_also: Sequence[int] = ()) -> Any:
         """Footprint of a primitive step that reads and writes ``fields`` (plus its ``next`` function's reads)."""

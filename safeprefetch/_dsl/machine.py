@@ -30,7 +30,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 from . import specialize as _specialize
 from .graph import GraphStep
-from .program import DONE
+from .program import DONE, NOT_STARTED
+from .usererror import check_error
+from .violations import ModelError
 
 __all__ = ["Machine", "StepInfo"]
 
@@ -171,7 +173,8 @@ class Machine:
         return True
 
     def all_done(self, state: Sequence) -> bool:
-        return all(state[i] == DONE for i in self.pc_index)
+        """Every thread is done -- or was never started (a thread nobody spawned has nothing left to do)."""
+        return all(state[i] == DONE or state[i] == NOT_STARTED for i in self.pc_index)
 
     def describe(self, state: Sequence) -> dict[str, Any]:
         """Every named field of ``state``: shared variables, primitives, and each thread's pc and locals."""
@@ -180,16 +183,22 @@ class Machine:
     def invariant_violation(self, state: tuple) -> tuple[str, str] | None:
         s = None
         fast = self.__dict__.get("_fast_inv") or self._fast_invariants
-        for name, kind, pred, raw in fast:
-            if raw:
-                if pred(state):
-                    continue
-            else:
-                if s is None:
-                    s = self.view(state)
-                if pred(s):
-                    continue
-            return kind, f"invariant {name!r} fails"
+        name = None
+        try:
+            for name, kind, pred, raw in fast:
+                if raw:
+                    if pred(state):
+                        continue
+                else:
+                    if s is None:
+                        s = self.view(state)
+                    if pred(s):
+                        continue
+                return kind, f"invariant {name!r} fails"
+        except ModelError:
+            raise
+        except Exception as e:  # the model's own invariant raised: name it
+            raise check_error(f"invariant {name!r}", e, state, self.shared_index) from e
         return None
 
     @property
@@ -203,7 +212,8 @@ class Machine:
                     r = _specialize.specialize(pred, self.shared_index, {}, {})
                     if r is not None:
                         fast = r[0]
-                        raw = not _specialize.bare_uses(fast, 0)  # only subscripts: a plain tuple will do
+                        # A known footprint means `s` is only ever subscripted: a plain tuple will do.
+                        raw = fast.__footprint__ is not None
                 cached.append((name, kind, fast, raw))
             self.__dict__["_fast_inv"] = cached
         return cached

@@ -1,8 +1,8 @@
 """The Model base class: a configuration space, a ``build`` method, and the way to compile them.
 
 A model is a class. Its ``params`` are its configuration space (with
-defaults), every model also takes the condvar *settings* (``notify``,
-``spurious``, ``policy``), and its ``build(m, **config)`` declares the
+defaults), every model also takes the *settings* (``notify``,
+``spurious``, ``policy``, ``fairness``), and its ``build(m, **config)`` declares the
 machine on a :class:`Builder`. :meth:`Model.compile` builds it at one
 configuration and compiles it (``compiler.py``); :meth:`Model.graph` builds
 it and reads only its program graph, which is cheap: nothing is compiled.
@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 
 from .builder import Builder
 from .compiler import builder_graph, compile_model
-from .graph import GRAPH_PENDING, GraphStep
+from .graph import GRAPH_PENDING, GraphStep, did_you_mean
 from .machine import Machine
 from .violations import ModelError
 
@@ -45,7 +45,7 @@ class Model:
 
     #: Settings that every model accepts; they change condvar semantics.
     SETTINGS: Mapping[str, tuple[str, ...]] = {"notify": ("fifo", "any"), "spurious": ("off", "on"),
-                                               "policy": ("fair", "priority")}
+                                               "policy": ("fair", "priority"), "fairness": ("weak", "strong")}
 
     #: Defaults for the settings above that this model changes (e.g. ``{"policy": "priority"}``).
     settings: Mapping[str, str] = {}
@@ -54,6 +54,22 @@ class Model:
     #: compile with undeclared computed steps while its declarations are being written.
     graph_checked: bool = True
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Refuse, when the class is defined, parameters that shadow a setting and settings that do not exist."""
+        super().__init_subclass__(**kwargs)
+        where = f"model {cls.name or cls.__name__!r}"
+        clash = sorted(set(cls.params) & set(cls.SETTINGS))
+        if clash:
+            raise ModelError(f"{where}: parameter {clash[0]!r} has the name of a setting every model takes "
+                             f"({', '.join(cls.SETTINGS)}); rename it")
+        for key, value in dict(cls.settings).items():
+            if key not in cls.SETTINGS:
+                raise ModelError(f"{where}: settings names {key!r}, which is not a setting (known: "
+                                 f"{', '.join(cls.SETTINGS)})" + did_you_mean(key, cls.SETTINGS))
+            if value not in cls.SETTINGS[key]:
+                raise ModelError(f"{where}: setting {key} must be one of {'|'.join(cls.SETTINGS[key])}, "
+                                 f"not {value!r}")
+
     def build(self, m: Builder, **config: Any) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -61,7 +77,7 @@ class Model:
 
     @classmethod
     def defaults(cls) -> dict[str, Any]:
-        return {**dict(cls.params), "notify": "fifo", "spurious": "off", "policy": "fair", **dict(cls.settings)}
+        return {**dict(cls.params), **{k: v[0] for k, v in cls.SETTINGS.items()}, **dict(cls.settings)}
 
     @classmethod
     def configure(cls, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -70,7 +86,8 @@ class Model:
         for key, raw in (overrides or {}).items():
             if key not in config:
                 known = ", ".join(sorted(config))
-                raise ModelError(f"model {cls.name!r} has no parameter {key!r} (known: {known})")
+                raise ModelError(f"model {cls.name!r} has no parameter {key!r} (known: {known})"
+                                 + did_you_mean(key, config))
             config[key] = _convert(key, raw, config[key], cls.SETTINGS.get(key))
         return config
 

@@ -14,8 +14,10 @@ is particular to it, over constant field indices:
 :func:`_single` is the one path that composes them: blocked? -> fault? ->
 apply -> next label (the fixed ``next``, or the ``next`` function's, checked
 against the declared targets by :class:`Site`). ``notify_one`` under
-``notify=any`` is the one primitive with several successors (one per
-waiter), and ``wait`` is three program counters; both are spelled out below.
+``notify=any`` branches over the waiters, and ``wait`` is three program
+counters; both are spelled out below, as are the kinds with two outcomes:
+``try_acquire`` (``acquired`` or ``busy``), and ``wait_flag`` and
+``sem_acquire`` with a timeout (``set`` or ``acquired``, or ``timed out``).
 
 Condition variables are Mesa-style. ``wait`` releases the mutex and enqueues
 the thread in one atomic step; the thread then sleeps (pc ``"L (asleep)"``)
@@ -26,23 +28,46 @@ wakes the head of the queue (``notify=fifo``) or branches over every waiter
 sleeping thread may also wake on its own. These are *settings* of every
 model, so condvar semantics are a search dimension.
 
+The waits real code uses:
+
+* a timed wait (``wait(..., timeout=...)``) adds a ``timed out`` branch to
+  the sleep, enabled only while the wait's ``until`` is false (a timeout
+  once the predicate holds would mask a lost wakeup), and a fourth program
+  counter, ``"L (timed out)"``, that re-acquires the mutex;
+* a mutex named by a function ``(s, me) -> name`` (``acquire``,
+  ``try_acquire``, ``release``) is looked up when the step runs
+  (:func:`_mutex`);
+* ``spawn`` moves a thread declared ``start=False`` from ``"(not started)"``
+  to its first label; starting it twice is a violation, like
+  ``Thread.start()``.
+
+A function of the model that raises (a ``next``, a chooser, an ``until``)
+becomes a StepError naming the thread, the step and the user's line
+(``usererror.py``).
+
 Decisions, and why
 ------------------
 * Footprints (fields read and written) are exact for primitives: a notify
   also writes the pc of every thread that may wait on its condvar, so
   partial-order reduction never reorders a notify with a wait.
 * A thread asleep without ``spurious=on`` has no fire function at all (its
-  pc maps to None): only a notify can move it.
+  pc maps to None): only a notify can move it. Nor does a thread not started.
+* A chosen mutex's footprint is every mutex plus what the chooser reads:
+  which one a step takes is known only when it runs.
+* A timeout is a real move, not a spurious one: time passes. A thread that
+  can time out is not stuck, and fairness counts it; so a timed wait's
+  spurious wakeup is a branch of the same sleep, enabled like the timeout.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from .layout import Layout, Site
 from .machine import StepInfo
-from .program import ASLEEP, WOKEN
-from .violations import StepViolation
+from .graph import did_you_mean
+from .program import ASLEEP, NOT_STARTED, TIMED_OUT, WOKEN
+from .violations import ModelError, StepViolation
 
 __all__ = ["PRIMITIVES"]
 
@@ -55,43 +80,108 @@ def _single(site: Site, blocked: Callable | None = None, fault: Callable | None 
     goto = None if nxt is not None else site.goto()
 
     def fire(state):
-        if blocked is not None and blocked(state):
-            return []
-        if fault is not None:
-            bad = fault(state)
-            if bad is not None:
-                return [(0, bad)]
-        s = list(state)
-        if apply is not None:
-            apply(s, state)
-        s[my_pc] = nxt if goto is None else goto(s)
+        try:
+            if blocked is not None and blocked(state):
+                return []
+            if fault is not None:
+                bad = fault(state)
+                if bad is not None:
+                    return [(0, bad)]
+            s = list(state)
+            if apply is not None:
+                apply(s, state)
+            s[my_pc] = nxt if goto is None else goto(s)
+        except ModelError:
+            raise
+        except Exception as e:  # a next function or a mutex chooser of the model raised
+            raise site.user_error(e, state) from e
         return [(0, tuple(s))]
     return fire
 
 
+def _mutex(lay: Layout, site: Site) -> tuple[Callable[[tuple], int], frozenset[int] | None]:
+    """``state -> field`` of the step's mutex, and the fields it may read to choose (None: unknown).
+
+    A fixed name is one field. A mutex chosen by expression (``acquire(label,
+    lambda s, me: me.first)``) is looked up when the step runs; its footprint
+    is every mutex plus what the chooser reads.
+    """
+    obj = site.spec.obj
+    if not callable(obj):
+        mi = lay.index("mutex", obj, site.label)
+        return (lambda state: mi), frozenset((mi,))
+    choose, fp = lay.evaluator(site.ti, obj)
+    label, known = site.label, lay.mutex_index
+
+    def which(state: tuple) -> int:
+        name = choose(state)
+        try:
+            return known[name]
+        except (KeyError, TypeError):
+            raise ModelError(f"step {label!r} chose undeclared mutex {name!r}" + did_you_mean(name, known)) from None
+    return which, None if fp is None else fp[0] | frozenset(known.values())
+
+
+def _mutex_fp(site: Site, fields: frozenset[int] | None) -> Any:
+    if fields is None:
+        return None
+    return site.prim_fp(*fields)
+
+
 def _acquire(lay: Layout, site: Site) -> list:
-    mi, ti = lay.index("mutex", site.spec.obj, site.label), site.ti
+    which, fields = _mutex(lay, site)
+    ti = site.ti
 
     def apply(s, state):
-        s[mi] = ti
-    fire = _single(site, blocked=lambda state: state[mi] != -1, apply=apply)
-    return [(site.label, fire, site.info(fp=site.prim_fp(mi)))]
+        s[which(state)] = ti
+    fire = _single(site, blocked=lambda state: state[which(state)] != -1, apply=apply)
+    return [(site.label, fire, site.info(fp=_mutex_fp(site, fields)))]
+
+
+def _try_acquire(lay: Layout, site: Site) -> list:
+    """``acquire(blocking=False)``: branch 0 ``acquired`` (the mutex was free), branch 1 ``busy`` (go to ``busy``)."""
+    which, fields = _mutex(lay, site)
+    ti, my_pc, busy = site.ti, site.my_pc, site.spec.alt
+    taken = _single(site, apply=lambda s, state: s.__setitem__(which(state), ti))
+
+    def fire(state):
+        try:
+            free = state[which(state)] == -1
+        except ModelError:
+            raise
+        except Exception as e:  # the mutex chooser raised
+            raise site.user_error(e, state) from e
+        if free:
+            return taken(state)
+        s = list(state)
+        s[my_pc] = busy
+        return [(1, tuple(s))]
+    return [(site.label, fire, site.info(branches=("acquired", "busy"), fp=_mutex_fp(site, fields)))]
 
 
 def _release(lay: Layout, site: Site) -> list:
-    mname = site.spec.obj
-    mi, ti = lay.index("mutex", mname, site.label), site.ti
-    message = f"{site.thread_name} releases {mname} it does not hold"
+    which, fields = _mutex(lay, site)
+    ti, thread = site.ti, site.thread_name
+    names = {i: n for n, i in lay.mutex_index.items()}
+
+    def fault(state):
+        mi = which(state)
+        if state[mi] != ti:
+            return StepViolation("invariant", f"{thread} releases {names[mi]} it does not hold")
+        return None
 
     def apply(s, state):
-        s[mi] = -1
-    fire = _single(site, fault=lambda state: StepViolation("invariant", message) if state[mi] != ti else None,
-                   apply=apply)
-    return [(site.label, fire, site.info(fp=site.prim_fp(mi)))]
+        s[which(state)] = -1
+    fire = _single(site, fault=fault, apply=apply)
+    return [(site.label, fire, site.info(fp=_mutex_fp(site, fields)))]
 
 
 def _wait(lay: Layout, site: Site) -> list:
-    """Three program counters: the wait itself, asleep (spurious wakeup or nothing), woken (re-acquire)."""
+    """Three program counters: the wait itself, asleep (spurious wakeup or nothing), woken (re-acquire).
+
+    A timed wait (``timeout=``) has a fourth, ``timed out`` (re-acquire, then
+    the timeout's label), and its asleep counter is :func:`_timed_sleep`.
+    """
     spec, label, ti = site.spec, site.label, site.ti
     ci = lay.index("condvar", spec.obj, label)
     mi = lay.index("mutex", spec.obj2, label)
@@ -102,9 +192,6 @@ def _wait(lay: Layout, site: Site) -> list:
         s[mi] = -1
         s[ci] = state[ci] + (ti,)
 
-    def leave_queue(s, state):
-        s[ci] = tuple(x for x in state[ci] if x != ti)
-
     def reacquire(s, state):
         s[mi] = ti
 
@@ -112,8 +199,15 @@ def _wait(lay: Layout, site: Site) -> list:
     out = [(label, _single(site, fault=lambda state: StepViolation("invariant", message) if state[mi] != ti
                            else None, apply=release_and_enqueue, next_pc=asleep),
             site.info(fp=(both, both)))]
-    if lay.spurious:
-        out.append((asleep, _single(site, apply=leave_queue, next_pc=woken),
+    if spec.kind == "timed_wait":
+        out.append(_timed_sleep(lay, site, ci))
+        timed_out = label + TIMED_OUT
+        out.append((timed_out, _single(site, blocked=lambda state: state[mi] != -1, apply=reacquire,
+                                       next_pc=spec.alt),
+                    StepInfo(ti, timed_out, f"{label}: timed out, reacquire {spec.obj2}", "wake", (), spec.obj, None,
+                             site.prim_fp(mi))))
+    elif lay.spurious:
+        out.append((asleep, _single(site, apply=_leave_queue(ci, ti), next_pc=woken),
                     StepInfo(ti, asleep, f"{label}: spurious wakeup", "spurious", (), spec.obj, None,
                              (frozenset((ci,)), frozenset((ci,))))))
     else:
@@ -122,6 +216,50 @@ def _wait(lay: Layout, site: Site) -> list:
                 StepInfo(ti, woken, f"{label}: woken, reacquire {spec.obj2}", "wake", (), spec.obj, None,
                          site.prim_fp(mi))))
     return out
+
+
+def _leave_queue(ci: int, ti: int) -> Callable:
+    def leave_queue(s, state):
+        s[ci] = tuple(x for x in state[ci] if x != ti)
+    return leave_queue
+
+
+def _timed_sleep(lay: Layout, site: Site, ci: int) -> tuple:
+    """The asleep counter of a timed wait: branch ``timed out`` (and ``spurious wakeup`` with ``spurious=on``).
+
+    Both leave the queue without a notify, and both are enabled only while the
+    wait's ``until`` is false: once what the thread waits for holds, a
+    timeout would only hide a lost wakeup, so then only a notify moves it. A
+    timeout is a real move (time passes), not a spurious one: a thread that
+    can time out is not stuck, and fairness counts it.
+    """
+    spec, label, ti, my_pc = site.spec, site.label, site.ti, site.my_pc
+    asleep = label + ASLEEP
+    leave = _leave_queue(ci, ti)
+    targets = [(0, label + TIMED_OUT)] + ([(1, label + WOKEN)] if lay.spurious else [])
+    if spec.until is not None:
+        holds, fp = lay.evaluator(ti, spec.until)
+    else:
+        holds, fp = (lambda state: False), (frozenset(), frozenset())
+
+    def fire(state):
+        try:
+            if holds(state):
+                return []
+        except ModelError:
+            raise
+        except Exception as e:  # the wait's until raised
+            raise site.user_error(e, state) from e
+        out = []
+        for b, pc in targets:
+            s = list(state)
+            leave(s, state)
+            s[my_pc] = pc
+            out.append((b, tuple(s)))
+        return out
+    branches = ("timed out", "spurious wakeup")[:len(targets)]
+    info_fp = None if fp is None else (fp[0] | {ci}, frozenset((ci,)))
+    return asleep, fire, StepInfo(ti, asleep, f"{label}: asleep", "timed_wait", branches, spec.obj, None, info_fp)
 
 
 def _notify(lay: Layout, site: Site) -> list:
@@ -166,13 +304,32 @@ def _notify_any(site: Site, ci: int, wake: Callable) -> Callable:
         if not q:
             return one(state)
         out = []
-        for k, who in enumerate(q):
-            s = list(state)
-            wake(s, who)
-            s[ci] = q[:k] + q[k + 1:]
-            s[my_pc] = nxt if goto is None else goto(s)
-            out.append((k, tuple(s)))
+        try:
+            for k, who in enumerate(q):
+                s = list(state)
+                wake(s, who)
+                s[ci] = q[:k] + q[k + 1:]
+                s[my_pc] = nxt if goto is None else goto(s)
+                out.append((k, tuple(s)))
+        except ModelError:
+            raise
+        except Exception as e:  # the step's next function raised
+            raise site.user_error(e, state) from e
         return out
+    return fire
+
+
+def _or_time_out(site: Site, available: Callable[[tuple], bool], take: Callable) -> Callable:
+    """A wait with a timeout: branch 0, ``take``, while ``available(state)``; else branch 1, go to the timeout's
+    label. Timing out is possible only while the wait could not succeed (see ``wait``'s ``timeout``)."""
+    my_pc, timed_out = site.my_pc, site.spec.alt
+
+    def fire(state):
+        if available(state):
+            return take(state)
+        s = list(state)
+        s[my_pc] = timed_out
+        return [(1, tuple(s))]
     return fire
 
 
@@ -182,7 +339,11 @@ def _sem_acquire(lay: Layout, site: Site) -> list:
     def apply(s, state):
         s[si] -= 1
     fire = _single(site, blocked=lambda state: state[si] <= 0, apply=apply)
-    return [(site.label, fire, site.info(fp=site.prim_fp(si)))]
+    if site.spec.alt is None:
+        return [(site.label, fire, site.info(fp=site.prim_fp(si)))]
+    # ``queue.get(timeout=)``, ``Semaphore.acquire(timeout=)``: ``acquired``, or ``timed out`` while at zero.
+    fire = _or_time_out(site, lambda state: state[si] > 0, fire)
+    return [(site.label, fire, site.info(branches=("acquired", "timed out"), fp=site.prim_fp(si)))]
 
 
 def _sem_release(lay: Layout, site: Site) -> list:
@@ -208,17 +369,42 @@ def _set_flag(lay: Layout, site: Site) -> list:
 
 def _wait_flag(lay: Layout, site: Site) -> list:
     fi = lay.index("flag", site.spec.obj, site.label)
-    fire = _single(site, blocked=lambda state: not state[fi])
     fp = None if site.next_fp is None else (site.next_fp[0] | {fi}, frozenset())
-    return [(site.label, fire, site.info(fp=fp))]
+    if site.spec.alt is None:
+        fire = _single(site, blocked=lambda state: not state[fi])
+        return [(site.label, fire, site.info(fp=fp))]
+    # ``Event.wait(timeout)``: branch 0 ``set``, branch 1 ``timed out`` (only while the flag is clear).
+    fire = _or_time_out(site, lambda state: state[fi], _single(site))
+    return [(site.label, fire, site.info(branches=("set", "timed out"), fp=fp))]
+
+
+def _spawn(lay: Layout, site: Site) -> list:
+    """``Thread.start()``: the named thread, declared with ``start=False``, moves to its first label."""
+    name = site.spec.obj
+    u = lay.thread_index(name, site.label)
+    thread = lay.b.threads[u]
+    if thread.start:
+        raise ModelError(f"step {site.label!r} spawns {name!r}, which already starts at the beginning; "
+                         f"declare it with m.thread({name!r}, ..., start=False)")
+    pu, first = lay.pc_index[u], next(iter(thread.program.specs))
+    message = f"{site.thread_name} starts {name} a second time (a thread can only be started once)"
+
+    def apply(s, state):
+        s[pu] = first
+    fire = _single(site, fault=lambda state: StepViolation("invariant", message) if state[pu] != NOT_STARTED
+                   else None, apply=apply)
+    return [(site.label, fire, site.info(fp=site.prim_fp(pu)))]
 
 
 #: Kind -> ``(layout, site) -> [(pc, fire or None, StepInfo)]``. ``Program`` creates exactly these kinds
 #: (plus "step" and "external", compiled by user_steps.py).
 PRIMITIVES: dict[str, Callable[[Layout, Site], list]] = {
     "acquire": _acquire,
+    "try_acquire": _try_acquire,
     "release": _release,
     "wait": _wait,
+    "timed_wait": _wait,
+    "spawn": _spawn,
     "notify_one": _notify,
     "notify_all": _notify,
     "sem_acquire": _sem_acquire,

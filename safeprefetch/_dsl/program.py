@@ -37,8 +37,12 @@ Decisions, and why
   to the code that makes the choice.
 * ``to="label"`` (a bare string) is refused at once: a string is a sequence
   of one-letter labels, the classic Python trap.
-* Labels ending in " (asleep)" or " (woken)" are reserved: the compiler adds
-  those program counters for a waiting thread.
+* Labels containing " (asleep)", " (woken)" or " (timed out)", and the label
+  "(not started)", are reserved: the compiler adds those program counters for
+  a waiting thread and for a thread not started yet.
+* A try-lock (``try_acquire``) and a timed wait (``timeout=``) have a second
+  outcome; its label (``busy=``, ``timeout=``) is a declared target like
+  ``next``.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from .violations import ModelError
 
-__all__ = ["ASLEEP", "DONE", "Program", "StepSpec", "WOKEN"]
+__all__ = ["ASLEEP", "DONE", "NOT_STARTED", "TIMED_OUT", "Program", "StepSpec", "WOKEN"]
 
 #: The program counter of a thread that has finished.
 DONE = "done"
@@ -56,6 +60,14 @@ DONE = "done"
 #: Suffixes of the program counters the compiler adds after a ``wait`` label.
 ASLEEP = " (asleep)"
 WOKEN = " (woken)"
+#: ... and after a timed ``wait``'s label, for the thread that timed out (it re-acquires the mutex).
+TIMED_OUT = " (timed out)"
+
+#: The program counter of a thread declared with ``start=False`` until a ``spawn`` step starts it.
+NOT_STARTED = "(not started)"
+
+#: What a mutex argument may be: a name, or ``(s, me) -> name`` (a mutex chosen by expression).
+MutexRef = Any
 
 
 @dataclass
@@ -74,6 +86,8 @@ class StepSpec:
     action: str | None = None
     #: The extra labels this step declares it may go to (``to=``), or None when it declares none.
     to: tuple[str, ...] | None = None
+    #: The other outcome's label: a try-lock's ``busy``, a timed wait's ``timeout``.
+    alt: str | None = None
 
 
 def _targets_arg(role: str, label: str, to: Sequence[str] | None) -> tuple[str, ...] | None:
@@ -107,7 +121,7 @@ class Program:
     def _add(self, spec: StepSpec, to: Sequence[str] | None) -> "Program":
         if spec.label in self.specs:
             raise ModelError(f"program {self.role!r}: duplicate step label {spec.label!r}")
-        if spec.label == DONE or ASLEEP in spec.label or WOKEN in spec.label:
+        if spec.label in (DONE, NOT_STARTED) or any(x in spec.label for x in (ASLEEP, WOKEN, TIMED_OUT)):
             raise ModelError(f"program {self.role!r}: reserved step label {spec.label!r}")
         spec.to = _targets_arg(self.role, spec.label, to)
         self.specs[spec.label] = spec
@@ -139,24 +153,49 @@ class Program:
         return self._add(StepSpec(label, "external", next=next, fn=effect, action=action, guard=guard,
                                   branches=tuple(branches)), to)
 
-    def acquire(self, label: str, mutex: str, *, next: Any, to: Sequence[str] | None = None) -> "Program":
-        """Take ``mutex``; not enabled while another thread holds it."""
+    def acquire(self, label: str, mutex: MutexRef, *, next: Any, to: Sequence[str] | None = None) -> "Program":
+        """Take ``mutex``; not enabled while another thread holds it.
+
+        ``mutex`` is a name, or a function ``(s, me) -> name`` for a lock chosen
+        at run time (a lock order that depends on the thread's data).
+        """
         return self._add(StepSpec(label, "acquire", next=next, obj=mutex), to)
 
-    def release(self, label: str, mutex: str, *, next: Any, to: Sequence[str] | None = None) -> "Program":
-        """Give ``mutex`` back; releasing a mutex the thread does not hold is an ``invariant`` violation."""
+    def try_acquire(self, label: str, mutex: MutexRef, *, next: Any, busy: str,
+                    to: Sequence[str] | None = None) -> "Program":
+        """``acquire(blocking=False)``: take ``mutex`` and go to ``next`` if it is free, else go to ``busy``.
+
+        Never blocks. Its two branches, ``acquired`` and ``busy``, appear in traces.
+        """
+        return self._add(StepSpec(label, "try_acquire", next=next, obj=mutex, alt=busy,
+                                  branches=("acquired", "busy")), to)
+
+    def release(self, label: str, mutex: MutexRef, *, next: Any, to: Sequence[str] | None = None) -> "Program":
+        """Give ``mutex`` (a name, or ``(s, me) -> name``) back; releasing a mutex the thread does not hold is an
+        ``invariant`` violation."""
         return self._add(StepSpec(label, "release", next=next, obj=mutex), to)
 
     def wait(self, label: str, cond: str, mutex: str, *, next: Any,
-             until: Callable | None = None, to: Sequence[str] | None = None) -> "Program":
+             until: Callable | None = None, timeout: str | bool | None = None,
+             to: Sequence[str] | None = None) -> "Program":
         """Mesa wait: release ``mutex`` and sleep on ``cond``; once woken, re-acquire.
 
         ``next`` is where the thread goes once it holds ``mutex`` again.
-        ``until(s, me)`` declares what the thread waits for. It is used only
-        for diagnosis: a thread stuck asleep while its predicate holds, with no
+        ``until(s, me)`` declares what the thread waits for. It is used for
+        diagnosis: a thread stuck asleep while its predicate holds, with no
         notify since, is reported as a lost wakeup rather than a deadlock.
+
+        ``timeout`` makes it ``Condition.wait(timeout)``: while asleep the
+        thread may also time out -- the branch ``timed out`` -- then re-acquire
+        the mutex and go to ``timeout`` (a label; ``True``: to ``next``, as a
+        ``while`` loop around the wait does). It may time out only while
+        ``until`` is false: once what it waits for holds, only a notify wakes
+        it, because a timeout there would mask a lost wakeup -- the bug the
+        checker is for. (Without ``until``, it may time out at any time.)
         """
-        return self._add(StepSpec(label, "wait", next=next, obj=cond, obj2=mutex, until=until), to)
+        alt = None if timeout is None or timeout is False else (None if timeout is True else timeout)
+        kind = "wait" if timeout is None or timeout is False else "timed_wait"
+        return self._add(StepSpec(label, kind, next=next, obj=cond, obj2=mutex, until=until, alt=alt), to)
 
     def notify_one(self, label: str, cond: str, *, next: Any, to: Sequence[str] | None = None) -> "Program":
         """Wake one waiter of ``cond`` (the longest one, or any: the ``notify`` setting)."""
@@ -166,9 +205,19 @@ class Program:
         """Wake every waiter of ``cond``."""
         return self._add(StepSpec(label, "notify_all", next=next, obj=cond), to)
 
-    def sem_acquire(self, label: str, sem: str, *, next: Any, to: Sequence[str] | None = None) -> "Program":
-        """Take one unit of ``sem``; not enabled at zero."""
-        return self._add(StepSpec(label, "sem_acquire", next=next, obj=sem), to)
+    def sem_acquire(self, label: str, sem: str, *, next: Any, timeout: str | None = None,
+                    to: Sequence[str] | None = None) -> "Program":
+        """Take one unit of ``sem``; not enabled at zero.
+
+        ``timeout`` makes it ``Semaphore.acquire(timeout=)`` or, for a semaphore
+        counting a queue's items, ``queue.get(timeout=)``: at zero the thread
+        may instead time out and go to ``timeout`` (branches ``acquired`` and
+        ``timed out``).
+        """
+        if timeout is None:
+            return self._add(StepSpec(label, "sem_acquire", next=next, obj=sem), to)
+        return self._add(StepSpec(label, "sem_acquire", next=next, obj=sem, alt=timeout,
+                                  branches=("acquired", "timed out")), to)
 
     def sem_release(self, label: str, sem: str, *, next: Any, to: Sequence[str] | None = None) -> "Program":
         """Give one unit back to ``sem``; past its bound that is an ``overflow``."""
@@ -178,6 +227,23 @@ class Program:
         """Set ``flag`` (an Event); it stays set."""
         return self._add(StepSpec(label, "set_flag", next=next, obj=flag), to)
 
-    def wait_flag(self, label: str, flag: str, *, next: Any, to: Sequence[str] | None = None) -> "Program":
-        """Go on once ``flag`` is set; not enabled before."""
-        return self._add(StepSpec(label, "wait_flag", next=next, obj=flag), to)
+    def wait_flag(self, label: str, flag: str, *, next: Any, timeout: str | None = None,
+                  to: Sequence[str] | None = None) -> "Program":
+        """Go on once ``flag`` is set; not enabled before.
+
+        ``timeout`` makes it ``Event.wait(timeout)``: while the flag is clear
+        the thread may instead time out and go to ``timeout`` (branches ``set``
+        and ``timed out``).
+        """
+        if timeout is None:
+            return self._add(StepSpec(label, "wait_flag", next=next, obj=flag), to)
+        return self._add(StepSpec(label, "wait_flag", next=next, obj=flag, alt=timeout,
+                                  branches=("set", "timed out")), to)
+
+    def spawn(self, label: str, thread: str, *, next: Any, to: Sequence[str] | None = None) -> "Program":
+        """Start ``thread`` (declared with ``m.thread(..., start=False)``), as ``Thread.start()`` does.
+
+        Starting a thread that was already started is an ``invariant``
+        violation (Python raises RuntimeError).
+        """
+        return self._add(StepSpec(label, "spawn", next=next, obj=thread), to)

@@ -9,16 +9,34 @@ list as the shared variables), ``me.name`` and ``me.index`` become
 constants. The rewritten function receives the same mutable state list (a
 view subclass of ``list``, so helpers called with ``s`` still work by name).
 
+What it guarantees
+------------------
+*Same meaning, or no rewrite.* The rewrite is purely syntactic, so it is
+sound only where every ``s`` and ``me`` in the body is the parameter.
+:func:`unsafe_reason` proves that over the whole body, nested scopes
+included (a comprehension's ``for s in ...``, ``except ... as s``, ``with
+... as s``, a ``match`` capture, a nested ``def`` or ``lambda``...), and
+anything it cannot prove makes :func:`specialize` return None: the caller
+then keeps the original function and runs it through views. The same
+analysis gives the footprint (the shared fields read and written), which
+partial-order reduction and the live runtime's wakeups rely on; a function
+that hands ``s`` to other code has an unknown footprint.
+
+*Checked against the plain path.* :data:`ENABLED` switches the rewriter
+off (``SAFEPREFETCH_SPECIALIZE=0``); CI runs the catalog tests that way once.
+``tests/test_specialize.py`` compares both paths on every catalog model and
+on hundreds of generated step functions (same states, same successors, same
+traces, same errors), and runs steps through recording views to check that
+every field a step touches is in its static footprint.
+
+*Errors point at the user's code.* The rewritten function is compiled under
+the user's file name with the user's line numbers, so a step that raises
+shows the user's ``file:line`` and source line.
+
 What is preserved: the function's globals, its default arguments, and its
 closure variables (read once, after ``build`` has finished -- a model must
 not rebind a captured variable after building, which no model has a reason
-to do). Anything the rewriter is not sure about -- no source available,
-``s`` or ``me`` rebound inside the function, a nested function or lambda that
-captures them -- makes it return None, and the caller keeps the original
-function with views. The two paths are interchangeable, and checked to be:
-``tests/test_model_fire_parts.py`` explores every catalog model with
-specialization on and off (:data:`ENABLED`) and compares every reachable
-state and verdict.
+to do).
 """
 
 from __future__ import annotations
@@ -30,7 +48,7 @@ import linecache
 import os
 from typing import Any, Callable, Mapping
 
-__all__ = ["ENABLED", "function_node", "specialize", "uses_arg"]
+__all__ = ["ENABLED", "function_node", "specialize", "unsafe_reason", "uses_arg"]
 
 #: Whether the compiler specializes step functions at all. Set SAFEPREFETCH_SPECIALIZE=0 to run
 #: every user function through views only (slower, same meaning); read at each compile.
@@ -109,12 +127,73 @@ def _contains(node: ast.AST, line: int, col: int) -> bool:
     return start <= (line, col) <= end
 
 
+#: Names whose call can reach a function's local variables without naming them (``locals()["s"]``,
+#: ``eval("s.x")``): a function that uses any of them is not rewritten.
+_DYNAMIC = frozenset({"eval", "exec", "locals", "vars", "globals", "compile", "breakpoint", "__import__"})
+
+
+def unsafe_reason(node: ast.AST, params: tuple[str, ...]) -> str | None:
+    """Why rewriting the function ``node`` (whose parameters are ``params``) could change its meaning, or None.
+
+    The rewriter maps ``s.x`` to ``s[i]`` wherever the *name* ``s`` appears, so
+    it is sound only if every ``s`` in the body is the parameter. That is
+    proved here, conservatively, over the whole body, nested scopes included:
+
+    * no binding of a parameter name anywhere -- an assignment, augmented or
+      annotated assignment, ``for``, ``with ... as``, ``except ... as``, a
+      walrus, a comprehension's target, a ``match`` capture (``case s:``,
+      ``*s``, ``**s``), an import ``as s``, a ``global``/``nonlocal``, ``del``;
+    * no nested function, lambda or class (their scopes could capture or
+      shadow a parameter; rewriting through them is not worth the proof);
+    * no ``match`` pattern that names a parameter at all (a value pattern
+      ``case s.x:`` must stay a dotted name);
+    * no ``del s.x`` (deleting an item would shift every index after it);
+    * none of :data:`_DYNAMIC` (they reach locals by string).
+
+    Anything else it cannot prove falls back to the plain path, which runs the
+    original function through views: slower, never different.
+    """
+    names = set(params)
+    for n in ast.walk(node if isinstance(node, ast.Lambda) else ast.Module(body=node.body, type_ignores=[])):
+        if n is node:
+            continue
+        if isinstance(n, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            return "a nested function, lambda or class"
+        if isinstance(n, ast.Name):
+            if n.id in names and not isinstance(n.ctx, ast.Load):
+                return f"the parameter {n.id!r} is rebound or deleted"
+            if n.id in _DYNAMIC:
+                return f"it calls {n.id}()"
+        elif isinstance(n, ast.ExceptHandler) and n.name in names:
+            return f"'except ... as {n.name}' rebinds a parameter"
+        elif isinstance(n, (ast.MatchAs, ast.MatchStar)) and n.name in names:
+            return f"a match pattern captures {n.name!r}"
+        elif isinstance(n, ast.MatchMapping) and n.rest in names:
+            return f"a match pattern captures {n.rest!r}"
+        elif isinstance(n, ast.match_case):
+            if any(isinstance(x, ast.Name) and x.id in names for x in ast.walk(n.pattern)):
+                return "a match pattern names a parameter"
+        elif isinstance(n, ast.alias) and (n.asname or n.name.split(".")[0]) in names:
+            return f"an import binds {n.asname or n.name!r}"
+        elif isinstance(n, (ast.Global, ast.Nonlocal)) and names & set(n.names):
+            return "a global or nonlocal declaration names a parameter"
+        elif (isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Del) and isinstance(n.value, ast.Name)
+              and n.value.id in names):
+            return "it deletes an attribute of a parameter"
+    return None
+
+
 class _Rewrite(ast.NodeTransformer):
+    """``s.x`` -> ``s[i]`` and ``me.y`` -> ``s[j]`` (or a constant), recording the shared fields read and written.
+
+    Only run on a function :func:`unsafe_reason` found nothing against: every
+    ``s`` and ``me`` in it is then the parameter.
+    """
+
     def __init__(self, s: str, me: str | None, shared: Mapping[str, int], local: Mapping[str, int],
                  constants: Mapping[str, Any]):
         self.s, self.me = s, me
         self.shared, self.local, self.constants = shared, local, constants
-        self.unsafe = False
         self.reads: set[int] = set()
         self.writes: set[int] = set()
 
@@ -139,41 +218,12 @@ class _Rewrite(ast.NodeTransformer):
         sub = ast.Subscript(value=base, slice=ast.Constant(i), ctx=node.ctx)
         return ast.copy_location(sub, node)
 
-    def _check_target(self, target: ast.AST) -> None:
-        for n in ast.walk(target):
-            if isinstance(n, ast.Name) and n.id in (self.s, self.me) and isinstance(n.ctx, ast.Store):
-                self.unsafe = True
-
-    def visit_Assign(self, node):
-        for t in node.targets:
-            self._check_target(t)
-        return self.generic_visit(node)
-
     def visit_AugAssign(self, node):
-        self._check_target(node.target)
         t = node.target
         if (isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == self.s
                 and t.attr in self.shared):
             self.reads.add(self.shared[t.attr])  # x += 1 reads x too
         return self.generic_visit(node)
-
-    def visit_NamedExpr(self, node):
-        self._check_target(node.target)
-        return self.generic_visit(node)
-
-    def visit_For(self, node):
-        self._check_target(node.target)
-        return self.generic_visit(node)
-
-    def visit_Lambda(self, node):
-        self.unsafe = True  # a nested lambda could capture s/me; keep it simple
-        return node
-
-    def visit_FunctionDef(self, node):
-        self.unsafe = True
-        return node
-
-    visit_AsyncFunctionDef = visit_FunctionDef
 
 
 def specialize(fn: Callable, shared: Mapping[str, int], local: Mapping[str, int],
@@ -198,18 +248,15 @@ def specialize(fn: Callable, shared: Mapping[str, int], local: Mapping[str, int]
     args = [a.arg for a in node.args.args]
     s_name = args[0]
     me_name = args[1] if len(args) > 1 else None
+    if unsafe_reason(node, (s_name,) if me_name is None else (s_name, me_name)) is not None:
+        return None
+    if not isinstance(node, ast.Lambda) and node.decorator_list:
+        return None
     rw = _Rewrite(s_name, me_name, shared, local, constants)
     if isinstance(node, ast.Lambda):
-        body_expr = rw.visit(node.body)
-        if rw.unsafe:
-            return None
-        body: list[ast.stmt] = [ast.Return(value=body_expr)]
+        body: list[ast.stmt] = [ast.Return(value=rw.visit(node.body))]
     else:
-        if node.decorator_list:
-            return None
         body = [rw.visit(stmt) for stmt in node.body]
-        if rw.unsafe:
-            return None
     needs_me = me_name is not None and any(
         isinstance(n, ast.Name) and n.id == me_name for stmt in body for n in ast.walk(stmt))
     freevars = code.co_freevars
@@ -237,7 +284,10 @@ def _factory(fn: Callable, node: ast.AST, body: list[ast.stmt]) -> Callable | No
     """Compile ``body`` as ``fn``'s twin inside a factory whose parameters are ``fn``'s free variables.
 
     Calling the factory with the closure's values gives the new function, with
-    ``fn``'s globals; None if the body does not compile.
+    ``fn``'s globals; None if the body does not compile. The twin is compiled
+    under ``fn``'s own file name, and every rewritten node keeps the line of
+    the source it came from, so a traceback through it names the user's file
+    and line, and shows the user's source line.
     """
     code = fn.__code__
     args = [a.arg for a in node.args.args]
@@ -245,10 +295,12 @@ def _factory(fn: Callable, node: ast.AST, body: list[ast.stmt]) -> Callable | No
     fdef = _funcdef(fn.__name__ if fn.__name__.isidentifier() else "step", args, body)
     factory = _funcdef("__factory__", list(freevars),
                        [fdef, ast.Return(value=ast.Name(id=fdef.name, ctx=ast.Load()))])
+    for made in (fdef, factory, factory.body[-1]):
+        ast.copy_location(made, node)
     module = ast.Module(body=[factory], type_ignores=[])
     ast.fix_missing_locations(module)
     try:
-        compiled = compile(module, f"<specialized {code.co_filename}:{code.co_firstlineno}>", "exec")
+        compiled = compile(module, code.co_filename, "exec")
     except (SyntaxError, ValueError):
         return None
     namespace: dict[str, Any] = {}
@@ -257,7 +309,15 @@ def _factory(fn: Callable, node: ast.AST, body: list[ast.stmt]) -> Callable | No
 
 
 def _same_code(fn: Callable, node: ast.AST) -> bool:
-    """Whether ``node``, compiled the way we compile rewrites, gives ``fn``'s own bytecode."""
+    """Whether ``node``, compiled the way we compile rewrites, gives ``fn``'s own code.
+
+    The comparison is of instructions by name and argument, not of raw bytes:
+    the twin is compiled in a module of its own, where a call of an imported
+    module's function (``contextlib.nullcontext(x)``) takes the method-call
+    form, while the original module, which holds the ``import``, compiled an
+    attribute load. Those two forms (and the jump offsets their cache entries
+    shift) are the same code.
+    """
     if isinstance(node, ast.Lambda):
         body: list[ast.stmt] = [ast.Return(value=node.body)]
     else:
@@ -267,8 +327,24 @@ def _same_code(fn: Callable, node: ast.AST) -> bool:
         return False
     twin = factory(*([None] * len(fn.__code__.co_freevars)))
     a, b = fn.__code__, twin.__code__
-    return (a.co_code == b.co_code and a.co_names == b.co_names and a.co_varnames == b.co_varnames
-            and a.co_freevars == b.co_freevars)
+    return (a.co_names == b.co_names and a.co_varnames == b.co_varnames and a.co_freevars == b.co_freevars
+            and _instructions(a) == _instructions(b))
+
+
+def _instructions(code) -> list[tuple[str, Any]]:
+    """``code``'s instructions as ``(name, argument)``, method-call forms folded, jumps by instruction index."""
+    import dis
+
+    ins = [i for i in dis.get_instructions(code) if i.opname != "CACHE"]
+    where = {i.offset: k for k, i in enumerate(ins)}
+    out = []
+    for i in ins:
+        name = "LOAD_ATTR" if i.opname == "LOAD_METHOD" else i.opname
+        arg = where.get(i.argval, i.argval) if i.opcode in dis.hasjrel or i.opcode in dis.hasjabs else i.argval
+        if isinstance(arg, type(code)):
+            arg = _instructions(arg)
+        out.append((name, arg))
+    return out
 
 
 def _funcdef(name: str, args: list[str], body: list[ast.stmt]) -> ast.FunctionDef:
@@ -280,25 +356,3 @@ def _funcdef(name: str, args: list[str], body: list[ast.stmt]) -> ast.FunctionDe
     if "type_params" in ast.FunctionDef._fields:  # Python 3.12+
         node.type_params = []
     return node
-
-
-def bare_uses(fn: Callable, position: int = 0) -> bool:
-    """Whether a specialized ``fn`` still uses its parameter ``position`` other than by subscript."""
-    code = fn.__code__
-    name = code.co_varnames[position]
-    node = function_node(getattr(fn, "__wrapped__", fn))
-    if node is None:
-        return True
-    import dis
-
-    ins = list(dis.get_instructions(code))
-    for k, i in enumerate(ins):
-        if i.opname.startswith("LOAD_FAST") and i.argval == name:
-            nxt = ins[k + 1] if k + 1 < len(ins) else None
-            if nxt is None or nxt.opname != "LOAD_CONST":
-                return True
-            after = ins[k + 2] if k + 2 < len(ins) else None
-            if after is None or after.opname not in ("BINARY_SUBSCR", "STORE_SUBSCR"):
-                return True
-    return False
-

@@ -12,16 +12,22 @@ the step.
 The specializer (``specialize.py``) rewrites most step functions to index
 the list directly, and then no view is built at all; views are the path for
 everything it cannot rewrite, and the meaning of both paths is the same.
+
+A check that reads threads (``invariant(name, lambda s, threads: ...)``)
+gets a :class:`ThreadsView`: each thread's locals, program counter and
+whether it is done, read-only, over the same state.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from operator import itemgetter
-from typing import Any, Mapping
+from typing import Any, Callable, Sequence
 
+from .program import DONE
 from .violations import ModelError
 
-__all__ = ["make_local_view", "make_shared_view"]
+__all__ = ["ThreadView", "ThreadsView", "make_local_view", "make_shared_view", "make_threads_view"]
 
 
 def _prop(i: int) -> property:
@@ -74,3 +80,72 @@ def make_local_view(index: int, thread_name: str, names: Mapping[str, int]) -> t
             raise ModelError(f"thread {thread_name!r}: local {name!r} is reserved")
         ns[name] = _local_prop(i)
     return type("LocalView", (_LocalViewBase,), ns)
+
+
+class ThreadView:
+    """One thread as an invariant or end check sees it: its locals, ``pc``, ``done``, ``name``, ``index``.
+
+    Read-only: a check observes the state, it never changes it.
+    """
+
+    __slots__ = ("_s", "_t", "_where")
+
+    def __init__(self, s: Any, t: int, where: tuple):
+        object.__setattr__(self, "_s", s)
+        object.__setattr__(self, "_t", t)
+        object.__setattr__(self, "_where", where)
+
+    def __getattr__(self, attr: str) -> Any:
+        name, pc, local = self._where
+        if attr == "pc":
+            return self._s[pc]
+        if attr == "done":
+            return self._s[pc] == DONE
+        if attr == "name":
+            return name
+        if attr == "index":
+            return self._t
+        i = local.get(attr)
+        if i is None:
+            import difflib
+
+            close = difflib.get_close_matches(attr, [*local, "pc", "done", "name", "index"], n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise AttributeError(f"thread {name!r} has no local {attr!r}{hint}")
+        return self._s[i]
+
+    def __setattr__(self, attr: str, value: Any) -> None:
+        raise AttributeError(f"thread {self._where[0]!r}: a check cannot change a thread's {attr!r}")
+
+    def __repr__(self) -> str:
+        name, pc, local = self._where
+        fields = ", ".join(f"{k}={self._s[i]!r}" for k, i in local.items())
+        return f"<thread {name} at {self._s[pc]!r}{', ' + fields if fields else ''}>"
+
+
+class ThreadsView(Mapping):
+    """Every thread by name, over one state: what ``check(s, threads)`` receives."""
+
+    __slots__ = ("_s", "_where")
+
+    def __init__(self, s: Any, where: tuple):
+        self._s, self._where = s, where
+
+    def __getitem__(self, name: str) -> ThreadView:
+        for t, w in enumerate(self._where):
+            if w[0] == name:
+                return ThreadView(self._s, t, w)
+        raise KeyError(name)
+
+    def __iter__(self):
+        return (w[0] for w in self._where)
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+
+def make_threads_view(names: Sequence[str], pc_index: Sequence[int],
+                      local_index: Sequence[Mapping[str, int]]) -> Callable[[Any], ThreadsView]:
+    """``state -> ThreadsView``: the ``threads`` argument of a check that reads threads."""
+    where = tuple((n, pc, dict(loc)) for n, pc, loc in zip(names, pc_index, local_index))
+    return lambda s: ThreadsView(s, where)

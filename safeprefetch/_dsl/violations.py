@@ -19,9 +19,11 @@ This module is a leaf: every other DSL module imports it, it imports none.
 
 from __future__ import annotations
 
+import pickle
+
 from typing import Any, Sequence
 
-__all__ = ["VIOLATION_KINDS", "ModelError", "StepViolation", "delivery_violation", "violate"]
+__all__ = ["VIOLATION_KINDS", "CheckError", "ModelError", "StepError", "StepViolation", "delivery_violation", "violate"]
 
 #: Stable names of every violation kind (part of the CLI contract).
 VIOLATION_KINDS = (
@@ -42,6 +44,64 @@ VIOLATION_KINDS = (
 
 class ModelError(Exception):
     """A model is malformed: an unknown label, an undeclared target, a bad setting, a bad config."""
+
+
+class StepError(ModelError):
+    """A step's own code raised: the model's bug, reported where the user wrote it.
+
+    Not a verdict (the design is not shown wrong, the model cannot run), so a
+    :class:`ModelError`: the CLI exits 2. The search that met it fills in
+    ``trace`` (the schedule that reached the state where the step ran) and
+    ``table`` (that trace as a table); ``str()`` is one line.
+    """
+
+    def __init__(self, thread: str, label: str, error: BaseException, where: str | None, state: tuple,
+                 detail: str = ""):
+        self.thread, self.label, self.error, self.where, self.state = thread, label, error, where, state
+        self.detail = detail or f"{type(error).__name__}: {error}"
+        #: The schedule that reached ``state`` (a Trace), once a search has rebuilt it; None before.
+        self.trace: Any = None
+        #: ``trace`` as a text table, for people.
+        self.table: str | None = None
+        super().__init__(self._line())
+
+    def _line(self) -> str:
+        return f"{self.thread}, step {self.label!r}: {self.detail}{self._suffix()}"
+
+    def _suffix(self) -> str:
+        at = f" at {self.where}" if self.where else ""
+        n = None if self.trace is None else len(self.trace)
+        after = "" if n is None else ", in the initial state" if n == 0 else f", after {n} step{'' if n == 1 else 's'}"
+        return at + after
+
+    def with_trace(self, trace: Any, table: str) -> "StepError":
+        """This error, with the schedule that reached it."""
+        self.trace, self.table = trace, table
+        self.args = (self._line(),)
+        return self
+
+    def __reduce__(self):
+        # Pickled whole (a worker process reports it to the coordinator); an original error that
+        # cannot be pickled travels as its text, which the message already carries.
+        error = self.error
+        try:
+            pickle.dumps(error)
+        except Exception:  # noqa: BLE001 - whatever pickling raises, the text is enough
+            error = RuntimeError(f"{type(error).__name__}: {error}")
+        return (_step_error, (type(self), self.thread, self.label, error, self.where, self.state, self.detail,
+                              self.trace, self.table))
+
+
+class CheckError(StepError):
+    """An invariant or an end check of the model raised (``thread`` is None; ``label`` names the check)."""
+
+    def _line(self) -> str:
+        return f"{self.label}: {self.detail}{self._suffix()}"
+
+
+def _step_error(cls, thread, label, error, where, state, detail, trace, table) -> StepError:
+    e = cls(thread, label, error, where, state, detail)
+    return e.with_trace(trace, table) if trace is not None else e
 
 
 class StepViolation(Exception):

@@ -10,6 +10,7 @@ importing it becomes a :class:`ModelError` with a one-line message.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 import pkgutil
@@ -69,8 +70,9 @@ def load_model(spec: str) -> type[Model]:
     try:
         return models[spec]
     except KeyError:
-        close = [n for n in models if spec.lower() in n.lower()]
-        hint = f"; did you mean {', '.join(close)}?" if close else "; run `python -m safeprefetch list`"
+        close = difflib.get_close_matches(spec, list(models), n=3, cutoff=0.6)
+        close += [n for n in models if spec.lower() in n.lower() and n not in close]
+        hint = f"; did you mean {', '.join(close[:3])}?" if close else "; run `python -m safeprefetch list`"
         raise ModelError(f"unknown model {spec!r}{hint}") from None
 
 

@@ -73,8 +73,13 @@ def _fix_lines(model: type[Model], doc: ModelDoc, machine: Machine, diff: bool) 
     return out
 
 
-def explain(model: type[Model], overrides: Mapping[str, Any] | None = None, *, diff: bool = False) -> str:
-    """The text ``explain`` prints: the bug, its source, the shortest trace and the fix."""
+def explain(model: type[Model], overrides: Mapping[str, Any] | None = None, *, diff: bool = False,
+            spec: str | None = None) -> str:
+    """The text ``explain`` prints: the bug, its source, the shortest trace and the fix.
+
+    ``spec`` is how the user named the model (a catalog name, or the path of their file): the
+    closing ``play`` suggestion repeats it, so it works for a model that is not in the catalog.
+    """
     doc = model_doc(model)
     machine = model.compile(overrides)
     result = check(machine)
@@ -103,5 +108,5 @@ def explain(model: type[Model], overrides: Mapping[str, Any] | None = None, *, d
     for title, text in doc.sections:
         out += ["", title, reflow(text)]
     out += _reference_lines(model, doc) if reference else _fix_lines(model, doc, machine, diff)
-    out += ["", f"Be the scheduler yourself: python -m safeprefetch play {doc.name}"]
+    out += ["", f"Be the scheduler yourself: python -m safeprefetch play {spec or doc.name}"]
     return "\n".join(out) + "\n"

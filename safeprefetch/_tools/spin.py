@@ -330,8 +330,8 @@ class CrossCheck:
     config: Mapping[str, Any]
     #: safeprefetch's verdict (shortest violation, or "ok").
     verdict: str
-    #: Length of safeprefetch's shortest counterexample (0 when ok).
-    trace_length: int
+    #: Length of safeprefetch's shortest counterexample (None when ok: there is no trace).
+    trace_length: int | None
     #: Distinct states of the full search: no reduction, not stopped at the first violation.
     states: int
     #: States stored by the default ``check`` (its reductions on, stopped at the first violation).
@@ -392,7 +392,7 @@ def crosscheck(twin: Twin) -> CrossCheck:
         model=twin.name,
         config=dict(machine.config),
         verdict=result.verdict,
-        trace_length=len(result.trace),
+        trace_length=len(result.trace) if result.violation else None,
         states=states,
         check_states=result.states,
         por=por,

@@ -53,7 +53,7 @@ def _cmd_explain(args) -> int:
     from .cliargs import parse_sets
 
     model = load_model(args.model)
-    sys.stdout.write(explain(model, parse_sets(args.set or []), diff=args.diff))
+    sys.stdout.write(explain(model, parse_sets(args.set or []), diff=args.diff, spec=args.model))
     return 0
 
 

@@ -1,0 +1,290 @@
+"""Errors that point at the user's code: a step that raises, a typo, a wrong symmetry, a parameter that
+shadows a setting, unknown names, and the CLI's and pytest's view of them."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import sys
+
+import pytest
+from test_cli import run  # python -m safeprefetch ARGS -> (exit code, stdout, stderr)
+
+from safeprefetch import check
+from safeprefetch._cli.live import cap_table
+from safeprefetch._dsl import specialize
+from safeprefetch.model import DONE, CheckError, Model, ModelError, StepError
+from safeprefetch.testing import assert_verdict
+
+RAISER = '''
+"""raiser: the third bump divides by zero."""
+from safeprefetch.model import DONE, Model
+
+
+class Raiser(Model):
+    name = "raiser"
+
+    def build(self, m):
+        m.shared(hits=0, n=0)
+        p = m.program("p")
+
+        def bump(s, me):
+            s.hits += 1
+            s.n = 6 // (s.hits - 3)
+
+        p.step("bump", bump, next=lambda s, me: "bump" if s.hits < 5 else DONE, to=["bump", DONE])
+        m.thread("worker", p)
+'''
+#: The line of ``s.n = 6 // (s.hits - 3)`` in RAISER, counted from the file's first line.
+RAISER_LINE = RAISER.split("\n").index("            s.n = 6 // (s.hits - 3)") + 1
+
+
+@pytest.fixture
+def raiser(tmp_path):
+    path = tmp_path / "raiser.py"
+    path.write_text(RAISER)
+    return path
+
+
+def _load(path):
+    from safeprefetch import load_model
+
+    return load_model(str(path))
+
+
+@pytest.mark.parametrize("specialized", [True, False])
+def test_a_step_that_raises_names_thread_label_the_users_line_and_the_trace(raiser, specialized, monkeypatch):
+    monkeypatch.setattr(specialize, "ENABLED", specialized)
+    with pytest.raises(StepError) as info:
+        check(_load(raiser))
+    e = info.value
+    assert (e.thread, e.label, type(e.error)) == ("worker", "bump", ZeroDivisionError)
+    assert e.where == f"{raiser}:{RAISER_LINE}"
+    assert [s.step for s in e.trace] == ["bump", "bump"]
+    assert str(e) == (f"worker, step 'bump': ZeroDivisionError: integer division or modulo by zero "
+                      f"at {raiser}:{RAISER_LINE}, after 2 steps")
+    assert "hits=2" in e.table
+
+
+def test_a_step_error_survives_pickling_as_a_worker_process_sends_it(raiser):
+    with pytest.raises(StepError) as info:
+        check(_load(raiser))
+    back = pickle.loads(pickle.dumps(info.value))
+    assert type(back) is StepError and str(back) == str(info.value)
+    assert (back.thread, back.label, back.where, back.table) == (info.value.thread, info.value.label,
+                                                                  info.value.where, info.value.table)
+    assert type(back.error) is ZeroDivisionError and back.trace == info.value.trace
+
+
+def test_the_cli_prints_the_error_line_and_the_trace(raiser):
+    code, out, err = run("check", str(raiser))
+    assert code == 2 and out == ""
+    first, *rest = err.splitlines()
+    assert first.startswith("error: worker, step 'bump': ZeroDivisionError") and f"raiser.py:{RAISER_LINE}" in first
+    assert rest[0] == "the trace that reached it:" and any("hits=2" in line for line in rest)
+
+
+def test_a_typo_in_a_shared_name_suggests_the_right_one(tmp_path):
+    path = tmp_path / "typo.py"
+    path.write_text(RAISER.replace("s.hits += 1", "s.hist += 1"))
+    with pytest.raises(StepError, match="no shared variable 'hist'; did you mean 'hits'"):
+        check(_load(path))
+
+
+def _checked(invariant=None, at_end=None):
+    class Checked(Model):
+        """checked: a counter with a model-supplied invariant or end check."""
+
+        name = "checked"
+
+        def build(self, m):
+            m.shared(hits=0)
+            p = m.program("p")
+            p.step("bump", lambda s, me: setattr(s, "hits", s.hits + 1),
+                   next=lambda s, me: "bump" if s.hits < 3 else DONE, to=["bump", DONE])
+            m.thread("worker", p)
+            if invariant:
+                m.invariant("few hits", invariant)
+            if at_end:
+                m.at_end(at_end)
+    return Checked
+
+
+@pytest.mark.parametrize("specialized", [True, False])
+def test_an_invariant_that_raises_is_named_with_its_line_and_the_trace(specialized, monkeypatch):
+    monkeypatch.setattr(specialize, "ENABLED", specialized)
+    line = sys._getframe().f_lineno + 1
+    model = _checked(invariant=lambda s: s.hits < 2 or s.hist < 9)
+    with pytest.raises(CheckError) as info:
+        check(model)
+    e = info.value
+    assert e.thread is None and e.label == "invariant 'few hits'" and e.where == f"{__file__}:{line}"
+    assert str(e).startswith("invariant 'few hits': AttributeError") and str(e).endswith(", after 2 steps")
+    assert "no shared variable 'hist'; did you mean 'hits'" in str(e)
+    assert [s.step for s in e.trace] == ["bump", "bump"] and "hits=2" in e.table
+
+
+def test_an_end_check_that_raises_is_named_with_the_trace_that_finished():
+    with pytest.raises(CheckError) as info:
+        check(_checked(at_end=lambda s: 1 // (s.hits - 3)))
+    e = info.value
+    assert str(e).startswith("end check: ZeroDivisionError") and str(e).endswith(", after 3 steps")
+    assert len(e.trace) == 3
+    back = pickle.loads(pickle.dumps(e))
+    assert type(back) is CheckError and str(back) == str(e)
+
+
+def test_assert_verdict_shows_the_trace_table_when_the_verdict_is_wrong():
+    from safeprefetch import catalog
+
+    with pytest.raises(AssertionError) as info:
+        assert_verdict(catalog()["no_predicate_wait"], "ok")
+    text = str(info.value)
+    assert "expected ok, got lost_wakeup" in text and "producer0" in text and "<== lost_wakeup" in text
+    with pytest.raises(AssertionError, match="shortest trace has 7 steps, expected 3(.|\n)*<== lost_wakeup"):
+        assert_verdict(catalog()["no_predicate_wait"], "lost_wakeup", trace_length=3)
+
+
+def test_assert_verdict_on_a_raising_step_points_at_it(raiser):
+    with pytest.raises(AssertionError) as info:
+        assert_verdict(_load(raiser), "ok")
+    text = str(info.value)
+    assert f"raiser.py:{RAISER_LINE}" in text and "worker, step 'bump'" in text and "hits=2" in text
+
+
+# -- definitions ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("setting", ["notify", "spurious", "policy", "fairness"])
+def test_a_parameter_named_like_a_setting_is_refused_when_the_model_is_defined(setting):
+    with pytest.raises(ModelError, match=f"parameter '{setting}' has the name of a setting"):
+        type("Clash", (Model,), {"name": "clash", "params": {setting: 1}})
+
+
+def test_an_unknown_setting_is_refused_when_the_model_is_defined():
+    with pytest.raises(ModelError, match="did you mean 'policy'"):
+        type("Typo", (Model,), {"name": "typo", "settings": {"polcy": "priority"}})
+    with pytest.raises(ModelError, match="must be one of weak|strong"):
+        type("Bad", (Model,), {"name": "bad", "settings": {"fairness": "fair"}})
+
+
+class OwnerIndex(Model):
+    """owner_index: each worker writes its own index into shared state -- so they are not symmetric."""
+
+    name = "owner_index"
+
+    def build(self, m):
+        m.shared(owner=-1, total=0)
+        m.mutex("lock")
+
+        def claim(s, me):
+            s.owner = me.index
+
+        def add(s, me):
+            s.total += 1 if s.owner == 0 else 2
+
+        p = m.program("worker")
+        p.acquire("lock", "lock", next="claim")
+        p.step("claim", claim, next="add")
+        p.step("add", add, next="unlock")
+        p.release("unlock", "lock", next=DONE)
+        m.thread("worker0", p)
+        m.thread("worker1", p)
+        m.symmetric("worker0", "worker1")
+
+
+def test_a_symmetry_that_breaks_interchangeability_is_named():
+    from safeprefetch._check.symmetry_check import SymmetryError
+
+    with pytest.raises(SymmetryError) as info:
+        check(OwnerIndex)
+    e = info.value
+    assert e.threads == ("worker0", "worker1")
+    assert "symmetric(worker0, worker1) is wrong" in str(e) and "differs in owner" in str(e)
+    assert [s.step for s in e.trace] == ["lock"]
+    assert check(OwnerIndex, reduce="none").verdict == "ok"  # without the reduction nothing is wrong
+
+
+def test_every_catalog_symmetry_declaration_holds():
+    from safeprefetch import catalog
+    from safeprefetch._check.symmetry_check import symmetry_error
+
+    for name, model in catalog().items():
+        assert symmetry_error(model.compile(), 5_000) is None, name
+
+
+# -- names ----------------------------------------------------------------------------------------
+
+
+def test_unknown_labels_get_a_did_you_mean():
+    class Labels(Model):
+        """labels: a next label with a typo."""
+
+        name = "labels"
+
+        def build(self, m):
+            p = m.program("p")
+            p.step("start", next="finsh")
+            p.step("finish", next=DONE)
+            m.thread("t", p)
+
+    with pytest.raises(ModelError, match="unknown step 'finsh'.*did you mean 'finish'"):
+        Labels.compile()
+
+
+def test_unknown_model_names_get_a_did_you_mean():
+    code, _, err = run("check", "one_cond_signl")
+    assert code == 2 and "did you mean one_cond_signal" in err
+
+
+def test_explain_of_a_file_suggests_playing_that_file(raiser):
+    code, out, _ = run("explain", str(raiser.parent / "nothing.py"))
+    assert code == 2
+    path = raiser.parent / "fine.py"
+    path.write_text(RAISER.replace("6 // (s.hits - 3)", "6 // (s.hits + 3)"))
+    code, out, _ = run("explain", str(path))
+    assert code == 0 and out.rstrip().endswith(f"play {path}")
+
+
+# -- run caps its table ---------------------------------------------------------------------------
+
+
+def test_cap_table_keeps_the_first_and_last_rows_and_counts_the_rest():
+    table = "\n".join(["  #  t", "---  -"] + [f"{i:3}  x" for i in range(1, 101)])
+    capped = cap_table(table, 10).split("\n")
+    assert capped[:2] == ["  #  t", "---  -"] and len(capped) == 2 + 10 + 1
+    assert capped[2].startswith("  1") and capped[-1].startswith("100")
+    assert capped[7] == "... 90 steps omitted (--max-rows 10) ..."
+    assert cap_table(table, 500) == table
+
+
+FOREVER = '''
+"""forever: two threads take turns on a lock forever."""
+from safeprefetch.model import Model
+
+
+class Forever(Model):
+    name = "forever"
+
+    def build(self, m):
+        m.shared(n=0)
+        m.mutex("lock")
+        p = m.program("p")
+        p.acquire("lock", "lock", next="bump")
+        p.step("bump", lambda s, me: setattr(s, "n", (s.n + 1) % 3), next="unlock")
+        p.release("unlock", "lock", next="lock")
+        m.thread("a", p)
+        m.thread("b", p)
+'''
+
+
+def test_run_of_a_model_that_never_ends_prints_a_capped_table(tmp_path):
+    path = tmp_path / "forever.py"
+    path.write_text(FOREVER)
+    code, out, _ = run("run", str(path), "--attempts", "1", "--timeout", "0.5", "--force", "never",
+                       "--max-rows", "20")
+    lines = out.splitlines()
+    assert code == 1 and "omitted (--max-rows 20)" in out
+    assert len(lines) == 1 + 2 + 20 + 1 + 1  # summary, header, rows, the omission, the verdict
+    code, out, _ = run("run", str(path), "--attempts", "1", "--timeout", "0.5", "--force", "never", "--json")
+    assert len(json.loads(out)["trace"]) > 20  # the JSON keeps the whole trace
