@@ -133,3 +133,10 @@ def test_replay_numbers_steps_from_1_like_the_tables(tmp_path):
     path.write_text(json.dumps([{"thread": "producer0", "step": "lock"}, {"thread": "producer0", "step": "nope"}]))
     code, _, err = run("replay", "one_cond_signal", str(path))
     assert code == 2 and "step 2:" in err
+
+
+def test_replay_of_an_unknown_thread_suggests_one(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps([{"thread": "producer", "step": "lock"}]))
+    code, _, err = run("replay", "one_cond_signal", str(path))
+    assert code == 2 and "step 1: the model has no thread 'producer'; did you mean 'producer0'?" in err

@@ -292,6 +292,8 @@ def random_model(seed):
                           rng.choice(labels) if rng.random() < 0.3 else None))
         programs.append(steps)
     progress = sorted({f"s{rng.randrange(3)}" for _ in range(rng.choice([1, 2]))})
+    # Only labels some program has (an unknown progress label is a model error); every program has s0.
+    progress = [p for p in progress if any(p == step[0] for steps in programs for step in steps)] or ["s0"]
     settings = {"policy": rng.choice(["fair", "priority"]), "fairness": rng.choice(["weak", "strong"]),
                 "spurious": rng.choice(["off", "on"])}
     priorities = [rng.choice([1, 2]) for _ in range(threads)]

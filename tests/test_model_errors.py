@@ -232,6 +232,29 @@ def test_unknown_labels_get_a_did_you_mean():
         Labels.compile()
 
 
+@pytest.mark.parametrize("declare, message", [
+    (lambda m: m.progress("tak"), "progress: no program has a step 'tak'; did you mean 'take'?"),
+    (lambda m: m.priority("wroker", 1), r"priority for unknown threads \['wroker'\]; did you mean 'worker'\?"),
+    (lambda m: m.symmetric("worker", "wroker"), r"symmetric: unknown threads \['wroker'\]; did you mean 'worker'\?"),
+])
+def test_unknown_names_in_declarations_get_a_did_you_mean(declare, message):
+    class Declared(Model):
+        """declared: one thread, and a declaration with a typo."""
+
+        name = "declared"
+
+        def build(self, m):
+            m.mutex("lock")
+            p = m.program("p")
+            p.acquire("take", "lock", next="give")
+            p.release("give", "lock", next=DONE)
+            m.thread("worker", p)
+            declare(m)
+
+    with pytest.raises(ModelError, match=message):
+        Declared.compile()
+
+
 def test_unknown_model_names_get_a_did_you_mean():
     code, _, err = run("check", "one_cond_signl")
     assert code == 2 and "did you mean one_cond_signal" in err

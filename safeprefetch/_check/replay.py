@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
+from .._dsl.graph import did_you_mean
 from .._dsl.model import Machine, StepViolation
 from .expand import Expander
 from .result import ReplayDivergence, Trace, TraceStep
@@ -57,7 +58,8 @@ def _resolve_choice(machine: Machine, state: tuple, step: TraceStep, index: int)
     try:
         t = machine.thread_names.index(step.thread)
     except ValueError:
-        raise ReplayDivergence(f"step {index}: the model has no thread {step.thread!r}") from None
+        raise ReplayDivergence(f"step {index}: the model has no thread {step.thread!r}"
+                               + did_you_mean(step.thread, machine.thread_names)) from None
     info = machine.step_info(state, t)
     if info is None or info.label != step.step:
         here = info.label if info else machine.pc(state, t)

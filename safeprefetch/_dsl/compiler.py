@@ -28,7 +28,7 @@ from functools import partial
 from typing import Any, Callable
 
 from .builder import Builder, reads_threads
-from .graph import GraphStep, program_graph
+from .graph import GraphStep, did_you_mean, program_graph
 from .layout import WAITS, Layout, Site
 from .machine import Machine, StepInfo
 from .primitives import PRIMITIVES
@@ -106,7 +106,7 @@ def compile_model(name: str, config: dict[str, Any], b: Builder, strict: bool = 
         waits=waits,
         view=lay.view,
         local_views=lay.local_views,
-        progress_labels=frozenset(b.progress_labels),
+        progress_labels=_progress(b),
         priorities=priorities,
         field_names=tuple(lay.fields),
         spurious_pcs=tuple(frozenset(pc for pc, si in info.items() if si.kind == "spurious") for info in infos),
@@ -149,7 +149,7 @@ def _symmetry(b: Builder) -> tuple[tuple[int, ...], ...]:
     for group in b.symmetry:
         unknown = [g for g in group if g not in names]
         if unknown:
-            raise ModelError(f"symmetric: unknown threads {unknown}")
+            raise ModelError(f"symmetric: unknown threads {unknown}" + did_you_mean(unknown[0], names))
         idx = tuple(sorted(names.index(g) for g in group))
         first = b.threads[idx[0]]
         for i in idx[1:]:
@@ -161,7 +161,18 @@ def _symmetry(b: Builder) -> tuple[tuple[int, ...], ...]:
 
 
 def _priorities(b: Builder) -> tuple[int, ...]:
-    unknown = set(b.priorities) - {t.name for t in b.threads}
+    names = [t.name for t in b.threads]
+    unknown = sorted(set(b.priorities) - set(names))
     if unknown:
-        raise ModelError(f"priority for unknown threads {sorted(unknown)}")
+        raise ModelError(f"priority for unknown threads {unknown}" + did_you_mean(unknown[0], names))
     return tuple(b.priorities.get(t.name, 0) for t in b.threads)
+
+
+def _progress(b: Builder) -> frozenset[str]:
+    """The declared progress labels (checked: a label no program has would silently disable the starvation
+    check for the thread it was meant for)."""
+    labels = {label for t in b.threads for label in t.program.specs}
+    for label in sorted(b.progress_labels):
+        if label not in labels:
+            raise ModelError(f"progress: no program has a step {label!r}" + did_you_mean(label, sorted(labels)))
+    return frozenset(b.progress_labels)
