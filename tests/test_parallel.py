@@ -384,3 +384,15 @@ def test_bench_parallel_measures_the_cluster_message_costs(capsys):
     assert bench(["--costs", "--repeat", "1"]) == 0
     out = capsys.readouterr().out
     assert "client barrier" in out and "one at a time" in out and "MB/s" in out
+
+
+def test_a_cluster_without_workers_is_a_cluster_error_after_a_bounded_wait(monkeypatch):
+    distributed = pytest.importorskip("distributed")
+    from safeprefetch._check import cluster as cluster_module
+
+    monkeypatch.setattr(cluster_module, "WORKER_WAIT", 0.5)
+    with distributed.LocalCluster(n_workers=0, processes=True, dashboard_address=":0",
+                                  silence_logs=logging.ERROR) as empty:
+        with distributed.Client(empty) as c:
+            with pytest.raises(ClusterError, match="no workers"):
+                explore_cluster(MODELS["channel"], {}, cluster=c)

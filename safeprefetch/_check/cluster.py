@@ -77,6 +77,9 @@ POLL = 0.5
 #: to shut down, before it gives up (the cluster's own close then kills what is left).
 CLOSE_TIMEOUT = 10.0
 
+#: Seconds a search waits for a cluster that has no worker at the moment it starts.
+WORKER_WAIT = 30.0
+
 INSTALL_HINT = 'pip install -e ".[distributed]"'
 
 _LOCAL = re.compile(r"local:(\d+)\Z")
@@ -261,9 +264,7 @@ class ActorPool:
         self.closed = False
         self.futures: list[Any] = []
         self.actors: list[Any] = []
-        workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
-        if not workers:
-            raise ClusterError("the dask cluster has no workers")
+        workers = _workers(client)
         self.addresses = workers
         self.nproc = len(workers)
         tag = uuid.uuid4().hex[:12]
@@ -349,6 +350,20 @@ class ActorPool:
                 if not any(held.values()):
                     break
                 time.sleep(0.01)  # polling the workers' observable state, not a synchronisation
+
+
+def _workers(client: Any) -> list[str]:
+    """The addresses of the cluster's workers, sorted; if there is none at this moment (a worker
+    restarting, the client reconnecting under load), wait up to :data:`WORKER_WAIT` seconds for one.
+    Any number of workers gives the same result, so the search takes whoever is there."""
+    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    if not workers:
+        with contextlib.suppress(Exception):  # dask's TimeoutError: reported below, in our words
+            client.wait_for_workers(1, timeout=WORKER_WAIT)
+        workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    if not workers:
+        raise ClusterError(f"the dask cluster has no workers (none joined within {WORKER_WAIT:g} s)")
+    return workers
 
 
 async def _awaited(future: Any) -> Any:
