@@ -546,3 +546,52 @@ def test_the_readme_example_runs():
     exec(block, ns)
     with pytest.raises(interleavings.InterleavingFailure, match="lost_wakeup"):
         ns["test_handoff"]()
+
+
+def test_the_public_module_exports_what_it_lists():
+    for name in interleavings.__all__:
+        assert hasattr(interleavings, name), name
+    assert interleavings.check.__module__.startswith("safeprefetch.")
+
+
+_LAZY: dict = {}
+
+
+def test_lazy_initialization_on_the_first_run_is_not_nondeterminism():
+    """A cache filled on the first call (one more lock operation, in that run only) used to stop the
+    search with Nondeterministic at its second schedule; the warm-up run absorbs it."""
+    _LAZY.clear()
+
+    def cached(shared):
+        if "lock" not in _LAZY:
+            init = threading.Lock()
+            with init:  # a scheduling point only the very first run reaches
+                _LAZY["lock"] = True
+        with shared:  # a race, so there is more than one schedule to run
+            pass
+
+    def body():
+        shared = threading.Lock()
+        run(threading.Thread(target=cached, args=(shared,), name="a"),
+            threading.Thread(target=cached, args=(shared,), name="b"))
+
+    r = interleavings.check(body)
+    assert r.verdict == "ok" and r.exhaustive and r.states > 1
+
+
+def test_one_fresh_value_bound_to_two_names_is_one_object_per_schedule():
+    import types
+
+    from safeprefetch._interleave.check import Fresh
+
+    a, b = types.ModuleType("a"), types.ModuleType("b")
+    a.q = b.q = None
+    fresh = Fresh(queue.SimpleQueue)
+    seen = []
+
+    def body():
+        seen.append(a.q is b.q and a.q is not None)
+
+    r = interleavings.check(body, patch_globals={(a, "q"): fresh, (b, "q"): fresh})
+    assert r.verdict == "ok" and seen and all(seen)
+    assert a.q is None and b.q is None  # put back afterwards

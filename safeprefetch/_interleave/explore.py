@@ -199,7 +199,7 @@ class DFS:
         ops = {vt.index: vt.op for vt in ex.threads if not vt.finished and vt.op is not None}
         if k < len(self.stack):
             node = self.stack[k]
-            if node.opts != tuple(opts):
+            if node.opts != tuple(opts) or node.labels != _show(ex, opts):
                 raise Nondeterministic(
                     f"decision {k}: the same schedule offered {_show(ex, opts)} this time and {node.labels} "
                     "before: the code depends on something other than the schedule (time, randomness, a global, "
