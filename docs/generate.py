@@ -680,6 +680,8 @@ def index_page(models: Mapping[str, type[Model]], results: Mapping[str, CheckRes
             "goes, and one batch from the source to your loop.",
             "- [hardening.md](hardening.md): Ctrl-C, signal handlers, finalizers, fork and exit: what is "
             "guaranteed, and the injection harness and Ctrl-C soak that check it.",
+            "- [interleavings.md](interleavings.md): test real threading code under every schedule, and the "
+            "Prefetcher's own code checked that way.",
             "- [performance.md](performance.md): the live Prefetcher against its baselines.",
             "- [predictive.md](predictive.md): on-demand access with predictors, its checked protocol, and when "
             "prediction pays.", ""]

@@ -506,3 +506,92 @@ def test_check_code_command_exit_codes_json_and_replay(tmp_path, capsys):
     assert main(["check-code", f"{f}::nothing"]) == 2
     assert "has no 'nothing'" in capsys.readouterr().err
     assert main(["check-code", str(f)]) == 2
+
+
+def test_the_tutorial_in_the_docs_runs_and_finds_the_lost_wakeup(capsys):
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "interleavings.md").read_text()
+    code = re.search(r"```python\n(.*?)```", page, re.S).group(1)
+    ns = {"__name__": "tutorial"}
+    exec(compile(code, "interleavings.md", "exec"), ns)
+    result = ns["result"]
+    assert result.verdict == "lost_wakeup" and len(result.trace) == 8
+    assert "lost_wakeup" in capsys.readouterr().out
+
+
+def test_bench_code_quick_measures_proofs_and_bugs(capsys):
+    from safeprefetch._cli.main import main
+
+    assert main(["bench-code", "--quick", "--json", "--no-prefetcher"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["interleave_test"].startswith(("skipped", "available"))
+    assert all(r["verdict"] == "ok" and r["covered"] for r in out["proofs"])
+    assert {b["bug"] for b in out["bugs"]} == {"one_cond_signal", "if_not_while", "no_predicate_wait",
+                                               "close_without_wake"}
+    assert all(b["verdict"] != "ok" and b["trace"] > 0 for b in out["bugs"])
+
+
+def test_the_readme_example_runs():
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "interleavings.test" in b)
+    ns = {"handoff": _handoff(True)}
+    exec(block, ns)
+    ns["test_handoff"]()
+    ns["handoff"] = _handoff(False)
+    exec(block, ns)
+    with pytest.raises(interleavings.InterleavingFailure, match="lost_wakeup"):
+        ns["test_handoff"]()
+
+
+def test_the_public_module_exports_what_it_lists():
+    for name in interleavings.__all__:
+        assert hasattr(interleavings, name), name
+    assert interleavings.check.__module__.startswith("safeprefetch.")
+
+
+_LAZY: dict = {}
+
+
+def test_lazy_initialization_on_the_first_run_is_not_nondeterminism():
+    """A cache filled on the first call (one more lock operation, in that run only) used to stop the
+    search with Nondeterministic at its second schedule; the warm-up run absorbs it."""
+    _LAZY.clear()
+
+    def cached(shared):
+        if "lock" not in _LAZY:
+            init = threading.Lock()
+            with init:  # a scheduling point only the very first run reaches
+                _LAZY["lock"] = True
+        with shared:  # a race, so there is more than one schedule to run
+            pass
+
+    def body():
+        shared = threading.Lock()
+        run(threading.Thread(target=cached, args=(shared,), name="a"),
+            threading.Thread(target=cached, args=(shared,), name="b"))
+
+    r = interleavings.check(body)
+    assert r.verdict == "ok" and r.exhaustive and r.states > 1
+
+
+def test_one_fresh_value_bound_to_two_names_is_one_object_per_schedule():
+    import types
+
+    from safeprefetch._interleave.check import Fresh
+
+    a, b = types.ModuleType("a"), types.ModuleType("b")
+    a.q = b.q = None
+    fresh = Fresh(queue.SimpleQueue)
+    seen = []
+
+    def body():
+        seen.append(a.q is b.q and a.q is not None)
+
+    r = interleavings.check(body, patch_globals={(a, "q"): fresh, (b, "q"): fresh})
+    assert r.verdict == "ok" and seen and all(seen)
+    assert a.q is None and b.q is None  # put back afterwards

@@ -34,6 +34,7 @@ from .._dsl.model import ModelError
 from .._check.trace import format_table, render_result
 from .._harness import bench as _bench_commands
 from .._harness import docsite as _docs_commands
+from .._harness import bench_code as _bench_code_commands
 from .._interleave import api as _code_commands
 from .._tools import spin as _spin_commands
 from .._tools import teach as _teach_commands
@@ -273,7 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("trace")
     rp.add_argument("--set", action="append", metavar="NAME=VALUE")
     for module in (_teach_commands, _spin_commands, _live_commands, _bench_commands, _docs_commands,
-                   _code_commands):
+                   _code_commands, _bench_code_commands):
         COMMANDS.update(module.register(sub))
     COMMANDS.update(_tour_commands.register(sub, main))
     return p

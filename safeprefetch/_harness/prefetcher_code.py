@@ -14,11 +14,12 @@ explored (exhaustively, or within a stated preemption bound), with the
 interrupts of the hardening issue injected at every scheduling point of the
 thread they land on:
 
-* :data:`SCENARIOS` -- map, iterable and ``fetch_into`` sources, capacity
-  1-2, workers 1-2, items 0-3, close from another thread, an abandoned
-  prefetcher, a source error, ``get(timeout=)``, a signal handler's
-  ``close()`` on the consumer and the finalizer on a worker. Each must show
-  no violation.
+* :data:`SCENARIOS` (CI) and :data:`SLOW_SCENARIOS` -- map, iterable and
+  ``fetch_into`` sources, capacity 1-2, workers 1-2, items 0-3, close from
+  another thread, an abandoned prefetcher, a source error,
+  ``get(timeout=)``, a signal handler's ``close()`` on the consumer and the
+  finalizer on a worker. Each must show no violation, exhaustively or within
+  its stated preemption bound.
 * :func:`old_scenario` -- the pre-hardening locking pattern (commit
   ``c24e732``: ``safeprefetch/_live.py``'s ``Runtime.step``/``_park``/
   ``_wake_enabled`` and ``safeprefetch/_prefetcher.py``'s ``close`` and
@@ -58,8 +59,9 @@ from .._prefetcher import lifecycle as _lifecycle
 from .._prefetcher.api import Prefetcher, _abandon
 from .._prefetcher.errors import PrefetcherClosed, PrefetchTimeout
 
-__all__ = ["MUTATIONS", "SCENARIOS", "Mutation", "OldPrefetcher", "OldRuntime", "Scenario", "check_mutation",
-           "check_scenario", "mutant_runtime", "old_scenario", "patches", "run_suite"]
+__all__ = ["MUTATIONS", "SCENARIOS", "SLOW_SCENARIOS", "Mutation", "OldPrefetcher", "OldRuntime", "Scenario",
+           "check_mutation", "check_old", "check_scenario", "mutant_runtime", "old_interrupts", "old_scenario", "patches",
+           "run_suite"]
 
 #: Threads that may outlive a test body: the per-schedule reaper waits for requests forever.
 ALLOW_ALIVE = (_lifecycle.REAPER_THREAD,)
@@ -67,7 +69,8 @@ ALLOW_ALIVE = (_lifecycle.REAPER_THREAD,)
 
 def patches() -> dict:
     """A fresh reaper for every schedule, wherever a module of the Prefetcher bound the process-wide one."""
-    return {(m, "reaper"): Fresh(_lifecycle._Reaper) for m in list(sys.modules.values())
+    fresh = Fresh(_lifecycle._Reaper)  # one value: every module gets the same reaper in a schedule
+    return {(m, "reaper"): fresh for m in list(sys.modules.values())
             if m is not None and getattr(m, "reaper", None) is _lifecycle.reaper}
 
 
@@ -163,13 +166,17 @@ def _run_scenario(sc: Scenario) -> None:
         assert sc.fail_at is not None, "a source error nobody raised"
         assert got == list(range(sc.fail_at)), f"before the error: {got}"
     finally:
+        _current[0] = None  # first: an aborted schedule must not leave its prefetcher to the next one
         if sc.mode != "abandon":
             pf.close()
         else:
-            _abandon(pf._core)
+            core = pf._core
+            del pf
+            _abandon(core)  # what the finalizer does; the reaper carries the close out
+            for th in list(core.threads):
+                th.join()  # the reaper's close ends every worker
         if closer is not None:
             closer.join()
-        _current[0] = None
     complete = sc.mode == "drain" and sc.interrupt is None and sc.fail_at is None
     if complete:
         assert got == list(range(sc.items)), f"received {got}"
@@ -203,21 +210,32 @@ def _interrupts(kind: str | None, workers: int) -> tuple:
     return ()
 
 
-#: The CI-sized sweep (each is exhaustive, or exhaustive within its bound).
+#: The CI-sized sweep: each is exhaustive (``bound=None``: every schedule, with DPOR) or covers every
+#: schedule within its preemption bound (plain DFS), in about a second each on one core.
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("map-c1-w1-i2"),
-    Scenario("map-c2-w1-i3", items=3, capacity=2),
-    Scenario("map-c1-w2-i2", workers=2, bound=2),
     Scenario("map-i0", items=0),
     Scenario("iterable-c1-i2", source="iterable"),
     Scenario("fetch_into-c1-i2", source="fetch_into"),
     Scenario("source-error", items=2, fail_at=1),
-    Scenario("close-from-other-thread", mode="close_other"),
-    Scenario("early-close", items=3, mode="early_close"),
-    Scenario("abandon", mode="abandon"),
-    Scenario("get-timeout", mode="timeout", items=1),
-    Scenario("signal-handler-close", interrupt="signal", bound=2),
-    Scenario("finalizer-on-worker", interrupt="finalizer", bound=2),
+    Scenario("map-c1-w2-i2", workers=2, bound=0),
+    Scenario("close-from-other-thread", mode="close_other", bound=0),
+    Scenario("early-close", items=3, mode="early_close", bound=1),
+    Scenario("abandon", mode="abandon", bound=1),
+    Scenario("get-timeout", mode="timeout", items=1, bound=1),
+    Scenario("signal-handler-close", interrupt="signal", bound=0),
+    Scenario("finalizer-on-worker", interrupt="finalizer", bound=0),
+)
+
+#: The bigger sweep (``-m slow``, and the bench): more items, capacity 2, two workers, bound 1.
+SLOW_SCENARIOS: tuple[Scenario, ...] = (
+    Scenario("map-c2-w1-i3", items=3, capacity=2),
+    Scenario("fetch_into-c2-w1-i3", source="fetch_into", items=3, capacity=2),
+    Scenario("abandon-exhaustive", mode="abandon"),
+    Scenario("map-c1-w2-i2-b1", workers=2, bound=1),
+    Scenario("close-from-other-thread-b1", mode="close_other", bound=1),
+    Scenario("signal-handler-close-b1", interrupt="signal", bound=1),
+    Scenario("finalizer-on-worker-b1", interrupt="finalizer", bound=1),
 )
 
 
@@ -463,9 +481,16 @@ def check_mutation(mutation: Mutation, **options: Any) -> CodeCheckResult:
         mutant = mutant_runtime(mutation, d)
         sc = mutation.scenario
         opts = dict(allow_alive=ALLOW_ALIVE, lock_release="any", name=f"mutant[{mutation.name}]",
-                    patch_globals={**patches(), (_core, "Runtime"): mutant.Runtime})
+                    patch_globals={**patches(), (_core, "runtime_factory"): [mutant.Runtime]})
         opts.update(options)
         return api.check(sc.body(), **opts)
+
+
+def check_old(kind: str, **options: Any) -> CodeCheckResult:
+    """Check the pre-hardening locking (c24e732) with the interrupt ``kind`` ("signal" or "finalizer")."""
+    opts = dict(interrupts=old_interrupts(kind), lock_release="any", name=f"c24e732[{kind}]")
+    opts.update(options)
+    return api.check(old_scenario(kind), **opts)
 
 
 def run_suite(scenarios: tuple[Scenario, ...] = SCENARIOS) -> list[dict[str, Any]]:
@@ -476,8 +501,7 @@ def run_suite(scenarios: tuple[Scenario, ...] = SCENARIOS) -> list[dict[str, Any
         rows.append({"what": sc.name, "expect": "ok", "verdict": r.verdict, "schedules": r.states,
                      "bound": sc.bound, "covered": r.exhaustive or r.bound_covered, "seconds": r.seconds})
     for kind in ("signal", "finalizer"):
-        r = api.check(old_scenario(kind), interrupts=old_interrupts(kind), lock_release="any",
-                                name=f"c24e732[{kind}]")
+        r = check_old(kind)
         rows.append({"what": f"c24e732 + {kind}", "expect": "deadlock", "verdict": r.verdict, "schedules": r.states,
                      "bound": None, "covered": True, "seconds": r.seconds, "trace": len(r.trace)})
     for m in MUTATIONS:

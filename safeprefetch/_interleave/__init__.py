@@ -12,6 +12,7 @@ own renderers.
 
 The modules, in the order they build on each other:
 
+* ``ops`` -- the vocabulary: operations, choices, steps, settings;
 * ``scheduler`` -- one execution: threads, batons, scheduling points,
   virtual time, the verdicts of a run;
 * ``primitives``, ``queues`` -- the drop-ins for ``threading`` and ``queue``;

@@ -36,8 +36,8 @@ from .report import CodeCheckResult, StepDetail
 from .runner import run_once
 from .scheduler import Execution, Settings, VThread
 
-__all__ = ["DEFAULT_SAMPLES", "Fresh", "Interrupt", "SHRINK_SCHEDULES", "STRATEGIES", "check_code", "fingerprint", "outcomes", "replay_code",
-           "settings_of"]
+__all__ = ["DEFAULT_SAMPLES", "Fresh", "Interrupt", "SHRINK_SCHEDULES", "STRATEGIES", "check_code", "fingerprint",
+           "outcomes", "replay_code", "settings_of", "warm_up"]
 
 STRATEGIES = ("dfs", "pct", "random", "hypothesis")
 #: Runs a sampling strategy makes when ``max_schedules`` is not given.
@@ -164,6 +164,7 @@ def check_code(fn: Callable[[], Any], *, strategy: str = "dfs", preemption_bound
     stats = _Stats()
     fn, patch_globals = _with_fresh(fn, patch_globals)
     with patched(patch_globals):
+        warm_up(fn, settings, interrupts)
         covered = _search(fn, strategy, preemption_bound, max_schedules, seed, interrupts, settings, reduce, depth,
                           time_budget, stats)
         found = stats.first
@@ -187,12 +188,29 @@ def _with_fresh(fn: Callable[[], Any], extra: dict | None) -> tuple[Callable[[],
         static[(module, name)] = getattr(module, name)  # recorded, so the check puts it back
 
     def body() -> Any:
+        made: dict[int, Any] = {}  # one object per Fresh value, however many names it is bound to
         for (module, name), f in fresh.items():
-            setattr(module, name, f.factory())
+            if id(f) not in made:
+                made[id(f)] = f.factory()
+            setattr(module, name, made[id(f)])
         return fn()
 
     body.__qualname__ = getattr(fn, "__qualname__", "body")
     return body, static
+
+
+def warm_up(fn: Callable[[], Any], settings: Settings, interrupts: tuple) -> None:
+    """Run ``fn`` once, under the schedule that always lets the running thread go on, and forget it.
+
+    Real code initializes things lazily the first time it runs -- a compiled
+    machine in an ``lru_cache``, a regular expression, a module imported
+    inside a function -- and that first run can reach more synchronization
+    operations than every later one. A search that started with it would
+    see the second run offer other choices and stop with
+    :class:`Nondeterministic`; so would a replay in a fresh process. One
+    uncounted run first puts every later one on the same footing.
+    """
+    run_once(fn, Scripted(()), settings, interrupts)
 
 
 def _search(fn: Callable[[], Any], strategy: str, bound: int | None, max_schedules: int | None, seed: int,
@@ -305,6 +323,7 @@ def _result(name: str, fn: Any, strategy: str, bound: int | None, seed: int, set
             stats: _Stats, found: Execution | None, covered: tuple[bool, bool], shrunk_from: int | None,
             interrupts: tuple) -> CodeCheckResult:
     complete, cut = covered
+    reduce = reduce if bound is None else "none"  # a bounded search is plain DFS (explore.py)
     config = {"strategy": strategy, "preemption_bound": bound, "reduce": reduce, "notify": settings.notify,
               "spurious": settings.spurious, "lines": settings.lines, "interrupts": len(interrupts)}
     if found is None:
@@ -343,6 +362,7 @@ def replay_code(fn: Callable[[], Any], trace: Trace | Any, *, interrupts: Sequen
     stats = _Stats()
     fn, patch_globals = _with_fresh(fn, patch_globals)
     with patched(patch_globals):
+        warm_up(fn, settings, tuple(interrupts))
         ex = run_once(fn, Replay(trace), settings, tuple(interrupts))
     stats.add(ex)
     found = ex if ex.outcome not in ("ok", "pruned") else None
@@ -391,6 +411,7 @@ def outcomes(fn: Callable[[], Any], *, reduce: str = "dpor", preemption_bound: i
     seen: set = set()
     n = 0
     with patched():
+        warm_up(fn, settings, tuple(interrupts))
         while n < max_schedules:
             ex = run_once(fn, dfs, settings, tuple(interrupts))
             n += 1

@@ -37,11 +37,7 @@ the algorithm loom implements:
   twice from both ends: a choice already explored at a node, and
   independent of the one taken now, sleeps in the subtree until a dependent
   transition wakes it. A run in which every enabled choice sleeps is cut
-  (``pruned``): everything it could do was explored elsewhere. Sleep sets
-  are off under a preemption bound: the order a sleeping choice stands for
-  may need more preemptions than the bound allows, and then nothing covers
-  it (found by the differential test: ``one_cond_signal``'s deadlock needs
-  no preemption, and bounded DPOR with sleep sets missed it at bound 0).
+  (``pruned``): everything it could do was explored elsewhere.
 * **Data choices are always explored in full**: which waiter a
   ``notify_one`` under ``notify="any"`` wakes, a spurious wakeup, and whether
   an interrupt fires on the thread about to move. They are alternatives of
@@ -51,14 +47,17 @@ the algorithm loom implements:
 **The preemption bound.** A preemption is a switch away from a thread that
 could have gone on (CHESS, Musuvathi and Qadeer, PLDI 2007); switching from
 a thread that blocked or finished is free. With ``preemption_bound=k``
-choices that would exceed ``k`` are never taken. Partial-order reduction
-under a bound can miss schedules the bound allows, because the reordering
-DPOR relies on may need more preemptions than the one explored; following
-Coons, Musuvathi and McKinley ("Bounded Partial-Order Reduction", OOPSLA
-2013), each backtrack point is also added at the last context switch before
-it. The differential tests run every twin and reference design with and
-without reduction, bounded and not, and require the same verdicts and the
-same set of reachable outcomes.
+choices that would exceed ``k`` are never taken. A bounded search is plain
+DFS, without partial-order reduction: DPOR explores one order of each class
+of equivalent schedules, and the order it picks may need more preemptions
+than the bound allows while another order of the same class does not, so
+bounded DPOR can miss what the bound allows. Bounded partial-order reduction
+(Coons, Musuvathi and McKinley, OOPSLA 2013: backtrack points also at the
+last context switch before each race; sleep sets off) was tried and the
+differential test caught it missing a class on the semaphore buffer at bound
+1. So ``reduce="dpor"`` applies to unbounded searches only, and a bounded
+search says ``reduce=none`` in its result. An unbounded DPOR proof covers
+every bound, and is usually the cheaper one.
 
 Every result is replayable: a schedule is the list of choices, and
 :class:`Replay` forces them, raising :class:`Nondeterministic` when the code
@@ -152,7 +151,7 @@ class Node:
     """One scheduling decision of the current schedule, kept across runs."""
 
     __slots__ = ("opts", "ops", "enabled_t", "backtrack", "done", "sleep", "chosen", "prev", "preempts", "cut",
-                 "hints")
+                 "hints", "labels")
 
     def __init__(self, opts: Sequence[Choice], ops: dict[int, Op], prev: int | None, preempts: int):
         self.opts = tuple(opts)
@@ -168,6 +167,8 @@ class Node:
         #: For a backtrack choice: the order of threads that reverses the race it was added for (the
         #: wakeup sequence of optimal DPOR, used here only as the preferred order after it).
         self.hints: dict[Choice, list[int]] = {}
+        #: What each choice was, in words (thread and operation), for a divergence's message.
+        self.labels: str = ""
 
     def is_preemption(self, c: Choice) -> bool:
         return self.prev is not None and c.t != self.prev and self.prev in self.enabled_t
@@ -182,10 +183,9 @@ class DFS:
     def __init__(self, reduce: str = "dpor", bound: int | None = None, sleep_sets: bool = True):
         if reduce not in ("dpor", "none"):
             raise ValueError(f"reduce must be 'dpor' or 'none', not {reduce!r}")
-        self.reduce = reduce == "dpor"
-        # Sleep sets are unsound under a preemption bound (a choice put to sleep here may be the only
-        # way to reach, within the bound, what it was put to sleep for): bounded searches go without.
-        self.sleep_sets = sleep_sets and bound is None
+        # Under a bound: plain DFS (see "The preemption bound" above).
+        self.reduce = reduce == "dpor" and bound is None
+        self.sleep_sets = sleep_sets and self.reduce
         self.bound = bound
         self.stack: list[Node] = []
         self.hint: list[int] = []
@@ -199,9 +199,9 @@ class DFS:
         ops = {vt.index: vt.op for vt in ex.threads if not vt.finished and vt.op is not None}
         if k < len(self.stack):
             node = self.stack[k]
-            if node.opts != tuple(opts):
+            if node.opts != tuple(opts) or node.labels != _show(ex, opts):
                 raise Nondeterministic(
-                    f"decision {k}: the same schedule offered {_show(ex, opts)} this time and {_show(ex, node.opts)} "
+                    f"decision {k}: the same schedule offered {_show(ex, opts)} this time and {node.labels} "
                     "before: the code depends on something other than the schedule (time, randomness, a global, "
                     "hash order)")
             return node.chosen
@@ -210,6 +210,7 @@ class DFS:
         if parent is not None:
             preempts = parent.preempts + (1 if parent.is_preemption(parent.chosen) else 0)
         node = Node(opts, ops, ex.last, preempts)
+        node.labels = _show(ex, opts)
         if self.reduce:
             if parent is not None and self.sleep_sets:
                 pc = parent.chosen
@@ -300,13 +301,6 @@ class DFS:
 
     def _backtrack_at(self, ex: Execution, i: int, p: int, k: int) -> None:
         self._add(ex, self.stack[i], i, p, k)
-        if self.bound is not None:
-            # Bounded POR: also at the last context switch before i (Coons et al. 2013).
-            for j in range(i, 0, -1):
-                if self.stack[j].chosen.t != self.stack[j - 1].chosen.t:
-                    if j != i:
-                        self._add(ex, self.stack[j], j, p, k)
-                    break
 
     def _add(self, ex: Execution, node: Node, i: int, p: int, k: int) -> None:
         if self.sleep_sets:
@@ -384,8 +378,13 @@ class DFS:
 
 
 def _show(ex: Execution, opts: Sequence[Choice]) -> str:
-    names = [vt.name for vt in ex.threads]
-    return "[" + ", ".join(f"{names[c.t] if c.t < len(names) else c.t}/{c.alt}" for c in opts) + "]"
+    """The choices in words: thread, operation and (when not the plain one) the branch."""
+    out = []
+    for c in opts:
+        vt = ex.threads[c.t] if c.t < len(ex.threads) else None
+        what = f"{vt.name}: {vt.op.describe()}" if vt is not None and vt.op is not None else str(c.t)
+        out.append(what if c.alt == 0 else f"{what} [{alt_text(ex, c)}]")
+    return "[" + "; ".join(out) + "]"
 
 
 class _Sampler:

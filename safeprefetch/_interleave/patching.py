@@ -141,9 +141,9 @@ def _start(self: threading.Thread) -> None:
     if _thread_of(ex, self) is not None:
         raise RuntimeError("threads can only be started once")
     index = len(ex.threads)
-    ex.point(vt, Op("start", self, (("start", index), ("thread", index)), where=where(2),
-                    label=f"start {self.name}"))
-    new = ex.add_thread(self.name, self.run, obj=self, daemon=self.daemon)
+    name = ex.unique_name(self.name, self)  # the same in every schedule (threading's counter is not)
+    ex.point(vt, Op("start", self, (("start", index), ("thread", index)), where=where(2), label=f"start {name}"))
+    new = ex.add_thread(name, self.run, obj=self, daemon=self.daemon, named=True)
     ex.thread_objs[id(self)] = new
     ex.start_clock(new.index, vt.index)
 

@@ -177,8 +177,12 @@ class Execution:
 
     # -- threads --------------------------------------------------------------
 
-    def add_thread(self, name: str, body: Callable[[], Any], obj: Any = None, daemon: bool = False) -> VThread:
-        name = self._unique(name, obj)
+    def add_thread(self, name: str, body: Callable[[], Any], obj: Any = None, daemon: bool = False,
+                   named: bool = False) -> VThread:
+        """Start ``body`` as a new controlled thread, parked at its first point (``named``: ``name`` is
+        already the execution's unique name, from :meth:`unique_name`)."""
+        if not named:
+            name = self.unique_name(name, obj)
         vt = VThread(len(self.threads), name, body, obj, daemon)
         self.threads.append(vt)
         self.tclock.append([])
@@ -187,7 +191,7 @@ class Execution:
         vt.started.acquire()  # the new thread is registered and parked at its first point
         return vt
 
-    def _unique(self, name: str, obj: Any) -> str:
+    def unique_name(self, name: str, obj: Any) -> str:
         """A thread name that is the same in every schedule and unique in this one.
 
         ``threading`` numbers unnamed threads from a process-wide counter
