@@ -40,7 +40,7 @@ def test_every_docs_page_is_in_the_site(site):
         assert (site / rel).is_file(), rel
     for svg in sorted((DOCS / "models").glob("*.svg")):
         assert (site / "models" / svg.name).read_bytes() == svg.read_bytes()
-    for name in ("semantics", "spin", "performance", "reductions"):
+    for name in ("semantics", "spin", "performance", "reductions", "readme"):
         assert (site / f"{name}.html").is_file()
 
 
@@ -141,12 +141,17 @@ def test_strict_build_fails_on_a_broken_link(tmp_path):
         pytest.skip(docs_extra_missing())
     docs = tmp_path / "docs"
     docs.mkdir()
-    (docs / "index.md").write_text("# Home\n\nSee [the missing page](nowhere.md).\n")
+    # A link to the repository's README is not broken: the site has a copy of the README.
+    (docs / "index.md").write_text("# Home\n\nSee [the missing page](nowhere.md) and "
+                                   "[the prefetcher](../README.md#the-prefetcher).\n")
     done = _docs("build", "--docs", str(docs), "--out", str(tmp_path / "site"), "--no-demo", "--model", "monitor",
                  "--strict", timeout=SITE_TIMEOUT - 60)
     assert done.returncode == 1, done.stderr
-    assert "nowhere.md" in done.stderr and "--strict: MkDocs gave" in done.stderr
-    assert (tmp_path / "site" / "index.html").is_file()  # written all the same, for a look
+    assert "nowhere.md" in done.stderr and "--strict: MkDocs gave 1 warning(s)" in done.stderr
+    assert "README" not in done.stderr
+    home = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")  # written all the same, for a look
+    assert 'href="readme.html#the-prefetcher"' in home
+    assert 'id="the-prefetcher"' in (tmp_path / "site" / "readme.html").read_text(encoding="utf-8")
     done = _docs("build", "--docs", str(tmp_path / "site" / "assets"), "--out", str(tmp_path / "x"), "--no-demo")
     assert done.returncode == 2 and "not a docs folder" in done.stderr
 

@@ -67,8 +67,8 @@ PUBLIC_MODULES = ("safeprefetch", "safeprefetch.model", "safeprefetch.testing", 
 _SKIP_SUFFIXES = (".py", ".pyc")
 
 #: The order of the hand-written pages in the navigation (any other page follows, by name).
-_NAV = (("Tutorial", "index.md"), ("Architecture", "architecture.md"), ("Condvar semantics", "semantics.md"),
-        ("SPIN cross-check", "spin.md"), ("Reductions", "reductions.md"), ("Strategies", "strategies.md"),
+_NAV = (("Tutorial", "index.md"), ("README", "readme.md"), ("Architecture", "architecture.md"),
+        ("Condvar semantics", "semantics.md"), ("SPIN cross-check", "spin.md"), ("Reductions", "reductions.md"), ("Strategies", "strategies.md"),
         ("Parallel search", "parallel.md"), ("Explorer speed", "exploration.md"), ("Soak", "soak.md"),
         ("Performance", "performance.md"), ("Hardening", "hardening.md"), ("This site", "site.md"))
 
@@ -144,6 +144,15 @@ def _copy_docs(src: Path, dst: Path) -> list[str]:
         if path.suffix == ".md":
             pages.append(rel.as_posix())
     return pages
+
+
+def _readme(dst: Path) -> list[str]:
+    """The repository's README.md, verbatim, as the page ``readme.md`` (docs pages link to it)."""
+    readme = Path(__file__).resolve().parents[2] / "README.md"
+    if not readme.is_file() or (dst / "readme.md").exists():
+        return []
+    shutil.copyfile(readme, dst / "readme.md")
+    return ["readme.md"]
 
 
 def _web(name: str) -> str:
@@ -324,7 +333,7 @@ def build_site(out: str | Path, *, story: Story | None = None, models: Sequence[
     with tempfile.TemporaryDirectory(prefix="safeprefetch-site-") as tmp:
         src = Path(tmp) / "docs"
         src.mkdir()
-        pages = _copy_docs(src_docs, src) + _api_pages(src) + _sources(src)
+        pages = _copy_docs(src_docs, src) + _readme(src) + _api_pages(src) + _sources(src)
         play_pages, data_bytes = _playground(src, names)
         pages += play_pages + [_story(src, story)]
         config_file = Path(tmp) / "mkdocs.yml"

@@ -5,7 +5,8 @@ byte what it writes (``tests/test_docs.py``), so the site never edits them
 on disk. While MkDocs renders one, this hook (which :mod:`.site` names in
 the MkDocs config) appends a link to the model's playground page, and
 points the page's link to the model's source file (``../../models/NAME.py``,
-outside the docs folder) at the site's copy of that source. MkDocs loads
+outside the docs folder) at the site's copy of that source; a link from any
+page to the repository's ``README.md`` goes to the site's copy of it. MkDocs loads
 this file by path and calls the functions by name; nothing else imports it.
 
 The public docstrings cross-reference in Sphinx's roles (``:class:`Lease```),
@@ -23,14 +24,20 @@ from typing import Any
 
 __all__ = ["on_page_content", "on_page_markdown"]
 
+#: The site's copy of the repository's README.md (see ``site._readme``).
+README = "readme.md"
 _ROLE = re.compile(r":(?:class|func|meth|data|mod|attr|exc|obj):<code>([^<]*)</code>")
 _ID = re.compile(r'\bid="([\w.]+)"')
 
 
 def on_page_markdown(markdown: str, page: Any, files: Any, **_: Any) -> str:
-    """Link ``models/NAME.md`` to its playground and its source (when the site has them); leave other pages."""
+    """Point links to the repository's README at the site's copy; link ``models/NAME.md`` to its
+    playground and its source (when the site has them)."""
     uri = page.file.src_uri
-    if not (uri.startswith("models/") and uri.endswith(".md") and uri.count("/") == 1):
+    depth = uri.count("/")
+    if files.get_file_from_path(README) is not None:  # docs/x.md links ../README.md; the site has readme.md
+        markdown = markdown.replace("](" + "../" * (depth + 1) + "README.md", "](" + "../" * depth + README)
+    if not (uri.startswith("models/") and uri.endswith(".md") and depth == 1):
         return markdown
     name = uri[len("models/"):-len(".md")]
     if files.get_file_from_path(f"source/{name}.md") is not None:
