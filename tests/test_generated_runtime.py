@@ -22,28 +22,9 @@ from safeprefetch.testing import recording_runtimes
 from safeprefetch._harness.live_profile import protocol_loop
 from safeprefetch._prefetcher.machine import transitions_for
 from safeprefetch._runtime.kernel import Runtime
+from test_prefetcher_runs import Boom, Cheap
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(120)]
-
-
-class Cheap:
-    """Item i is ``[i, i, i, i]``, filled in place; item ``bad`` raises."""
-
-    def __init__(self, n, bad=-1):
-        self.n, self.bad = n, bad
-
-    def __len__(self):
-        return self.n
-
-    def __getitem__(self, i):
-        out = np.empty(4, np.float32)
-        self.fetch_into(i, out)
-        return out
-
-    def fetch_into(self, i, out):
-        if i == self.bad:
-            raise KeyError(i)
-        out[...] = i
 
 
 @pytest.mark.parametrize("how, generated", [({}, True), ({"runtime": "generated"}, True),
@@ -73,7 +54,7 @@ def test_a_source_error_and_a_close_are_the_same_on_both_runtimes(runtime):
     with recording_runtimes() as runtimes:
         with Prefetcher(Cheap(40, bad=17), capacity=4, workers=2, runtime=runtime) as pf:
             got = []
-            with pytest.raises(KeyError):
+            with pytest.raises(Boom):
                 for b in pf:
                     got.append(int(b[0]))
         assert got == list(range(17))
