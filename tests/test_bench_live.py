@@ -91,3 +91,26 @@ def test_runs_and_the_usual_prefetch_loop_are_reported(report):
             assert f["baselines"]["queue.Queue + np.copyto"] > 0 and f["extra"]["queue_ratio"] > 0
         if f["figure"] == "overlap":
             assert 0 < f["extra"]["ours_capacity_plus_1_percent"] <= 100.5
+
+
+def test_both_runtimes_are_measured_side_by_side(report):
+    (cpu,) = [f for f in report["figures"] if f["figure"] == "protocol_cpu"]
+    plain = cpu["extra"]["plain_runtime"]
+    assert plain["us_per_item"] > 0 and plain["runs_us_per_item"] > 0 and plain["speedup"] > 0
+    for f in report["figures"]:
+        if f["figure"] == "handoff":
+            assert f["extra"]["plain_runtime_us_per_item"] > 0 and f["extra"]["plain_runtime_ratio"] > 0
+
+
+def test_the_profile_names_each_line_for_both_runtimes_and_adds_up():
+    p = subprocess.run([sys.executable, "-m", "safeprefetch", "bench", "live", "--quick", "--profile", "--json"],
+                       capture_output=True, text=True, timeout=170)
+    assert p.returncode == 0, p.stderr
+    profiles = json.loads(p.stdout)["profiles"]
+    assert len(profiles) == 8 and {t["extra"]["runtime"] for t in profiles} == {"generated", "plain"}
+    for t in profiles:
+        assert t["total_us"] > 0 and t["rows"], t
+        # The rows are scaled to the unprofiled total: they add up to it (give or take the rows under 5 ns).
+        assert abs(sum(r["us"] for r in t["rows"]) - t["total_us"]) <= 0.05 * t["total_us"], t["what"]
+    lines = {r["line"].split(" ", 1)[0] for t in profiles for r in t["rows"]}
+    assert {"P1", "P2", "P5", "G1", "C1", "C5", "C6"} <= lines, lines

@@ -1,4 +1,4 @@
-"""``python -m safeprefetch bench live [--json] [--quick]``: does prefetching pay, and how close to the limit?
+"""``python -m safeprefetch bench live [--json] [--quick] [--profile]``: does prefetching pay, and how close to the limit?
 
 Every figure is measured in one run, side by side with baselines implemented
 here, on the same data and the same machine, so each is a ratio that a noisy
@@ -50,7 +50,10 @@ The figures
   against a steady consumer: the autotuned capacity's trajectory from 1, and
   the efficiency against fixed capacities 1 and 2.
 
-Where a target is missed, docs/performance.md says why, measured.
+Where a target is missed, docs/performance.md says why, measured: ``--profile``
+prints, instead of the figures, where the protocol's CPU per item and a
+``copy_prefetched`` call's time go, function by function, for both runtimes
+(``live_profile.py``).
 
 The code, by figure family: ``live_common.py`` (the Figure record, the
 baselines, the sources), ``live_handoff.py`` (handoff, protocol_cpu),
@@ -211,6 +214,16 @@ def format_report(result: dict[str, Any]) -> str:
 def cmd_bench_live(args: Any) -> int:
     """The ``bench live`` command: ``args.json``, ``args.quick``."""
     quick = bool(getattr(args, "quick", False))
+    if getattr(args, "profile", False):
+        from .live_profile import format_profile, profile_report
+
+        tables = profile_report(quick)
+        if getattr(args, "json", False):
+            print(json.dumps({"machine": machine_info(), "quick": quick, "profiles": [asdict(t) for t in tables]},
+                             indent=2))
+        else:
+            print("\n\n".join(format_profile(t) for t in tables))
+        return 0
     result = bench_live(quick=quick, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
     if getattr(args, "json", False):
         print(json.dumps(result, indent=2))

@@ -19,6 +19,7 @@ what is measured.
 
 from __future__ import annotations
 
+import functools
 import gc
 import queue
 import time
@@ -46,12 +47,12 @@ def _time_loop(run: Callable[[], None]) -> tuple[float, float]:
             gc.enable()
 
 
-def _handoff_ours(n: int, depth: int, steps: list[int] | None = None) -> tuple[float, float]:
+def _handoff_ours(n: int, depth: int, steps: list[int] | None = None, runtime: str = "generated") -> tuple[float, float]:
     src = Trivial(n)
     out = np.empty_like(src.item)
 
     def run() -> None:
-        with Prefetcher(src, capacity=depth, shape=src.item.shape, dtype=src.item.dtype) as pf:
+        with Prefetcher(src, capacity=depth, shape=src.item.shape, dtype=src.item.dtype, runtime=runtime) as pf:
             copy = pf.copy_prefetched
             while copy(out):
                 pass
@@ -80,9 +81,11 @@ def bench_handoff(n: int, repeats: int, depths: tuple[int, ...]) -> list[Figure]
         if torchdata_available():
             runs["torchdata"] = []
         inflight: list[tuple[float, float]] = []
+        plain: list[tuple[float, float]] = []  # the same Prefetcher on the plain runtime (the model's own steps)
         steps: list[int] = []
         for _ in range(repeats):  # interleaved, so drift on the machine hits every side alike
             runs["ours"].append(_handoff_ours(n, depth, steps))
+            plain.append(_handoff_ours(n, depth, runtime="plain"))
             for kind in runs:
                 if kind != "ours":
                     runs[kind].append(_handoff_baseline(kind, n, depth))
@@ -101,6 +104,9 @@ def bench_handoff(n: int, repeats: int, depths: tuple[int, ...]) -> list[Figure]
             {"cpu_us_per_item": {k: round(v, 2) for k, v in cpu.items()},
              "model_steps_per_item": round(median([float(s) for s in steps]) / n, 3),
              "cpu_ratio": round(cpu["ours"] / cpu["queue.Queue"], 3),
+             "plain_runtime_us_per_item": round(median([w for w, _c in plain]) / n * 1e6, 2),
+             "plain_runtime_cpu_us_per_item": round(median([c for _w, c in plain]) / n * 1e6, 2),
+             "plain_runtime_ratio": round(median([w for w, _c in plain]) / n * 1e6 / per["queue.Queue"], 3),
              "ours_capacity_depth_plus_1_us_per_item": round(median([w for w, _c in inflight]) / n * 1e6, 2),
              "ratio_capacity_depth_plus_1": round(median([w for w, _c in inflight]) / n * 1e6 / per["queue.Queue"],
                                                   3),
@@ -112,31 +118,23 @@ def bench_protocol_cpu(items: int, repeats: int, depth: int = 8) -> Figure:
     """The model's CPU cost per item with no thread handoff at all, against queue.Queue's put + get.
 
     One thread drives the Prefetcher's own compiled machine through the live
-    runtime, as its threads do: a worker's "fetch into slot" (its fetch a
-    no-op) chained with its next "claim index and slot", the consumer's
-    "take next batch" and "release lease". Once a batch per take (four steps
-    per item) and once in runs of ``depth`` (the "take up to" branch the live
-    Prefetcher takes for a fast caller: two steps per item for the worker,
-    two per run for the consumer). That is the protocol's floor: what the
-    handoff figures cost beyond it is waking threads.
+    runtime, as its threads do (``live_profile.protocol_loop``): a worker's
+    "fetch into slot" (its fetch a no-op) chained with its next "claim index
+    and slot", the consumer's "take next batch" and "release lease". Once a
+    batch per take (four steps per item) and once in runs of ``depth - 1``
+    (the "take up to" branch the live Prefetcher takes for a fast caller:
+    two steps per item for the worker, two per run for the consumer). Both
+    runtimes, interleaved: the generated transitions (the default) and the
+    plain one (the model's own step functions). That is the protocol's
+    floor: what the handoff figures cost beyond it is waking threads.
     """
+    from .._prefetcher.machine import transitions_for
     from .._runtime.kernel import Runtime
-    from .._prefetcher.machine import machine_for as _machine
+    from .live_profile import protocol_loop, timed_loop
 
-    m = _machine(depth, 1, items + 1, True, True, 0, depth)
-    w, c = m.thread_names.index("worker0"), m.thread_names.index("consumer")
-
-    def ours(run: int) -> float:
-        take = f"take up to {run}"
-        rt = Runtime(m, {"fetch": lambda ctx: "ok"})
-        rt.step(w)  # the first claim
-        t0 = time.perf_counter()
-        for _ in range(items // run):
-            for _ in range(run):
-                rt.step(w, chain=True)  # fetch (a no-op) and publish, then claim the next slot
-            rt.step(c, take)
-            rt.step(c)  # release
-        return time.perf_counter() - t0
+    generated = functools.partial(Runtime, compiled=transitions_for(depth, 1, True, True, 0, depth))
+    loops = {(rt, run): protocol_loop(factory, items, depth, run)
+             for rt, factory in (("generated", generated), ("plain", Runtime)) for run in (1, depth - 1)}
 
     def base() -> float:
         q: queue.Queue = queue.Queue(depth)
@@ -147,12 +145,22 @@ def bench_protocol_cpu(items: int, repeats: int, depth: int = 8) -> Figure:
             get()
         return time.perf_counter() - t0
 
-    a = [ours(1) for _ in range(repeats)]
-    r = [ours(depth - 1) for _ in range(repeats)]
-    b = [base() for _ in range(repeats)]
-    us, ur, ub = (median(x) / items * 1e6 for x in (a, r, b))
-    return Figure("protocol_cpu", {"items": items, "depth": depth, "threads": 1}, "us/item", round(us, 3),
-                  "queue.Queue put + get", {"queue.Queue put + get": round(ub, 3)}, round(us / ub, 3), "", None,
+    times: dict[Any, list[float]] = {k: [] for k in loops}
+    b = []
+    for _ in range(repeats):  # interleaved
+        for k, loop in loops.items():
+            times[k].append(timed_loop(loop))
+        b.append(base())
+    us = {k: median(v) / (items // k[1] * k[1]) * 1e6 for k, v in times.items()}
+    ub = median(b) / items * 1e6
+    r = depth - 1
+    return Figure("protocol_cpu", {"items": items, "depth": depth, "threads": 1}, "us/item",
+                  round(us["generated", 1], 3), "queue.Queue put + get", {"queue.Queue put + get": round(ub, 3)},
+                  round(us["generated", 1] / ub, 3), "", None,
                   {"model_steps_per_item": 4, "critical_sections_per_item": 3,
-                   "runs": {"run": depth - 1, "us_per_item": round(ur, 3), "ratio": round(ur / ub, 3),
-                            "model_steps_per_item": round(2 + 2 / (depth - 1), 3)}})
+                   "runs": {"run": r, "us_per_item": round(us["generated", r], 3),
+                            "ratio": round(us["generated", r] / ub, 3), "model_steps_per_item": round(2 + 2 / r, 3)},
+                   "plain_runtime": {"us_per_item": round(us["plain", 1], 3),
+                                     "runs_us_per_item": round(us["plain", r], 3),
+                                     "speedup": round(us["plain", 1] / us["generated", 1], 3),
+                                     "runs_speedup": round(us["plain", r] / us["generated", r], 3)}})

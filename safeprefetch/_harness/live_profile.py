@@ -35,6 +35,7 @@ from __future__ import annotations
 import cProfile
 import gc
 import pstats
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -44,7 +45,7 @@ import numpy as np
 from .live_common import Trivial, median
 
 __all__ = ["COPY_LINES", "LINES", "ProfileRow", "ProfileTable", "format_profile", "profile_copy", "profile_protocol",
-           "protocol_loop"]
+           "profile_report", "protocol_loop", "timed_loop"]
 
 
 #: Profile lines: a name, and the functions (``file:function`` suffixes) whose own time it sums.
@@ -71,6 +72,9 @@ LINES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("P8 model helpers: _set, next_slot, holds_lease, tuple.count/index",
      ("prefetcher.py:_set", "prefetcher.py:next_slot", "prefetcher.py:holds_lease",
       "{method 'count' of 'tuple' objects}", "{method 'index' of 'tuple' objects}")),
+    ("G1 generated transitions (codegen.py): guards, effects, helpers and invariants inlined",
+     ("codegen.py:*", "entries.py:choose", "entries.py:enabled", "entries.py:<lambda>", "kernel.py:_wake_set",
+      "kernel.py:_enabled")),
     ("P9 external step: ActionContext, the fetch action", ("entries.py:__init__", "live_profile.py:<lambda>",
                                                             "fetching.py:_fetch")),
 )
@@ -108,7 +112,8 @@ def _key(fn: tuple) -> str:
     path, _line, name = fn
     if path == "~":  # a built-in, named as pstats prints it
         return "{" + name[1:-1] + "}" if name.startswith("<") else name
-    return f"{path.rsplit('/', 1)[-1]}:{name}"
+    # The specializer's functions carry their source line in the file name (``<... prefetcher.py:141>``).
+    return re.sub(r":\d+>?$", "", path.rsplit("/", 1)[-1]) + ":" + name
 
 
 def _rows(stats: pstats.Stats, items: int, total_us: float, lines=LINES) -> tuple[ProfileRow, ...]:
@@ -121,7 +126,8 @@ def _rows(stats: pstats.Stats, items: int, total_us: float, lines=LINES) -> tupl
     us = total_us / whole  # profiled own seconds -> unprofiled microseconds per item
     rows, used = [], set()
     for name, members in lines:
-        fns = {k: v for k, v in own.items() if any(k == m or k.endswith("/" + m) for m in members)}
+        fns = {k: v for k, v in own.items()
+               if any(k == m or k.endswith("/" + m) or (m.endswith("*") and k.startswith(m[:-1])) for m in members)}
         used |= set(fns)
         if fns:
             rows.append(ProfileRow(name, round(sum(t for t, _ in fns.values()) * us, 3),
@@ -133,7 +139,8 @@ def _rows(stats: pstats.Stats, items: int, total_us: float, lines=LINES) -> tupl
     return tuple(sorted(rows, key=lambda r: -r.us))
 
 
-def _timed(run: Callable[[], Any]) -> float:
+def timed_loop(run: Callable[[], Any]) -> float:
+    """Wall seconds of ``run()``, with the cyclic GC paused (it is not what is measured)."""
     gc.collect()
     was = gc.isenabled()
     gc.disable()
@@ -150,6 +157,8 @@ def protocol_loop(runtime: Callable[..., Any], items: int, depth: int = 8, run: 
     """The one-thread protocol loop of ``bench live``'s ``protocol_cpu`` figure, on a runtime class."""
     from .._prefetcher.machine import machine_for
 
+    if not 1 <= run < depth:  # one thread: a worker with no free slot left would park for good
+        raise ValueError(f"run must be in 1..{depth - 1} for depth {depth}, not {run}")
     m = machine_for(depth, 1, items + 1, True, True, 0, depth)
     w, c = m.thread_names.index("worker0"), m.thread_names.index("consumer")
     take = f"take up to {run}"
@@ -167,12 +176,12 @@ def protocol_loop(runtime: Callable[..., Any], items: int, depth: int = 8, run: 
 
 
 def profile_protocol(runtime: Callable[..., Any], items: int = 20000, repeats: int = 5, run: int = 1,
-                     lines=LINES) -> ProfileTable:
+                     lines=LINES, label: str = "") -> ProfileTable:
     """Where the protocol's CPU per item goes, one thread, ``run`` batches per take (see the module doc)."""
     loop = protocol_loop(runtime, items, run=run)
     n = items // run * run
     loop()  # warm-up
-    total = median([_timed(loop) for _ in range(repeats)]) / n * 1e6
+    total = median([timed_loop(loop) for _ in range(repeats)]) / n * 1e6
     prof = cProfile.Profile()
     gc.collect()
     prof.enable()
@@ -181,7 +190,7 @@ def profile_protocol(runtime: Callable[..., Any], items: int = 20000, repeats: i
     stats = pstats.Stats(prof)
     rows = tuple(r for r in _rows(stats, n, total, lines) if not r.line.startswith("live_profile.py:loop"))
     return ProfileTable(f"protocol CPU per item, one thread, runs of {run}", round(total, 3), rows,
-                        {"items": n, "runtime": getattr(runtime, "__name__", str(runtime))})
+                        {"items": n, "runtime": label or getattr(runtime, "__name__", "?")})
 
 
 #: copy_prefetched lines: the wait for the worker, the copy, and the Python of the call.
@@ -192,14 +201,18 @@ COPY_LINES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("C3 kernel steps: take and release (Runtime.step and below)",
      ("kernel.py:step", "kernel.py:_begin", "kernel.py:_take_locked", "kernel.py:_take", "kernel.py:_chain",
       "kernel.py:_apply", "kernel.py:_wake_enabled", "kernel.py:_settle", "kernel.py:_detect_deadlock",
+      "kernel.py:_options", "entries.py:_any_branch", "{method 'isdisjoint' of 'frozenset' objects}",
       "{method 'release' of '_thread.lock' objects}", "{method '_is_owned' of '_thread.RLock' objects}",
       "{method '__exit__' of '_thread.RLock' objects}", "{method 'append' of 'list' objects}",
       "{method 'get' of 'dict' objects}", "interrupts.py:outermost", "{built-in method sys._getframe}")),
     ("C4 the model's take and release (generic DSL path, guards, effects, helpers, invariants)",
      ("user_steps.py:attempt", "user_steps.py:<lambda>", "user_steps.py:enabled", "prefetcher.py:may_take",
       "prefetcher.py:take", "prefetcher.py:release", "prefetcher.py:_set", "prefetcher.py:next_slot",
-      "prefetcher.py:holds_lease", "prefetcher.py:<lambda>", "prefetcher.py:step",
+      "prefetcher.py:holds_lease", "prefetcher.py:<lambda>", "prefetcher.py:step", "prefetcher.py:may_claim",
       "{method 'count' of 'tuple' objects}", "{method 'index' of 'tuple' objects}")),
+    ("C6 generated transitions (codegen.py) and their wake sets",
+     ("codegen.py:*", "entries.py:choose", "entries.py:enabled", "entries.py:<lambda>", "kernel.py:_wake_set",
+      "kernel.py:_enabled")),
     ("C5 the Prefetcher's call: copy_prefetched, handout, consume, _serve, _take_run, _release_run, policy",
      ("api.py:copy_prefetched", "consumer.py:handout", "consumer.py:consume", "consumer.py:_serve",
       "consumer.py:_take_run", "consumer.py:_release_run", "consumer.py:_run_changed", "consumer.py:_run_of",
@@ -260,14 +273,16 @@ def profile_copy(prefetcher: Callable[..., Any], mib: float = 1.0, batches: int 
     out = np.empty(shape, np.float32)
 
     def one(prof: cProfile.Profile | None) -> list[float]:
-        with prefetcher(_FillOnce(n + capacity, shape, capacity), capacity=capacity, shape=shape,
-                        dtype=np.float32) as pf:
-            for _ in range(capacity):
-                pf.copy_prefetched(out)  # the slots' first touch is not timed
-            if buffered:
-                deadline = time.monotonic() + 60
-                while pf.ready < min(capacity, n) and time.monotonic() < deadline:
-                    time.sleep(0.001)
+        # Buffered: every slot is filled (first touched) by a worker before the clock starts, and nothing
+        # is consumed before it. Else the first ``capacity`` copies touch the pool, untimed.
+        warm = 0 if buffered else capacity
+        with prefetcher(_FillOnce(n + warm, shape, n + warm if buffered else capacity), capacity=capacity,
+                        shape=shape, dtype=np.float32) as pf:
+            for _ in range(warm):
+                pf.copy_prefetched(out)
+            deadline = time.monotonic() + 60
+            while buffered and pf.ready < n and time.monotonic() < deadline:
+                time.sleep(0.001)
             copy, clock, times = pf.copy_prefetched, time.perf_counter, []
             if prof is not None:
                 prof.enable()
@@ -315,3 +330,30 @@ def format_profile(t: ProfileTable) -> str:
     for r in t.rows:
         out.append(f"  {r.us:8.3f} us  {r.calls:6.2f} calls  {r.line}")
     return "\n".join(out)
+
+
+def profile_report(quick: bool = False) -> list[ProfileTable]:
+    """Every profile of ``bench live --profile``, the generated runtime (the default) beside the plain one.
+
+    The protocol loop at depth 8, one batch per take and in runs of 7; then
+    ``copy_prefetched`` of 1 MiB batches, all buffered (the call's own
+    Python) and with a worker refilling (capacity 2).
+    """
+    import functools
+
+    from .._prefetcher.api import Prefetcher
+    from .._prefetcher.machine import transitions_for
+    from .._runtime.kernel import Runtime
+
+    items, batches, repeats = (2000, 100, 2) if quick else (20000, 400, 5)
+    generated = functools.partial(Runtime, compiled=transitions_for(8, 1, True, True, 0, 8))
+    out = []
+    for run in (1, 7):
+        for label, factory in (("generated", generated), ("plain", Runtime)):
+            out.append(profile_protocol(factory, items, repeats, run=run, label=label))
+    for buffered in (True, False):
+        for label in ("generated", "plain"):
+            t = profile_copy(functools.partial(Prefetcher, runtime=label), batches=batches, buffered=buffered,
+                             repeats=min(repeats, 3))
+            out.append(ProfileTable(t.what, t.total_us, t.rows, {**t.extra, "runtime": label}))
+    return out
