@@ -65,7 +65,7 @@ def test_a_mutation_whose_target_is_gone_is_an_error(tmp_path):
 
 def test_the_unmutated_copy_of_the_kernel_passes(tmp_path):
     """The copy mechanism itself changes nothing: the identity "mutation" is not caught."""
-    same = pc.Mutation("identity", "woke = self._wake_enabled(e.writes) if self._nparked else False",
-                       "woke = self._wake_enabled(e.writes) if self._nparked else False")
+    same = pc.Mutation("identity", "            woke = self._wake_set(e.wake[b])\n",
+                       "            woke = self._wake_set(e.wake[b])\n")
     r = pc.check_mutation(same)
     assert r.verdict == "ok" and r.exhaustive

@@ -431,24 +431,33 @@ class Mutation:
 
 MUTATIONS: tuple[Mutation, ...] = (
     Mutation("skipped wakeup",
-             "parked[u] = False; self._nparked -= 1; self._tokens[u].release(); woke = True",
-             "parked[u] = False; self._nparked -= 1; woke = True",
+             "pcs and self._enabled(u, self._entries[u][pc], self._want[u]):\n"
+             "                    parked[u] = False; self._nparked -= 1; self._tokens[u].release(); woke = True",
+             "pcs and self._enabled(u, self._entries[u][pc], self._want[u]):\n"
+             "                    parked[u] = False; self._nparked -= 1; woke = True",
              "a parked thread is marked awake but never given its token"),
     Mutation("footprint missing a read",
              "        self._check_invariants = check_invariants and bool(machine.invariants)\n",
              "        self._check_invariants = check_invariants and bool(machine.invariants)\n"
+             "        _slots = machine.field_names.index('slots')\n"
+             "        for _es in self._entries:\n"
+             "            for _e in _es.values():\n"
+             "                if _e.wake is not None:\n"
+             "                    _e.wake = [tuple((u, pcs) for u, pcs in ws if not any(\n"
+             "                        _slots in (self._entries[u][pc].reads or ()) for pc in pcs)) for ws in _e.wake]\n"
              "        for _es in self._entries:\n"
              "            for _e in _es.values():\n"
              "                if _e.reads:\n"
              "                    _e.reads = _e.reads - {machine.field_names.index('slots')}\n",
-             "no step declares that it reads the slots, so a freed or filled slot wakes nobody"),
+             "no step declares that it reads the slots (in the plain footprints and the generated wake sets), "
+             "so a freed or filled slot wakes nobody"),
     Mutation("park without its token",
              "lock.release(); got = _wait(tok, remaining)",
              "lock.release(); tok = threading.Lock(); tok.acquire(); got = _wait(tok, remaining)",
              "the parked thread sleeps on a lock of its own, so the wakeup given to its token is lost"),
     Mutation("close that does not wake",
-             "woke = self._wake_enabled(e.writes) if self._nparked else False",
-             "woke = self._wake_enabled(e.writes) if self._nparked and e.label != 'close' else False",
+             "            woke = self._wake_set(e.wake[b])\n",
+             "            woke = self._wake_set(e.wake[b]) if e.label != 'close' else False\n",
              "the closer's step wakes no parked worker or consumer",
              Scenario("mutant-close", items=3, capacity=1, mode="early_close")),
 )
