@@ -265,11 +265,11 @@ def register(sub) -> dict[str, Any]:
         b.add_argument("--quick", action="store_true", help="small settings (seconds, for tests)")
         if name == "explore":
             b.add_argument("--spin-items", type=int, default=None, help="items in the scaled SPIN twin")
-        if name == "live":
-            b.add_argument("--profile", action="store_true",
-                           help="where the protocol's CPU and copy_prefetched's cost go, function by function")
     for name, text in (("parallel", "multi-process search against the sequential one (docs/parallel.md)"),
                        ("strategies", "the sampling strategies on big broken models (docs/strategies.md)")):
         b = which.add_parser(name, help=f"{text}; the arguments after it go to that benchmark")
         b.add_argument("rest", nargs=argparse.REMAINDER)
+    which.choices["live"].add_argument(
+        "--profile", action="store_true",
+        help="where the protocol's CPU and copy_prefetched's cost go, function by function")
     return {"bench": _cmd_bench}
