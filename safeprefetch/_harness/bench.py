@@ -273,11 +273,11 @@ def register(sub) -> dict[str, Any]:
         if name == "predict":
             b.add_argument("--requests", type=int, default=None, help="requests per trace")
             b.add_argument("--repeats", type=int, default=None, help="repeats per figure (the median is reported)")
-        if name == "live":
-            b.add_argument("--profile", action="store_true",
-                           help="where the protocol's CPU and copy_prefetched's cost go, function by function")
     for name, text in (("parallel", "the cluster search (dask) against the sequential one (docs/parallel.md)"),
                        ("strategies", "the sampling strategies on big broken models (docs/strategies.md)")):
         b = which.add_parser(name, help=f"{text}; the arguments after it go to that benchmark")
         b.add_argument("rest", nargs=argparse.REMAINDER)
+    which.choices["live"].add_argument(
+        "--profile", action="store_true",
+        help="where the protocol's CPU and copy_prefetched's cost go, function by function")
     return {"bench": _cmd_bench}

@@ -75,6 +75,7 @@ LINES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("G1 generated transitions (codegen.py): guards, effects, helpers and invariants inlined",
      ("codegen.py:*", "entries.py:choose", "entries.py:enabled", "entries.py:<lambda>", "kernel.py:_wake_set",
       "kernel.py:_enabled")),
+    ("L the driving loop itself (the bench's, not the Prefetcher's)", ("live_profile.py:loop",)),
     ("P9 external step: ActionContext, the fetch action", ("entries.py:__init__", "live_profile.py:<lambda>",
                                                             "fetching.py:_fetch")),
 )
@@ -188,7 +189,7 @@ def profile_protocol(runtime: Callable[..., Any], items: int = 20000, repeats: i
     loop()
     prof.disable()
     stats = pstats.Stats(prof)
-    rows = tuple(r for r in _rows(stats, n, total, lines) if not r.line.startswith("live_profile.py:loop"))
+    rows = _rows(stats, n, total, lines)
     return ProfileTable(f"protocol CPU per item, one thread, runs of {run}", round(total, 3), rows,
                         {"items": n, "runtime": label or getattr(runtime, "__name__", "?")})
 
@@ -213,6 +214,7 @@ COPY_LINES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("C6 generated transitions (codegen.py) and their wake sets",
      ("codegen.py:*", "entries.py:choose", "entries.py:enabled", "entries.py:<lambda>", "kernel.py:_wake_set",
       "kernel.py:_enabled")),
+    ("L the timing loop itself (the bench's, not the Prefetcher's)", ("live_profile.py:one",)),
     ("C5 the Prefetcher's call: copy_prefetched, handout, consume, _serve, _take_run, _release_run, policy",
      ("api.py:copy_prefetched", "consumer.py:handout", "consumer.py:consume", "consumer.py:_serve",
       "consumer.py:_take_run", "consumer.py:_release_run", "consumer.py:_run_changed", "consumer.py:_run_of",
@@ -316,8 +318,7 @@ def profile_copy(prefetcher: Callable[..., Any], mib: float = 1.0, batches: int 
         one(prof)
     finally:
         undo()
-    rows = tuple(r for r in _rows(pstats.Stats(prof), n, per_call, COPY_LINES)
-                 if not r.line.startswith("live_profile.py:one"))
+    rows = _rows(pstats.Stats(prof), n, per_call, COPY_LINES)
     return ProfileTable(f"copy_prefetched per call, {mib:g} MiB, " + ("all buffered" if buffered else "capacity 2"),
                         round(per_call, 2), rows,
                         {"np.copyto_us": round(copyto, 2), "fixed_cost_us": round(per_call - copyto, 2),
