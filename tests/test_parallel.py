@@ -396,3 +396,23 @@ def test_a_cluster_without_workers_is_a_cluster_error_after_a_bounded_wait(monke
         with distributed.Client(empty) as c:
             with pytest.raises(ClusterError, match="no workers"):
                 explore_cluster(MODELS["channel"], {}, cluster=c)
+
+
+def live_shards(client):
+    def count(dask_worker=None):
+        import gc
+
+        from safeprefetch._check.shard import Worker
+
+        return sum(isinstance(o, Worker) for o in gc.get_objects())
+
+    return sum(client.run(count).values())
+
+
+@pytest.mark.parametrize("store", ["full", "fingerprint"])
+def test_a_released_shard_frees_its_states_at_once_not_at_the_next_garbage_collection(client, store):
+    # The actor and its shard refer to each other, and dask keeps the actor in reference cycles:
+    # without the release dropping the shard, every search would leave its states on a shared
+    # cluster until a full collection (measured: the resident set tripled over three searches).
+    explore_cluster(load_model("prefetcher"), PREFETCHER, cluster=client, store=store)
+    assert live_shards(client) == 0

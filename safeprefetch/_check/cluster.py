@@ -222,13 +222,16 @@ class ShardActor:
             self.cond.notify_all()
 
     async def disconnect(self) -> None:
-        """Drop the peers' handles (each one holds its actor's key on the scheduler) and the thread.
+        """Drop the shard, the peers' handles (each one holds its actor's key on the scheduler) and the thread.
 
         The shard froze what it stored (``gc.freeze``); unfreezing hands it back to the cyclic
         GC, so a long-lived worker of a shared cluster does not keep it out of collection.
         """
         self.peers, self.outbox = [], []
         self.thread.shutdown(wait=False)
+        # The shard and this actor refer to each other, and dask keeps actors in reference
+        # cycles: dropping the shard here frees its states now, not at the next full collection.
+        self.worker = None
         gc.unfreeze()
 
     def send_all(self, messages: dict[int, tuple]) -> None:
