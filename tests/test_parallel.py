@@ -416,3 +416,11 @@ def test_a_released_shard_frees_its_states_at_once_not_at_the_next_garbage_colle
     # cluster until a full collection (measured: the resident set tripled over three searches).
     explore_cluster(load_model("prefetcher"), PREFETCHER, cluster=client, store=store)
     assert live_shards(client) == 0
+
+
+def test_a_step_violation_does_not_keep_its_shard_alive(client):
+    # start_before_init's bug is a violation raised inside a step: its traceback held the frames of
+    # the shard that expanded it, and so the shard, after the search had released it.
+    r = explore_cluster(load_model("start_before_init"), {}, cluster=client, reduce="none")
+    assert r.violation is not None and r.violation.on_step
+    assert live_shards(client) == 0

@@ -95,7 +95,9 @@ def _attempt(site: Site, p: _Parts) -> Callable:
                     else:
                         raise site.elsewhere(ret)
                 except StepViolation as v:
-                    out.append((bi, v))
+                    # Kept without its traceback: the frames (the searcher's among them) would
+                    # otherwise live as long as the violation does, and keep its searcher alive.
+                    out.append((bi, v.with_traceback(None)))
                     continue
                 out.append((bi, tuple(s)))
         except ModelError:
