@@ -24,6 +24,7 @@ import pytest
 import safeprefetch
 from safeprefetch import (LeaseHeld, LeaseReleased, PrefetchTimeout, Prefetcher, PrefetcherExhausted, PrefetcherWarning)
 from safeprefetch.testing import thread_count
+from _polling import wait_until
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(60)]
 
@@ -37,15 +38,6 @@ def run_python(code: str, timeout: float = 30.0) -> subprocess.CompletedProcess:
         pytest.fail(f"the subprocess hung (no exit within {timeout} s); output so far:\n{e.stdout}\n{e.stderr}")
 
 
-def wait_until(cond, seconds=5.0):
-    deadline = time.monotonic() + seconds
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.001)
-    return True
-
-
 class Items:
     """Map-style: item i is np.full((3,), i)."""
 
@@ -57,8 +49,6 @@ class Items:
 
     def __getitem__(self, i):
         return np.full(self.shape, i, np.float32)
-
-
 
 
 # -- 1. a GC finalizer on a worker that holds the kernel lock ---------------------------------------

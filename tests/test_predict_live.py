@@ -7,7 +7,6 @@ run takes is checked against the model (``verify_record``).
 
 import gc
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -18,20 +17,11 @@ from safeprefetch import (OnDemandPrefetcher, OnDemandStats, Predictor, Prefetch
                           SequentialPredictor)
 from safeprefetch.lowlevel import verify_record
 from safeprefetch.testing import recording_runtimes, thread_count
+from _polling import wait_until
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(60)]
 
 SHAPE = (3,)
-
-
-def wait_until(cond, seconds=5.0):
-    """Poll an observable condition (never a fixed sleep); False if it does not hold in time."""
-    deadline = time.monotonic() + seconds
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.0005)
-    return True
 
 
 class Boom(Exception):
@@ -227,8 +217,15 @@ def test_a_cancelled_fetch_asked_for_again_is_revived_not_fetched_twice(recorded
     pred = Fixed()
     with OnDemandPrefetcher(src, capacity=3, workers=1, predict=pred) as pf:
         cancel_7_in_flight(src, pf, pred)
-        threading.Timer(0, src.release.set).start()  # lands while the caller waits for it
+        # The fetch lands only once the caller waits for it (released earlier, it could be discarded
+        # before the request and the request would be a plain miss: the race this test once lost).
+        def land() -> None:
+            wait_until(lambda: pf._core.rt.is_parked(pf._core.consumer))
+            src.release.set()  # in any case: a caller that fetched 7 itself fails the assertion below
+        lander = threading.Thread(target=land)
+        lander.start()
         assert pf.get(7)[0] == 7
+        lander.join(5)
     assert [c for c in src.calls if c[1] == 7] == [("worker", 7)]
 
 

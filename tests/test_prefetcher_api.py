@@ -18,20 +18,11 @@ from safeprefetch import (Lease, LeaseHeld, NpyFiles, PrefetchStats, PrefetchTim
                           PrefetcherWarning, load_model, write_npy_batches)
 from safeprefetch.testing import recording_runtimes
 from safeprefetch.lowlevel import verify_record
+from _polling import wait_until
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(60)]
 
 SHAPE = (4, 3)
-
-
-def wait_until(cond, seconds=5.0):
-    """Poll an observable condition (never a fixed sleep); False if it does not hold in time."""
-    deadline = time.monotonic() + seconds
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.001)
-    return True
 
 
 def batch(i, dtype=np.float32):
@@ -75,8 +66,6 @@ class Into:
     def fetch_into(self, i, out):
         self.outs.append(out)
         out[...] = i
-
-
 
 
 # -- sources ------------------------------------------------------------------
