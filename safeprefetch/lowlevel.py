@@ -23,7 +23,10 @@ private modules behind it may move. (trio keeps its own such surface in
   SIGINT handler (:func:`deliver_sigint`), or any callable -- so that a
   threading component can be checked against Ctrl-C, signal handlers and
   finalizers at every such point (docs/hardening.md does it to the
-  Prefetcher).
+  Prefetcher). A process started in the background by a shell without job
+  control has SIGINT ignored and no handler to deliver:
+  :func:`deliver_sigint` then raises :class:`SigintUnavailable`, and
+  :func:`python_sigint` installs Python's default handler for a block.
 """
 
 from __future__ import annotations
@@ -44,7 +47,9 @@ from ._runtime.conformance import verify_record as verify_record
 from ._runtime.inject import InjectionOutcome as InjectionOutcome
 from ._runtime.inject import InjectionPoint as InjectionPoint
 from ._runtime.inject import deliver_sigint as deliver_sigint
+from ._runtime.inject import SigintUnavailable as SigintUnavailable
 from ._runtime.inject import package_files as package_files
+from ._runtime.inject import python_sigint as python_sigint
 from ._runtime.inject import raise_keyboard_interrupt as raise_keyboard_interrupt
 from ._runtime.inject import record_points as record_points
 from ._runtime.inject import run_with_injection as run_with_injection
@@ -67,6 +72,7 @@ __all__ = [
     "LiveRunResult",
     "LiveViolation",
     "Runtime",
+    "SigintUnavailable",
     "StepTimeout",
     "StrategyResult",
     "SwarmResult",
@@ -75,6 +81,7 @@ __all__ = [
     "explore_cluster",
     "package_files",
     "pct_probability",
+    "python_sigint",
     "raise_keyboard_interrupt",
     "record_points",
     "run_live",

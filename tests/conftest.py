@@ -13,6 +13,18 @@ settings.register_profile("dev", deadline=None, suppress_health_check=[HealthChe
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _sigint_as_from_a_terminal():
+    """SIGINT has Python's default handler for the whole run, as in an interpreter started from a terminal.
+
+    A shell without job control starts a background job (``pytest &``) with SIGINT ignored, and CPython
+    then installs no handler: every test that delivers a Ctrl-C would see nothing happen. The
+    interrupt tests are about what Ctrl-C does, so they get one to deliver however pytest was started
+    (tests/test_sigint_disposition.py checks the harnesses themselves in such a process)."""
+    from safeprefetch.lowlevel import python_sigint
+
+    with python_sigint():
+        yield
 
 
 @pytest.fixture

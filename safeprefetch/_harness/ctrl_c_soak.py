@@ -51,6 +51,7 @@ import numpy as np
 from .._prefetcher.lifecycle import thread_count
 from .._prefetcher.api import Prefetcher
 from .._prefetcher.errors import PrefetchTimeout
+from .._runtime import inject as _inject
 from .injection_sweep import SHAPE, _lock_free
 
 __all__ = ["SoakResult", "ctrl_c_soak"]
@@ -107,6 +108,11 @@ def ctrl_c_soak(runs: int = 500, seed: int = 0, storm: int = 1, n: int = 40,
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError("the Ctrl-C soak runs on the main thread (signals are delivered there)")
     rng = random.Random(seed)
+    with _inject.python_sigint():  # a Ctrl-C to raise, even in a process started with SIGINT ignored
+        return _soak(runs, rng, storm, n, progress)
+
+
+def _soak(runs: int, rng: random.Random, storm: int, n: int, progress: Callable[[str], None] | None) -> SoakResult:
     t0 = time.perf_counter()
     interrupts = inside = between = after = hangs = leaked = lost = dup = other = 0
     problems: list[str] = []

@@ -305,6 +305,11 @@ def default_scenarios(full: bool = False) -> list[tuple[OnDemandScenario, str]]:
 
 
 def sweep(pairs: Iterable[tuple[OnDemandScenario, str]], progress: Callable[[str], None] | None = None) -> SweepReport:
+    with _inject.python_sigint():  # a Ctrl-C to inject, even in a process started with SIGINT ignored
+        return _sweep(pairs, progress)
+
+
+def _sweep(pairs: Iterable[tuple[OnDemandScenario, str]], progress: Callable[[str], None] | None) -> SweepReport:
     t0 = time.perf_counter()
     runs = fired = 0
     problems: list[Problem] = []

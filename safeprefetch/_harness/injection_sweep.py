@@ -484,6 +484,12 @@ class SweepReport:
 
 def sweep(pairs: Iterable[tuple[Scenario, str]], progress: Callable[[str], None] | None = None,
           stop_at_first: bool = False) -> SweepReport:
+    with _inject.python_sigint():  # a Ctrl-C to inject, even in a process started with SIGINT ignored
+        return _sweep(pairs, progress, stop_at_first)
+
+
+def _sweep(pairs: Iterable[tuple[Scenario, str]], progress: Callable[[str], None] | None,
+           stop_at_first: bool) -> SweepReport:
     t0 = time.perf_counter()
     runs = fired = 0
     problems: list[Problem] = []

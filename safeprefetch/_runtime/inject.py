@@ -42,6 +42,7 @@ return is followed by a check.
 
 from __future__ import annotations
 
+import contextlib
 import dis
 import os
 import signal
@@ -49,10 +50,10 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from types import CodeType, FrameType
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
-__all__ = ["InjectionOutcome", "InjectionPoint", "deliver_sigint", "package_files", "raise_keyboard_interrupt",
-           "record_points", "run_with_injection"]
+__all__ = ["InjectionOutcome", "InjectionPoint", "SigintUnavailable", "deliver_sigint", "package_files",
+           "python_sigint", "raise_keyboard_interrupt", "record_points", "run_with_injection"]
 
 _CALL_OPS = frozenset({"CALL", "CALL_FUNCTION_EX", "CALL_KW", "CALL_FUNCTION", "CALL_METHOD", "CALL_FUNCTION_KW"})
 _LOOP_OPS = frozenset({"JUMP_BACKWARD"})
@@ -298,11 +299,51 @@ def raise_keyboard_interrupt(frame: FrameType) -> None:
     raise KeyboardInterrupt
 
 
+class SigintUnavailable(RuntimeError):
+    """SIGINT has no Python handler here, so an injected Ctrl-C would test nothing."""
+
+
 def deliver_sigint(frame: FrameType) -> None:
-    """Effect: what the interpreter does when SIGINT arrives here: call the installed handler with this frame."""
+    """Effect: what the interpreter does when SIGINT arrives here: call the installed handler with this frame.
+
+    With SIGINT ignored or left to the OS (no Python handler: a process a
+    shell started in the background, with ``&`` and no job control, inherits
+    SIGINT ignored) a real Ctrl-C would do nothing, and neither would this:
+    a sweep would then "pass" points it never interrupted, or fail them for
+    not raising. It raises :class:`SigintUnavailable` instead; run the sweep
+    inside :func:`python_sigint`.
+    """
     handler = signal.getsignal(signal.SIGINT)
-    if callable(handler):
-        handler(signal.SIGINT, frame)
+    if not callable(handler):
+        raise SigintUnavailable(f"SIGINT's handler is {handler!r}, not a Python callable, so there is no Ctrl-C "
+                                "to deliver; run inside python_sigint() (the process may have been started in "
+                                "the background with SIGINT ignored)")
+    handler(signal.SIGINT, frame)
+
+
+@contextlib.contextmanager
+def python_sigint() -> Iterator[None]:
+    """Within: SIGINT has a Python handler, as in an interpreter started from a terminal.
+
+    If the process's SIGINT is ignored or left to the OS -- a shell without
+    job control starts background jobs with SIGINT ignored, and CPython then
+    installs no handler -- ``signal.default_int_handler`` is installed for the
+    duration and the previous disposition restored after. A Python handler
+    already in place is left alone. Main thread only (elsewhere: a no-op).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.getsignal(signal.SIGINT)
+    if callable(before) or before is None:  # None: set from C, not ours to replace
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, before)
 
 
 @dataclass
