@@ -1,7 +1,7 @@
 """The generated transitions are the model: translation validation, state by state.
 
 The live Prefetcher runs its model's transitions compiled to straight-line
-code (``safeprefetch/_runtime/codegen.py``). These tests prove, for every
+code (``safeprefetch/_dsl/codegen.py``). These tests prove, for every
 configuration of the prefetcher's sweeps (the model's, runs, autotune, the
 iterator and history modes, an error at a fixed index) and for the shapes
 the live Prefetcher compiles, that in every reachable state the generated
@@ -26,8 +26,8 @@ import pytest
 from safeprefetch import catalog, load_model
 from safeprefetch.model import DONE, Model
 from safeprefetch._prefetcher.machine import machine_for, transitions_for
-from safeprefetch._runtime import codegen, inline
-from safeprefetch._runtime.codegen import compile_transitions
+from safeprefetch._dsl import codegen, inline
+from safeprefetch._dsl.codegen import compile_transitions
 from safeprefetch._runtime.validation import validate
 from test_prefetcher_autotune import configs as autotune_configs
 from test_prefetcher_model import configs as model_configs
@@ -185,8 +185,8 @@ def _drop_a_write(mp):
     """The successor keeps the old value of the first field a step writes."""
     real = codegen._Generator._successor
 
-    def successor(self, t, writes):
-        out = real(self, t, writes)
+    def successor(self, t, writes, mentioned):
+        out = real(self, t, writes, mentioned)
         tup = out[0].value
         for i, e in enumerate(tup.elts):
             if isinstance(e, codegen.ast.Name) and e.id.startswith("S__") and e.id[3:] in writes:

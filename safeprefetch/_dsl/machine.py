@@ -92,6 +92,9 @@ class Machine:
     graph: Mapping[str, Mapping[str, GraphStep]] = field(default_factory=dict)
     #: The program (role) each thread runs, by thread index: ``graph[thread_roles[t]]`` is thread t's graph.
     thread_roles: tuple[str, ...] = ()
+    #: The Model class this machine was compiled from (``Model.compile`` sets it; None when built by hand):
+    #: what the code generator builds again to reach the step functions (``codegen.compile_transitions``).
+    model: Any = field(default=None, compare=False, repr=False)
 
     def threads_of(self, role: str) -> list[str]:
         """The names of the threads that run program ``role``."""

@@ -110,7 +110,9 @@ class Model:
     def compile(cls, overrides: Mapping[str, Any] | None = None) -> Machine:
         """Build this model at ``overrides`` (on top of its defaults) and compile it."""
         config, b = cls._built(overrides)
-        return compile_model(cls.name or cls.__name__, config, b, cls._graph_strict())
+        machine = compile_model(cls.name or cls.__name__, config, b, cls._graph_strict())
+        machine.model = cls
+        return machine
 
     @classmethod
     def graph(cls, overrides: Mapping[str, Any] | None = None) -> dict[str, dict[str, GraphStep]]:

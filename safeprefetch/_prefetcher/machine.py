@@ -2,7 +2,7 @@
 
 The live Prefetcher runs ``models/prefetcher.py`` itself: the machine here is
 that model compiled with the real capacity, workers, stream length and mode,
-and its transitions generated as straight-line code (``_runtime/codegen.py``,
+and its transitions generated as straight-line code (``_dsl/codegen.py``,
 validated against the machine state by state in tests/test_codegen.py),
 which is what the runtime calls by default. ``runtime="plain"`` (or
 ``SAFEPREFETCH_RUNTIME=plain``) runs the machine's own step functions instead.
@@ -14,7 +14,7 @@ import copy
 import functools
 import os
 
-from .._runtime.codegen import CompiledMachine, compile_transitions
+from .._dsl.codegen import CompiledMachine, compile_transitions
 from ..models import _protocol as P
 
 __all__ = ["RUNTIMES", "compile_reference", "default_runtime", "machine_for", "transitions_for"]

@@ -86,7 +86,7 @@ from .._check.result import Trace
 from .._check.verdict import classify_hang
 from .interrupts import deliver, guard, interruptible, outermost, protected
 from .._dsl.model import DONE, Machine
-from .codegen import Broken, CompiledMachine
+from .._dsl.codegen import Broken, CompiledMachine
 from .driving import Driving
 from .entries import GENERIC, ActionContext, Entry, generated_entry, never
 from .errors import LiveDeadlock, LiveError, LiveViolation, StepTimeout

@@ -33,7 +33,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from .._dsl.violations import StepViolation
-from .codegen import Broken, CompiledMachine
+from .._dsl.codegen import Broken, CompiledMachine
 
 __all__ = ["Difference", "Validation", "validate"]
 

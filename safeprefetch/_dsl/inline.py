@@ -48,7 +48,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from .._dsl.specialize import function_node, specialize
+from .specialize import function_node, specialize
 
 __all__ = ["Binder", "Inlined", "NotInlinable", "clone", "fold", "inline", "simple_constant", "tail_returns",
            "terminates"]
