@@ -56,7 +56,8 @@ STORES = ("full", "fingerprint", "bitstate")
 
 def explore(machine: Machine, *, strategy: str = "bfs", max_states: int = DEFAULT_MAX_STATES,
             progress: Callable[[int, int, float], None] | None = None, reduce: str = DEFAULT_REDUCE,
-            progress_every: float = 3.0, store: str = "full", memory: int | None = None) -> CheckResult:
+            progress_every: float = 3.0, store: str = "full", memory: int | None = None,
+            engine: str | None = None) -> CheckResult:
     """Search every reachable state of ``machine``; return the verdict and the shortest trace.
 
     ``store="fingerprint"`` keeps 64-bit fingerprints instead of states (BFS only): the same
@@ -65,9 +66,12 @@ def explore(machine: Machine, *, strategy: str = "bfs", max_states: int = DEFAUL
     resort whose "ok" is not a proof (``result.coverage`` estimates what it saw).
     ``memory`` is a budget in bytes: a search that would pass it stops early, not exhaustive,
     with ``stop_reason="memory"``, instead of raising MemoryError.
+    ``engine`` picks what expands states in the full-store BFS (``_check/generated.py``):
+    ``auto`` (the generated expansion where it applies), ``plain``, ``generated``, ``compiled``;
+    None reads ``SAFEPREFETCH_ENGINE`` (default ``auto``).
     """
     try:
-        return _explore(machine, strategy, max_states, progress, reduce, progress_every, store, memory)
+        return _explore(machine, strategy, max_states, progress, reduce, progress_every, store, memory, engine)
     except StepError as e:  # a step's own code raised: say how the search got there
         raise step_error_with_trace(machine, e, max_states) from e.__cause__
     except RuntimeError as e:
@@ -79,7 +83,7 @@ def explore(machine: Machine, *, strategy: str = "bfs", max_states: int = DEFAUL
 
 
 def _explore(machine: Machine, strategy: str, max_states: int, progress: Callable | None, reduce: str,
-             progress_every: float, store: str, memory: int | None) -> CheckResult:
+             progress_every: float, store: str, memory: int | None, engine: str | None = None) -> CheckResult:
     if store not in STORES:
         raise ModelError(f"unknown store {store!r} (known: {', '.join(STORES)})")
     if machine.symmetry and reduce in ("symmetry", "all"):
@@ -102,13 +106,14 @@ def _explore(machine: Machine, strategy: str, max_states: int, progress: Callabl
         return FingerprintExplorer(machine, max_states=max_states, progress=progress, reduce=reduce,
                                    progress_every=progress_every, memory=memory).run()
     return Explorer(machine, strategy=strategy, max_states=max_states, progress=progress, reduce=reduce,
-                    progress_every=progress_every, memory=memory).run()
+                    progress_every=progress_every, memory=memory, engine=engine).run()
 
 
 def check(model: type[Model] | Machine, config: Mapping[str, Any] | None = None, *, strategy: str = "bfs",
           max_states: int = DEFAULT_MAX_STATES,
           progress: Callable[[int, int, float], None] | None = None, reduce: str = DEFAULT_REDUCE,
-          progress_every: float = 3.0, store: str = "full", memory: int | None = None) -> CheckResult:
+          progress_every: float = 3.0, store: str = "full", memory: int | None = None,
+          engine: str | None = None) -> CheckResult:
     """Compile ``model`` at ``config`` (defaults updated with it) and explore it (see :func:`explore`).
 
     This is the function to call from pytest::
@@ -125,7 +130,7 @@ def check(model: type[Model] | Machine, config: Mapping[str, Any] | None = None,
         machine = model.compile(config)
         expected = model.expected if not config or _is_default(model, machine.config) else None
     result = explore(machine, strategy=strategy, max_states=max_states, progress=progress, reduce=reduce,
-                     progress_every=progress_every, store=store, memory=memory)
+                     progress_every=progress_every, store=store, memory=memory, engine=engine)
     if expected is not None:
         result = replace(result, expected=expected)
     return result

@@ -170,6 +170,9 @@ class CheckResult:
     #: Bitstate only: bits of the array per stored state (SPIN: above 100, coverage is very likely
     #: complete).
     hash_factor: float | None = None
+    #: What expanded the states: "plain" (the machine's step functions), "generated" (the expansion
+    #: written out as Python) or "compiled" (the same, compiled by Cython); see ``_check/generated.py``.
+    engine: str = "plain"
 
     @property
     def probabilistic(self) -> bool:
@@ -208,4 +211,5 @@ class CheckResult:
             "collision_probability": self.collision_probability,
             "stop_reason": self.stop_reason,
             "hash_factor": self.hash_factor,
+            "engine": self.engine,
         }

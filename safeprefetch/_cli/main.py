@@ -120,10 +120,12 @@ def _cmd_check(args) -> int:
         memory = _memory_arg(args.memory)
         if args.store == "fingerprint" and args.strategy != "bfs":
             raise UsageError("--store fingerprint searches breadth first: drop --strategy dfs")
+        _engine_applies(args)
         result = check(machine, strategy=args.strategy, max_states=args.max_states,
                        progress=_Progress(memory), reduce=args.reduce, progress_every=args.progress_seconds,
-                       store=args.store, memory=memory)
+                       store=args.store, memory=memory, engine=args.engine)
     else:
+        _engine_applies(args)
         if args.memory is not None or args.store != "full":
             raise UsageError(f"--store and --memory apply to the exhaustive searches (bfs, dfs), "
                              f"not to --strategy {args.strategy}, which stores no visited set")
@@ -152,6 +154,15 @@ def _cmd_check(args) -> int:
     return exit_code(result, args.allow_partial)
 
 
+def _engine_applies(args) -> None:
+    """``--engine generated|compiled`` names the full-store BFS's expansion: refuse it anywhere else."""
+    if args.engine in ("generated", "compiled") and (args.strategy != "bfs" or args.store != "full"
+                                                      or getattr(args, "cluster", None) is not None):
+        raise UsageError(f"--engine {args.engine} expands the breadth-first search over the full store; "
+                         f"it does not apply to --strategy {args.strategy} --store {args.store}"
+                         + (" on a cluster" if getattr(args, "cluster", None) is not None else ""))
+
+
 #: The exit code of a search that found no violation but did not visit every state.
 INCOMPLETE = 3
 
@@ -175,11 +186,12 @@ def _memory_arg(text: str | None) -> int | None:
 
 
 def _check_all(args) -> int:
+    _engine_applies(args)
     results: list[CheckResult] = []
     for name, model in catalog().items():
         machine = model.compile({})
         r = check(machine, strategy=args.strategy, max_states=args.max_states, reduce=args.reduce,
-                  store=args.store, memory=_memory_arg(args.memory))
+                  store=args.store, memory=_memory_arg(args.memory), engine=args.engine)
         from dataclasses import replace
         results.append(replace(r, expected=model.expected))
     mismatches = [r for r in results if r.verdict != r.expected]
@@ -265,6 +277,12 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("--memory", metavar="SIZE",
                     help="memory budget, e.g. 8G: a search that would pass it stops early with its partial "
                          "result (not exhaustive) instead of dying of MemoryError")
+    ck.add_argument("--engine", default=None, choices=["auto", "plain", "generated", "compiled"],
+                    help="what expands states in the breadth-first search over the full store: the expansion "
+                         "generated for this model where it applies (auto, the default; also SAFEPREFETCH_ENGINE), "
+                         "the model's own step functions (plain), the generated expansion as Python (generated) "
+                         "or compiled by Cython to C (compiled: pip install 'safeprefetch[speed]'; built once "
+                         "per configuration and cached). Every engine gives the same result")
     ck.add_argument("--seed", type=int, default=0, help="seed for randomized strategies")
     ck.add_argument("--svg", metavar="FILE", help="also draw the counterexample as an SVG swimlane diagram")
     ck.add_argument("--allow-partial", action="store_true",

@@ -16,11 +16,17 @@ in a test: the machines this runs on are shared and noisy.
 * the same search with ``store="fingerprint"`` (TLC's 64-bit fingerprints):
   its resident-set growth per state, the table's own bytes per state, and
   its rate over the full store's, measured back to back;
+* the same search on each engine (``check --engine``): the generated
+  expansion as Python, and compiled by Cython where it is installed, each
+  against the plain engine in the same run;
 * SPIN's rate, in the same run, on the prefetcher's Promela twin scaled up
   to a comparable state space (``models/spin/prefetcher.pml`` with its
   ``LENGTH`` raised), in CPU time as ours is, over repeated pan runs until
   a second of CPU is measured, less pan's start-up, next to safeprefetch on
-  exactly that configuration -- and the ratio.
+  exactly that configuration, on each engine -- and the ratios. pan's
+  compilation is not timed, nor is the Cython build of ours (done first,
+  cached); writing our expansion is timed and taken off, as pan's start-up
+  is.
 
 Two more benchmarks of the checker live next to this one and are run as
 modules, since each regenerates a table of the docs:
@@ -80,6 +86,12 @@ class ExploreRun:
     table_bytes_per_state: float | None = None
     #: Fingerprint store only: the collision estimate the result reports.
     collision_probability: float | None = None
+    #: What expanded the states: "plain", "generated" or "compiled" (``check --engine``).
+    engine: str = "plain"
+    #: Seconds of the run spent writing the generated expansion (its Cython build, done before the run,
+    #: is not counted, as pan's compilation is not): excluded from ``states_per_second``, as pan's
+    #: start-up is excluded from SPIN's rate.
+    setup_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -93,6 +105,13 @@ class ExploreBench:
     ratio_to_spin: float | None
     #: The fingerprint store's rate over the full store's, on the same model, in this run.
     fingerprint_speed_ratio: float | None = None
+    #: safeprefetch's rate over SPIN's on the twin configuration, per engine (the ratio above is the
+    #: fastest engine's).
+    ratio_to_spin_by_engine: dict | None = None
+    #: Each engine's rate over the plain engine's, on the big configuration, in this run.
+    engine_speedup: dict | None = None
+    #: Seconds the Cython build of each compiled expansion took (once per configuration, then cached).
+    build_seconds: dict | None = None
 
 
 def _rss() -> int:
@@ -103,7 +122,7 @@ def _rss() -> int:
         return 0
 
 
-def _measure(label: str, config: dict, reduce: str, store: str = "full") -> ExploreRun:
+def _measure(label: str, config: dict, reduce: str, store: str = "full", engine: str = "plain") -> ExploreRun:
     from .._tools.catalog import load_model
     from .._check.explore import Explorer
     from .._check.fpsearch import FingerprintExplorer
@@ -113,20 +132,47 @@ def _measure(label: str, config: dict, reduce: str, store: str = "full") -> Expl
 
     gc.collect()
     rss0 = _rss()
-    cls = FingerprintExplorer if store == "fingerprint" else Explorer
-    e = cls(machine, reduce=reduce, max_states=50_000_000)
+    if store == "fingerprint":
+        e: Any = FingerprintExplorer(machine, reduce=reduce, max_states=50_000_000)
+    else:
+        e = Explorer(machine, reduce=reduce, max_states=50_000_000, engine=engine)
     w0, c0 = time.perf_counter(), time.process_time()
     r = e.run()
     cpu, wall = time.process_time() - c0, time.perf_counter() - w0
     rss1 = _rss()
     if r.verdict != "ok" or not r.exhaustive:
         raise RuntimeError(f"benchmark model is not ok: {r.verdict}")
+    if store == "full" and r.engine != engine:
+        raise RuntimeError(f"the {engine} engine did not run ({e.engine_note})")
+    setup = e.fast.seconds if store == "full" and e.fast is not None else 0.0
     # Resident-set growth is only meaningful for a search big enough to dwarf allocator noise.
     per = (rss1 - rss0) / r.states if rss0 and rss1 > rss0 and r.states >= 100_000 else None
     table = e.table.nbytes / r.states if store == "fingerprint" else None
     del e
-    return ExploreRun(label, config, reduce, r.states, r.transitions, cpu, wall, r.states / max(cpu, 1e-9), per,
-                      store, table, r.collision_probability)
+    return ExploreRun(label, config, reduce, r.states, r.transitions, cpu, wall,
+                      r.states / max(cpu - setup, 1e-9), per, store, table, r.collision_probability, engine, setup)
+
+
+def _engines() -> tuple[list[str], dict[str, float]]:
+    """The engines this run measures: plain and generated always, compiled where Cython is here (each
+    compiled expansion is built, or found in the cache, before its search is timed)."""
+    try:
+        import Cython  # noqa: F401
+    except ImportError:
+        return ["plain", "generated"], {}
+    return ["plain", "generated", "compiled"], {}
+
+
+def _prebuild(config: dict, reduce: str) -> float:
+    """Build the compiled expansion of the prefetcher at ``config`` (once; cached): its build seconds."""
+    from .._check.explorer import Explorer
+    from .._check.generated import expansion
+    from .._tools.catalog import load_model
+
+    machine = load_model("prefetcher").compile(config)
+    canon = Explorer(machine, reduce=reduce, engine="plain").expander.canon
+    x = expansion(machine, "compiled", canon=canon)
+    return x.build_seconds if x is not None else 0.0
 
 
 def _pan_cpu(work: Path, twin_source: str, items: int, tools: tuple[str, str]) -> tuple[str, float, int]:
@@ -182,14 +228,24 @@ def _spin_run(items: int) -> tuple[dict, dict] | None:
 
 def bench_explore(quick: bool = False, spin_items: int | None = None) -> ExploreBench:
     big = QUICK if quick else BIG
+    engines, builds = _engines()
     # The fingerprint run goes first: RSS never shrinks back, so a search measured after a bigger
     # one would show no growth.
     fp = _measure("prefetcher, no reduction, fingerprints", big, "none", "fingerprint")
-    runs = [_measure("prefetcher, no reduction", big, "none"), fp,
-            _measure("prefetcher, default reductions", big, "all")]
-    fp_ratio = fp.states_per_second / runs[0].states_per_second
+    plain = _measure("prefetcher, no reduction", big, "none")
+    runs = [plain, fp]
+    speedup = {}
+    for engine in engines[1:]:
+        if engine == "compiled":
+            builds["big"] = _prebuild(big, "none")
+        run = _measure(f"prefetcher, no reduction, {engine}", big, "none", engine=engine)
+        runs.append(run)
+        speedup[engine] = run.states_per_second / plain.states_per_second
+    runs.append(_measure("prefetcher, default reductions", big, "all"))
+    fp_ratio = fp.states_per_second / plain.states_per_second
     spin = None
     ratio = None
+    by_engine: dict[str, float] = {}
     # The twin's state space grows linearly with its LENGTH; its counters are Promela bytes
     # (255 means "none"), so LENGTH must stay below 255.
     items = spin_items or (8 if quick else 200)
@@ -205,12 +261,16 @@ def bench_explore(quick: bool = False, spin_items: int | None = None) -> Explore
         # The twin does not store the received history (in ordered mode it is 0..delivered-1,
         # a function of the state); history=off keeps exactly the same states without it.
         cfg["history"] = False
-        ours = _measure("prefetcher twin config, no reduction", cfg, "none")
-        runs.append(ours)
         spin = {"config": cfg, **pan}
-        if pan["states_per_second"]:
-            ratio = ours.states_per_second / pan["states_per_second"]
-    return ExploreBench(tuple(runs), spin, ratio, fp_ratio)
+        for engine in engines:
+            if engine == "compiled":
+                builds["twin"] = _prebuild(cfg, "none")
+            ours = _measure(f"prefetcher twin config, {engine}", cfg, "none", engine=engine)
+            runs.append(ours)
+            if pan["states_per_second"]:
+                by_engine[engine] = ours.states_per_second / pan["states_per_second"]
+        ratio = max(by_engine.values()) if by_engine else None
+    return ExploreBench(tuple(runs), spin, ratio, fp_ratio, by_engine or None, speedup, builds)
 
 
 def _cmd_bench(args) -> int:
@@ -225,20 +285,24 @@ def _cmd_bench(args) -> int:
             mem = f"{r.bytes_per_state:.0f} B/state" if r.bytes_per_state else "n/a"
             if r.table_bytes_per_state:
                 mem += f" (table {r.table_bytes_per_state:.0f})"
-            print(f"{r.label:40} {r.states:>10,} states  {r.cpu_seconds:7.2f} s CPU  "
-                  f"{r.states_per_second:>10,.0f} states/s  {mem}")
+            setup = f" (less {r.setup_seconds:.2f} s writing the expansion)" if r.setup_seconds else ""
+            print(f"{r.label:46} {r.states:>10,} states  {r.cpu_seconds:7.2f} s CPU  "
+                  f"{r.states_per_second:>10,.0f} states/s  {mem}{setup}")
         print(f"fingerprint store / full store rate: {result.fingerprint_speed_ratio:.2f}")
+        for engine, x in (result.engine_speedup or {}).items():
+            print(f"{engine} engine / plain engine rate: {x:.2f}")
+        for where, secs in (result.build_seconds or {}).items():
+            print(f"Cython build of the compiled expansion ({where}): {secs:.1f} s (0 when cached)")
         if result.spin is None:
             print("spin/gcc not found: no SPIN comparison")
         else:
             s = result.spin
             rate = f"{s['states_per_second']:,.0f}" if s["states_per_second"] else "n/a"
-            print(f"{'SPIN pan -DNOREDUCE, same twin config':40} {s['stored']:>10,} states  "
+            print(f"{'SPIN pan -DNOREDUCE, same twin config':46} {s['stored']:>10,} states  "
                   f"{s['search_cpu_seconds']:7.2f} s CPU  {rate:>10} states/s  (mean of {s['runs']} runs, "
                   f"less pan's {s['startup_cpu_seconds']:.3f} s start-up)")
-            if result.ratio_to_spin:
-                print(f"safeprefetch / SPIN rate on the same model: {result.ratio_to_spin:.3f} "
-                      f"(SPIN is {1 / result.ratio_to_spin:.1f}x faster)")
+            for engine, x in (result.ratio_to_spin_by_engine or {}).items():
+                print(f"safeprefetch ({engine}) / SPIN rate on the same model: {x:.3f} (SPIN is {1 / x:.1f}x faster)")
         return 0
     if args.what == "live":
         from .bench_live import cmd_bench_live

@@ -1,0 +1,449 @@
+"""The explorer's expansion written out as code for one machine, and optionally compiled to C.
+
+What it guarantees
+------------------
+*The same search, faster.* :func:`expansion` writes, for one compiled
+machine, a module with two functions over the machine's generated
+transitions (:mod:`.._dsl.codegen`, the same ones the live runtime runs):
+``fill(state, buf)`` appends every successor of ``state`` in the canonical
+order (thread by thread, branch by branch: ``Machine.successors``'s order),
+and ``chunk(level, start, stop, parents, nxt, max_states)`` runs the plain
+BFS's inner loop over ``level[start:stop]`` -- store each successor in
+``parents`` unless known, queue it in ``nxt`` if new -- with no call per
+thread, no step table lookup and no generic step path. The explorer
+(:mod:`.explorer`) hands every state the generated loop does not finish to
+its own plain code, so what the search concludes is decided in one place.
+
+*It stops before anything that is not routine.* ``chunk`` returns the
+position of the first state it did not expand, and touches nothing of that
+state, when the state has no successor (a terminal state: the verdict's
+business), when a successor is not a state (a step violation, or a
+:class:`~.._dsl.codegen.Broken` successor that fails a folded invariant),
+when the state's successors might pass the state cap, or when its expansion
+raised. Those go through the plain expander, which reports them exactly as
+a plain search would -- with the same trace, message and ``file:line``.
+
+*Why trust it.* The module is generated from the checked transitions, which
+translation validation proves equal to ``Machine.successors``
+(``tests/test_codegen.py``); ``tests/test_generated_explorer.py`` proves the
+written-out expansion equal to ``Machine.successors`` on every reachable
+state of the catalog and the prefetcher's sweeps, and every search equal to
+the plain one (states, transitions, verdict, trace, depth), both flavours.
+
+Flavours
+--------
+``generated``: the module as Python, always available. ``compiled``: the
+same module compiled by Cython to a C extension (``pip install
+safeprefetch[speed]``, and a C compiler), the way SPIN compiles ``pan.c``:
+the transitions become C functions over a typed state tuple, the model's
+small helper functions (``_set``, ``next_slot``) are compiled with them
+(:func:`_helpers`), and the BFS loop calls them directly. A build takes a
+few seconds and is cached by the source's hash (``SAFEPREFETCH_CACHE``,
+default ``~/.cache/safeprefetch``), so a configuration is built once.
+Cython compiles Python's semantics, not a subset of them: the compiled
+module computes what the Python one does, which the differential tests
+check rather than assume.
+
+When it applies
+---------------
+Only where the plain search is the same loop: breadth first over the full
+store, with no reduction or with symmetry (each successor canonicalised
+through the reduction's own function); a model built by ``Model.compile``
+(the generator builds it again); every invariant folded into the
+transitions (or none declared); no spurious wakeups (their "stuck" rule
+needs the plain expander). Steps the generator refuses (the primitives) are
+called through the machine's own ``fire``, with the invariants checked on
+their successors. Anything else runs the plain search, and
+:func:`why_not` says why.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import hashlib
+import importlib.util
+import inspect
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import textwrap
+import time
+import types
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from .._dsl.codegen import CompiledMachine, compile_transitions
+from .._dsl.machine import Machine
+from .._dsl.model import ModelError
+
+__all__ = ["ENGINES", "CompileUnavailable", "Expansion", "default_engine", "expansion", "why_not"]
+
+#: ``auto``: the generated expansion where it applies, else plain; ``plain``: the machine's step
+#: functions; ``generated``: the expansion as Python; ``compiled``: the expansion compiled by Cython.
+ENGINES = ("auto", "plain", "generated", "compiled")
+
+
+def default_engine() -> str:
+    """``SAFEPREFETCH_ENGINE`` (one of :data:`ENGINES`), read at each search; ``auto`` if unset."""
+    value = os.environ.get("SAFEPREFETCH_ENGINE", "auto").strip().lower() or "auto"
+    if value not in ENGINES:
+        raise ModelError(f"SAFEPREFETCH_ENGINE must be one of {', '.join(ENGINES)}, not {value!r}")
+    return value
+
+
+class CompileUnavailable(ModelError):
+    """The compiled engine was asked for, and Cython or a C compiler is missing (or the build failed)."""
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """One machine's written-out expansion: the module's two functions, and how it was made."""
+
+    #: ``generated`` (Python) or ``compiled`` (a Cython extension).
+    engine: str
+    #: ``fill(state, buf)``: append every successor of ``state`` to the list ``buf``, in canonical order.
+    fill: Callable[[tuple, list], Any]
+    #: ``chunk(level, start, stop, parents, nxt, max_states) -> (position, transitions)``; see the module doc.
+    chunk: Callable[..., tuple[int, int]]
+    #: The module's source (Python, or Cython for ``compiled``).
+    source: str
+    #: Seconds spent writing the module, and compiling it (0 when the build came from the cache).
+    seconds: float
+    build_seconds: float = 0.0
+    #: The extension's path (``compiled``), else None.
+    path: str | None = None
+
+
+def why_not(machine: Machine, reduce: str, compiled: CompiledMachine | None = None) -> str | None:
+    """Why the generated expansion cannot run this search (None when it can)."""
+    if reduce not in ("none", "symmetry", "all"):
+        return f"reduce={reduce!r}"
+    if machine.model is None:
+        return "the machine was not compiled from a Model class (the generator builds the model again)"
+    if any(machine.spurious_pcs):
+        return "spurious wakeups (their stuck rule needs the plain expander)"
+    if compiled is not None and machine.invariants and not compiled.invariants_folded:
+        return "an invariant the generator could not fold into the transitions"
+    return None
+
+
+def expansion(machine: Machine, engine: str = "generated", canon: Callable[[tuple], tuple] | None = None,
+              compiled: CompiledMachine | None = None, build: bool = True) -> Expansion | None:
+    """Write (and for ``engine="compiled"``, build) the expansion of ``machine``.
+
+    ``canon`` (symmetry's canonical representative) is applied to every
+    successor state before it is stored. Raises :class:`CompileUnavailable`
+    for ``compiled`` without Cython or a C compiler, and ModelError when the
+    expansion does not apply (:func:`why_not`). With ``build=False``, a
+    ``compiled`` expansion comes only from this process or the cache: None
+    when it would have to be built.
+    """
+    if engine not in ("generated", "compiled"):
+        raise ModelError(f"unknown expansion engine {engine!r} (known: generated, compiled)")
+    t0 = time.perf_counter()
+    cm = compiled if compiled is not None else compile_transitions(machine, machine.model)
+    reason = why_not(machine, "none", cm)
+    if reason is not None:
+        raise ModelError(f"the generated expansion does not apply: {reason}")
+    w = _Writer(machine, cm, canon, typed=engine == "compiled")
+    source = w.module()
+    if engine == "generated":
+        ns = dict(w.namespace)
+        filename = f"<safeprefetch explore {machine.name}>"
+        exec(compile(source, filename, "exec"), ns)  # noqa: S102 - our own generated code
+        return Expansion("generated", ns["fill_py"], ns["chunk"], source, time.perf_counter() - t0)
+    got = _build(source, w.digest_extra(), build)
+    if got is None:
+        return None
+    module, path, built = got
+    for name, value in w.namespace.items():
+        setattr(module, name, value)
+    return Expansion("compiled", module.fill_py, module.chunk, source, time.perf_counter() - t0 - built, built, path)
+
+
+class _Writer:
+    """Writes the expansion module of one machine from its generated transitions."""
+
+    def __init__(self, machine: Machine, cm: CompiledMachine, canon: Callable | None, typed: bool):
+        self.m, self.cm, self.canon, self.typed = machine, cm, canon, typed
+        #: What the module's free names are bound to (set as globals after it is loaded).
+        self.namespace: dict[str, Any] = {}
+        first = next((g for table in cm.steps for g in table.values()), None)
+        self.generated_ns: dict[str, Any] = first.ones[0].__globals__ if first is not None else {}
+
+    def bind(self, name: str, value: Any) -> str:
+        self.namespace[name] = value
+        return name
+
+    def module(self) -> str:
+        tree = ast.parse(self.cm.source)
+        transitions = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("t")]
+        defined = {n.name for n in transitions}
+        used = {n.id for fn in transitions for n in ast.walk(fn) if isinstance(n, ast.Name)} - defined
+        helpers, bound = _helpers(self.generated_ns, used) if self.typed else ({}, {})
+        for name, value in bound.items():
+            self.bind(name, value)
+        for name in list(helpers):  # called only directly, with its arity: a C function, called as one
+            if _only_called(name, transitions, helpers[name]):
+                helpers[name] = _as_cdef(helpers[name])
+        for name in sorted(used - set(helpers)):
+            if name in self.generated_ns and not hasattr(builtins, name):
+                self.bind(name, self.generated_ns[name])
+        parts = [ast.unparse(fn) for fn in transitions]
+        if self.typed:
+            parts = [p.replace(f"def {fn.name}(state):", f"cdef object {fn.name}(tuple state):", 1)
+                     for p, fn in zip(parts, transitions)]
+        loops = [self._fill(), self._expand_state(), self._chunk()]  # they bind what they call: declared after
+        head = []
+        if self.typed:
+            head.append("# cython: language_level=3, wraparound=False, boundscheck=False, binding=False, annotation_typing=False")
+            head += [f"{name} = None" for name in sorted(self.namespace)]
+        return "\n\n".join(["\n".join(head)] + [h for _n, h in sorted(helpers.items())] + parts + loops) + "\n"
+
+    def _refused_keys(self) -> list[tuple[int, int]]:
+        out = []
+        for t, table in enumerate(self.m.tables):
+            for k, pc in enumerate(sorted(table)):
+                if pc not in self.cm.steps[t]:
+                    out.append((t, k))
+        return out
+
+    def _dispatch(self, emit: list[str], indent: str) -> list[str]:
+        """Every successor of ``state``, in canonical order, each bound to ``n`` and followed by ``emit``."""
+        m, cm = self.m, self.cm
+        lines = []
+        for t, table in enumerate(m.tables):
+            lines.append(f"{indent}pc = state[{m.pc_index[t]}]")
+            kw = "if"
+            for k, pc in enumerate(sorted(table)):
+                lines.append(f"{indent}{kw} pc == {pc!r}:")
+                kw = "elif"
+                g = cm.steps[t].get(pc)
+                if g is None:  # refused: the machine's own fire, with the invariants checked on its successors
+                    fire = self.bind(f"FIRE__{t}_{k}", table[pc])
+                    lines += [f"{indent}    for b__, n in {fire}(state):",
+                              f"{indent}        if INVARIANT__ is not None and n.__class__ is tuple and INVARIANT__(n):",
+                              f"{indent}            n = None  # not a state: the plain expander reports it"]
+                    lines += [f"{indent}        {e}" for e in emit]
+                    continue
+                for one in g.ones:
+                    lines += [f"{indent}    n = {one.__name__}(state)", f"{indent}    if n is not None:"]
+                    lines += [f"{indent}        {e}" for e in emit]
+        return lines
+
+    def _fill(self) -> str:
+        """``fill(state, buf)``: the successors as a list (what the tests compare with ``Machine.successors``)."""
+        self.bind("INVARIANT__", self.m.invariant_violation if self.m.invariants else None)
+        self.bind("CANON__", self.canon)
+        lines = ["def fill(state, buf):"]
+        if self.typed:
+            lines.append("    cdef object n, pc")
+        lines += self._dispatch(["buf.append(n)"], "    ")
+        return "\n".join(lines)
+
+    def _expand_state(self) -> str:
+        """``expand_state(state, parents, nxt, max_states)``: store and queue every successor of ``state``;
+        the number of successors, or -1 (with nothing of the state left behind) when the state is not routine."""
+        canon = ["n = CANON__(n)"] if self.canon is not None else []
+        is_tuple = "type(n) is tuple" if self.typed else "n.__class__ is tuple"
+        emit = [f"if not ({is_tuple}):", "    return undo(parents, nxt, mark)", "trans += 1"] + canon + [
+            "k = len(parents)", "parents.setdefault(n, state)", "if len(parents) != k:",
+            "    if k >= max_states:", "        del parents[n]", "        return undo(parents, nxt, mark)",
+            "    nxt.append(n)"]
+        if self.typed:
+            lines = ["cdef Py_ssize_t expand_state(tuple state, dict parents, list nxt, Py_ssize_t max_states):",
+                     "    cdef Py_ssize_t trans = 0, k, mark = len(nxt)",
+                     "    cdef object n, pc"]
+        else:
+            lines = ["def expand_state(state, parents, nxt, max_states):", "    trans, mark = 0, len(nxt)"]
+        lines += ["    try:"] + self._dispatch(emit, "        ") + [
+            "    except Exception:",
+            "        return undo(parents, nxt, mark)",
+            "    return trans if trans else -1"]
+        undo = ["", "", ("cdef Py_ssize_t undo(dict parents, list nxt, Py_ssize_t mark):" if self.typed
+                         else "def undo(parents, nxt, mark):"),
+                "    for n in nxt[mark:]:", "        del parents[n]", "    del nxt[mark:]", "    return -1"]
+        return "\n".join(lines + undo)
+
+    def _chunk(self) -> str:
+        if self.typed:
+            head = ("def chunk(list level, Py_ssize_t start, Py_ssize_t stop, dict parents, list nxt,\n"
+                    "          Py_ssize_t max_states):\n"
+                    "    cdef Py_ssize_t i = start, got, trans = 0\n")
+        else:
+            head = ("def chunk(level, start, stop, parents, nxt, max_states):\n"
+                    "    i, trans = start, 0\n")
+        return head + (
+            "    while i < stop:\n"
+            "        got = expand_state(level[i], parents, nxt, max_states)\n"
+            "        if got < 0:\n"
+            "            return i, trans\n"
+            "        trans += got\n"
+            "        i += 1\n"
+            "    return i, trans\n"
+            "\n\n"
+            "def fill_py(state, buf):\n"
+            "    fill(state, buf)\n")
+
+    def digest_extra(self) -> str:
+        """What the source does not show but the module's behaviour depends on: the code of every callable
+        bound by name (a helper or a ``fire`` left to the machine)."""
+        parts = []
+        for name, value in sorted(self.namespace.items()):
+            code = getattr(value, "__code__", None)
+            parts.append(f"{name}:{type(value).__name__}:{code.co_code.hex() if code else ''}")
+        return "\n".join(parts)
+
+
+def _helpers(ns: dict[str, Any], names: set[str]) -> tuple[dict[str, str], dict[str, Any]]:
+    """Source for the model's helper functions the transitions call by name, for Cython to compile with them.
+
+    A helper qualifies when it is a plain function whose source can be read and
+    which defines no nested scope of its own; its free names (globals and
+    closure cells) are bound by unique names, so the compiled copy sees the
+    same objects. Others stay Python functions, called from the C code.
+    """
+    out: dict[str, str] = {}
+    bound: dict[str, Any] = {}
+    for name in sorted(names):
+        fn = ns.get(name)
+        if not isinstance(fn, types.FunctionType) or fn.__code__.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE):
+            continue
+        try:
+            node = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0]
+        except (OSError, TypeError, SyntaxError, IndexError):
+            continue
+        if not isinstance(node, ast.FunctionDef) or node.decorator_list or _has_scope(node):
+            continue
+        local = set(fn.__code__.co_varnames)
+        cells = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__ or ())))
+        free: dict[str, str] = {}
+        values: dict[str, Any] = {}
+        ok = True
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name) and n.id not in local:
+                if isinstance(n.ctx, ast.Load):
+                    if n.id in cells:
+                        value = cells[n.id]
+                    elif n.id in fn.__globals__:
+                        value = fn.__globals__[n.id]
+                    elif hasattr(builtins, n.id):
+                        continue
+                    else:
+                        ok = False
+                        break
+                    unique = free.setdefault(n.id, f"H__{name}__{n.id}")
+                    values[unique] = value
+                    n.id = unique
+                else:
+                    ok = False
+                    break
+        if not ok:
+            continue
+        node.name = name
+        out[name] = ast.unparse(node)
+        bound.update(values)
+    return out, bound
+
+
+def _only_called(name: str, fns: list[ast.FunctionDef], source: str) -> bool:
+    """Whether every mention of ``name`` in ``fns`` calls it with plain positional arguments, as many as it takes."""
+    node = ast.parse(source).body[0]
+    a = node.args
+    if a.vararg or a.kwarg or a.kwonlyargs or a.defaults or a.posonlyargs:
+        return False
+    arity = len(a.args)
+    calls = {id(c.func) for fn in fns for c in ast.walk(fn)
+             if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == name
+             and len(c.args) == arity and not c.keywords and not any(isinstance(x, ast.Starred) for x in c.args)}
+    mentions = [n for fn in fns for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == name]
+    return all(id(n) in calls for n in mentions)
+
+
+def _as_cdef(source: str) -> str:
+    """``def f(a, b):`` as ``cdef object f(object a, object b):`` (the body unchanged)."""
+    node = ast.parse(source).body[0]
+    args = ", ".join(f"object {x.arg}" for x in node.args.args)
+    first, _, rest = ast.unparse(node).partition("\n")
+    return f"cdef object {node.name}({args}):\n{rest}"
+
+
+def _has_scope(node: ast.FunctionDef) -> bool:
+    return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.Global,
+                              ast.Nonlocal, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp))
+               for n in ast.walk(node) if n is not node)
+
+
+# -- building and caching the extension ----------------------------------------------------------
+
+_LOADED: dict[str, types.ModuleType] = {}
+
+
+def cache_dir() -> Path:
+    """Where built extensions are kept: ``SAFEPREFETCH_CACHE``, else ``$XDG_CACHE_HOME/safeprefetch``."""
+    env = os.environ.get("SAFEPREFETCH_CACHE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "safeprefetch"
+
+
+def _compiler() -> str:
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    found = shutil.which(os.environ.get("CC", "").split()[0] if os.environ.get("CC") else cc) or shutil.which("cc")
+    if found is None:
+        raise CompileUnavailable("engine 'compiled' needs a C compiler (cc, gcc or clang on PATH)")
+    return found
+
+
+def _build(source: str, extra: str, build: bool = True) -> tuple[types.ModuleType, str, float] | None:
+    """The extension for ``source``: loaded in this process, from the cache, or built now (and cached);
+    None if it is not built yet and ``build`` is False."""
+    try:
+        import Cython
+    except ImportError:
+        if not build:
+            return None
+        raise CompileUnavailable("engine 'compiled' needs Cython: pip install 'safeprefetch[speed]'") from None
+    key = hashlib.sha256("\n".join([source, extra, Cython.__version__, sys.version]).encode()).hexdigest()[:20]
+    name = f"_safeprefetch_explore_{key}"
+    if name in _LOADED:
+        return _LOADED[name], _LOADED[name].__file__ or "", 0.0
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    target = cache_dir() / (name + suffix)
+    built = 0.0
+    if not target.exists():
+        if not build:
+            return None
+        t0 = time.perf_counter()
+        cc = _compiler()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="safeprefetch-build-") as tmp:
+            pyx = Path(tmp) / f"{name}.pyx"
+            pyx.write_text(source)
+            _run([sys.executable, "-m", "cython", "-3", str(pyx), "-o", str(pyx.with_suffix(".c"))], "cython")
+            so = Path(tmp) / (name + suffix)
+            include = sysconfig.get_paths()["include"]
+            _run([cc, "-O2", "-shared", "-fPIC", "-w", f"-I{include}", str(pyx.with_suffix(".c")), "-o", str(so)],
+                 "the C compiler")
+            os.replace(so, target)  # atomic: a concurrent build of the same key writes the same bytes
+        built = time.perf_counter() - t0
+    spec = importlib.util.spec_from_file_location(name, target)
+    if spec is None or spec.loader is None:  # pragma: no cover - the path was just written
+        raise CompileUnavailable(f"cannot load the built expansion {target}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    _LOADED[name] = module
+    return module, str(target), built
+
+
+def _run(cmd: list[str], what: str) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-12:]
+        raise CompileUnavailable(f"{what} failed to build the compiled expansion:\n" + "\n".join(tail))
