@@ -16,6 +16,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from safeprefetch._check import generated
 from safeprefetch._check.explorer import Explorer
@@ -23,6 +25,7 @@ from safeprefetch._check.generated import expansion, why_not
 from safeprefetch._dsl.codegen import Broken
 from safeprefetch._tools.catalog import catalog, load_model
 from safeprefetch.model import DONE, Model, ModelError, StepError
+from test_oracle import OPS, random_model
 
 CATALOG = catalog()
 
@@ -135,6 +138,20 @@ def test_runs_and_autotune_search_alike():
                    dict(capacity=2, workers=1, sized=False, items=3, error=True)]:
         plain, fast, _ = _both(model.compile(config))
         assert fast.engine == "generated" and _summary(fast) == _summary(plain), config
+
+
+@settings(max_examples=200)
+@given(programs=st.lists(st.lists(OPS, min_size=1, max_size=5), min_size=1, max_size=3),
+       notify=st.sampled_from(["fifo", "any"]), reduce=st.sampled_from(["none", "symmetry"]),
+       cap=st.sampled_from([2_000_000, 5, 17]))
+def test_random_models_search_alike(programs, notify, reduce, cap):
+    """Hypothesis-generated models (mutexes, condvars, guards, branches, asserts, an invariant), many of
+    whose steps the generator refuses (the primitives): those run through the machine's fire inside
+    the generated loop."""
+    m = random_model(programs).compile({"notify": notify})
+    plain, fast, e = _both(m, reduce, max_states=cap)
+    assert _summary(fast) == _summary(plain)
+    assert fast.engine == "generated", e.engine_note
 
 
 # -- compiled (Cython) ----------------------------------------------------------------------------

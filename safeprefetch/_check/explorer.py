@@ -275,7 +275,7 @@ class Explorer:
                     fast = expansion(self.machine, "generated", canon=self.expander.canon)
             except CompileUnavailable:
                 raise
-            except ModelError as e:
+            except (ModelError, ValueError) as e:  # ValueError: the model did not build the same machine again
                 reason = str(e)
             else:
                 assert fast is not None

@@ -3,14 +3,15 @@
 What it guarantees
 ------------------
 *The same search, faster.* :func:`expansion` writes, for one compiled
-machine, a module with two functions over the machine's generated
-transitions (:mod:`.._dsl.codegen`, the same ones the live runtime runs):
+machine, a module over the machine's generated transitions
+(:mod:`.._dsl.codegen`, the same ones the live runtime runs):
 ``fill(state, buf)`` appends every successor of ``state`` in the canonical
-order (thread by thread, branch by branch: ``Machine.successors``'s order),
-and ``chunk(level, start, stop, parents, nxt, max_states)`` runs the plain
-BFS's inner loop over ``level[start:stop]`` -- store each successor in
-``parents`` unless known, queue it in ``nxt`` if new -- with no call per
-thread, no step table lookup and no generic step path. The explorer
+order (thread by thread, branch by branch: ``Machine.successors``'s order);
+``expand_state`` stores each successor in ``parents`` unless known and
+queues it in ``nxt`` if new, dispatching on each thread's program counter
+with no step-table lookup and no generic step path; and ``chunk(level,
+start, stop, parents, nxt, max_states)`` runs it over ``level[start:stop]``:
+the plain BFS's inner loop, written out. The explorer
 (:mod:`.explorer`) hands every state the generated loop does not finish to
 its own plain code, so what the search concludes is decided in one place.
 
@@ -38,8 +39,11 @@ safeprefetch[speed]``, and a C compiler), the way SPIN compiles ``pan.c``:
 the transitions become C functions over a typed state tuple, the model's
 small helper functions (``_set``, ``next_slot``) are compiled with them
 (:func:`_helpers`), and the BFS loop calls them directly. A build takes a
-few seconds and is cached by the source's hash (``SAFEPREFETCH_CACHE``,
-default ``~/.cache/safeprefetch``), so a configuration is built once.
+few seconds and is cached by the source's hash and a description of every
+value it binds by name (``SAFEPREFETCH_CACHE``, default
+``~/.cache/safeprefetch``), so a configuration is built once; a module is
+loaded once per process and its names are bound again for each search, to
+the same values for every search that shares it.
 Cython compiles Python's semantics, not a subset of them: the compiled
 module computes what the Python one does, which the differential tests
 check rather than assume.
@@ -102,7 +106,7 @@ class CompileUnavailable(ModelError):
 
 @dataclass(frozen=True)
 class Expansion:
-    """One machine's written-out expansion: the module's two functions, and how it was made."""
+    """One machine's written-out expansion: the functions a search calls, and how it was made."""
 
     #: ``generated`` (Python) or ``compiled`` (a Cython extension).
     engine: str
@@ -205,14 +209,6 @@ class _Writer:
             head += [f"{name} = None" for name in sorted(self.namespace)]
         return "\n\n".join(["\n".join(head)] + [h for _n, h in sorted(helpers.items())] + parts + loops) + "\n"
 
-    def _refused_keys(self) -> list[tuple[int, int]]:
-        out = []
-        for t, table in enumerate(self.m.tables):
-            for k, pc in enumerate(sorted(table)):
-                if pc not in self.cm.steps[t]:
-                    out.append((t, k))
-        return out
-
     def _dispatch(self, emit: list[str], indent: str) -> list[str]:
         """Every successor of ``state``, in canonical order, each bound to ``n`` and followed by ``emit``."""
         m, cm = self.m, self.cm
@@ -291,13 +287,42 @@ class _Writer:
             "    fill(state, buf)\n")
 
     def digest_extra(self) -> str:
-        """What the source does not show but the module's behaviour depends on: the code of every callable
-        bound by name (a helper or a ``fire`` left to the machine)."""
-        parts = []
-        for name, value in sorted(self.namespace.items()):
-            code = getattr(value, "__code__", None)
-            parts.append(f"{name}:{type(value).__name__}:{code.co_code.hex() if code else ''}")
-        return "\n".join(parts)
+        """What the source does not show but the module's behaviour depends on: every value bound by name,
+        described by what it is (a constant's repr, a function's code and closure), not by its address, so
+        equal configurations share one build and different ones never do."""
+        return "\n".join(f"{name}={_describe(value)}" for name, value in sorted(self.namespace.items()))
+
+
+def _describe(value: Any, depth: int = 3) -> str:
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return repr(value)
+    if isinstance(value, (tuple, list)) and depth:
+        return f"{type(value).__name__}({', '.join(_describe(v, depth - 1) for v in value)})"
+    if isinstance(value, (set, frozenset)) and depth:
+        return f"{type(value).__name__}({', '.join(sorted(_describe(v, depth - 1) for v in value))})"
+    if isinstance(value, dict) and depth:
+        return "dict(" + ", ".join(f"{_describe(k, 0)}: {_describe(v, depth - 1)}" for k, v in value.items()) + ")"
+    fn = getattr(value, "__func__", value)  # a bound method: its function (and its owner's type)
+    code = getattr(fn, "__code__", None)
+    if code is not None:
+        cells = [_describe(c.cell_contents, depth - 1) if depth else "?" for c in (fn.__closure__ or ())
+                 if _has_contents(c)]
+        consts = [repr(c) for c in code.co_consts if not hasattr(c, "co_code")]
+        return f"fn:{code.co_qualname}:{code.co_code.hex()}:{consts}:{cells}"
+    kind = f"{type(value).__module__}.{type(value).__qualname__}"
+    text = repr(value)
+    if " at 0x" not in text:  # a sentinel or a value that prints what it is
+        return f"{kind}:{text}"
+    fields = getattr(value, "__dict__", None)  # an object that prints its address: its fields say what it is
+    return f"{kind}:{_describe(fields, depth - 1)}" if fields is not None and depth else kind
+
+
+def _has_contents(cell: Any) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
 
 
 def _helpers(ns: dict[str, Any], names: set[str]) -> tuple[dict[str, str], dict[str, Any]]:
@@ -382,6 +407,9 @@ def _has_scope(node: ast.FunctionDef) -> bool:
 # -- building and caching the extension ----------------------------------------------------------
 
 _LOADED: dict[str, types.ModuleType] = {}
+#: How the extension is compiled (part of the cache key). No ``-march=native``: a cache directory may be
+#: shared by machines of different CPUs.
+_CFLAGS = ("-O2", "-shared", "-fPIC", "-w")
 
 
 def cache_dir() -> Path:
@@ -410,7 +438,8 @@ def _build(source: str, extra: str, build: bool = True) -> tuple[types.ModuleTyp
         if not build:
             return None
         raise CompileUnavailable("engine 'compiled' needs Cython: pip install 'safeprefetch[speed]'") from None
-    key = hashlib.sha256("\n".join([source, extra, Cython.__version__, sys.version]).encode()).hexdigest()[:20]
+    key = hashlib.sha256("\n".join([source, extra, Cython.__version__, sys.version, " ".join(_CFLAGS)]).encode()
+                         ).hexdigest()[:20]
     name = f"_safeprefetch_explore_{key}"
     if name in _LOADED:
         return _LOADED[name], _LOADED[name].__file__ or "", 0.0
@@ -429,8 +458,7 @@ def _build(source: str, extra: str, build: bool = True) -> tuple[types.ModuleTyp
             _run([sys.executable, "-m", "cython", "-3", str(pyx), "-o", str(pyx.with_suffix(".c"))], "cython")
             so = Path(tmp) / (name + suffix)
             include = sysconfig.get_paths()["include"]
-            _run([cc, "-O2", "-shared", "-fPIC", "-w", f"-I{include}", str(pyx.with_suffix(".c")), "-o", str(so)],
-                 "the C compiler")
+            _run([cc, *_CFLAGS, f"-I{include}", str(pyx.with_suffix(".c")), "-o", str(so)], "the C compiler")
             os.replace(so, target)  # atomic: a concurrent build of the same key writes the same bytes
         built = time.perf_counter() - t0
     spec = importlib.util.spec_from_file_location(name, target)
