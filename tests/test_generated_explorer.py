@@ -181,11 +181,13 @@ def test_the_compiled_expansion_searches_like_the_plain_one(name, config, reduce
 # -- mutations: the checks above have teeth --------------------------------------------------------
 
 def _mutant_differs(monkeypatch, attr, wrap, cases):
+    """Whether a mutation of the writer is caught: a search differs from the plain one, or the explorer's
+    own check (one state per chunk against the machine) saw the expansion disagree and searched plain."""
     real = getattr(generated._Writer, attr)
     monkeypatch.setattr(generated._Writer, attr, lambda self, *a: wrap(real(self, *a)))
     for m, reduce, cap in cases:
-        plain, fast, _ = _both(m, reduce, max_states=cap)
-        if _summary(fast) != _summary(plain):
+        plain, fast, e = _both(m, reduce, max_states=cap)
+        if _summary(fast) != _summary(plain) or "disagreed" in e.engine_note:
             return True
     return False
 
@@ -207,7 +209,7 @@ def test_a_generator_that_ignores_the_state_cap_is_caught(monkeypatch):
 
 def test_a_generator_that_skips_symmetry_is_caught(monkeypatch):
     m = load_model("prefetcher").compile({})
-    assert _mutant_differs(monkeypatch, "_expand_state", lambda src: src.replace("n = CANON__(n)", "pass"),
+    assert _mutant_differs(monkeypatch, "_expand_state", lambda src: src.replace("n = X__canon(n)", "pass"),
                            [(m, "symmetry", 2_000_000)])
 
 
@@ -305,3 +307,34 @@ def test_auto_switches_a_growing_search_to_the_expansion_and_keeps_small_ones_pl
     monkeypatch.setattr(explorer, "AUTO_STATES", 1000)
     switched = Explorer(m, reduce="none", engine="auto").run()
     assert switched.engine == "generated" and _summary(switched) == _summary(plain)
+
+
+LIMIT = 3
+
+
+class ReadsAGlobal(Model):
+    """Its build reads a module global: the generator, which builds the model again, sees a later value."""
+
+    name = "reads_a_global"
+
+    def build(self, m):
+        limit = LIMIT
+
+        def inc(s, me):
+            s.x += 1
+
+        m.shared(x=0)
+        p = m.program("w")
+        p.step("inc", inc, guard=lambda s, me: s.x < limit, next="inc")
+        t = m.program("ticker")
+        t.step("tick", None, next="tick")
+        m.thread("w0", p)
+        m.thread("clock", t)
+
+
+def test_a_build_that_is_not_a_function_of_its_config_is_caught_and_searched_plain(monkeypatch):
+    m = ReadsAGlobal.compile({})  # with LIMIT = 3
+    monkeypatch.setattr(sys.modules[__name__], "LIMIT", 6)  # what a hand-written sweep might do next
+    plain, fast, e = _both(m)
+    assert _summary(fast) == _summary(plain) and plain.states == 4
+    assert fast.engine == "plain" and "disagreed" in e.engine_note

@@ -60,7 +60,7 @@ from typing import Any, Callable, Sequence
 from .._dsl.model import Machine, ModelError, StepViolation
 from .budget import DictGrowth, MemoryBudget
 from .expand import Expander, check_max_states, counted_at_cut
-from .generated import ENGINES, CompileUnavailable, Expansion, default_engine, expansion, why_not
+from .generated import ENGINES, CompileUnavailable, Expansion, agrees, default_engine, expansion, why_not
 from .liveness import starvation
 from .replay import trace_of
 from .result import CheckResult, Trace, Violation
@@ -87,6 +87,10 @@ _PROGRESS_SHIFT = 10
 #: spends on some 15,000 states), and the expansion saves 20-45% per state from then on: below this
 #: size a search is over before it would pay, above it the switch costs a few percent at most.
 AUTO_STATES = 50_000
+
+
+class _Diverged(Exception):
+    """The generated expansion gave a state other successors than the machine does."""
 
 
 class Explorer:
@@ -222,7 +226,18 @@ class Explorer:
         elif self.strategy == "bfs":
             # auto waits until the search is big enough to pay for writing the expansion (_bfs).
             self.fast = self._expansion() if self.engine in ("generated", "compiled") else None
-            exhaustive = self._bfs(found)
+            try:
+                exhaustive = self._bfs(found)
+            except _Diverged:
+                # The expansion is not the machine here: nothing it stored can be trusted. Start again, plain.
+                self.fast, self.engine, self.engine_used = None, "plain", "plain"
+                self.engine_note = ("the generated expansion disagreed with the machine at a reachable state (does "
+                                    "the model's build read anything but its configuration?); searched again plain")
+                self._root = self.expander.root()
+                self.parents = {self._root: None}
+                self.expander.known = self.parents
+                found.clear()
+                exhaustive = self._bfs(found)
         else:
             exhaustive = self._dfs(found)
         if found and self.ample is not None and self.strategy == "bfs" and self.stop_at_first:
@@ -274,9 +289,11 @@ class Explorer:
                 if fast is None:
                     fast = expansion(self.machine, "generated", canon=self.expander.canon)
             except CompileUnavailable:
-                raise
-            except (ModelError, ValueError) as e:  # ValueError: the model did not build the same machine again
-                reason = str(e)
+                if self.engine == "compiled":
+                    raise
+                reason = "the compiled expansion is unavailable"
+            except Exception as e:  # noqa: BLE001 - any failure to write it leaves the plain search, which is the reference
+                reason = f"{type(e).__name__}: {e}"
             else:
                 assert fast is not None
                 self.engine_used = fast.engine
@@ -324,7 +341,7 @@ class Explorer:
         expansion (``self.fast``), runs of routine states go through its ``chunk`` (the same loop, written
         out for the machine); each state it stops before is expanded here, by the plain code below.
         """
-        parents = self.parents
+        m, parents = self.machine, self.parents
         setdefault = parents.setdefault
         expand, check_inv = self.expander.expand, self.expander.invariant
         max_states, stop, report = self.max_states, self.stop_at_first, self._reporter()
@@ -340,6 +357,8 @@ class Explorer:
             i, size = 0, len(level)
             while i < size:
                 if chunk is not None:
+                    if not agrees(m, self.fast.fill, level[i]):  # one state per chunk, checked: see agrees()
+                        raise _Diverged(level[i])
                     j, moved = chunk(level, i, min(size, i + _PROGRESS_MASK + 1), parents, nxt_level, max_states)
                     transitions += moved
                     crossed = (counter + j - i) >> _PROGRESS_SHIFT != counter >> _PROGRESS_SHIFT

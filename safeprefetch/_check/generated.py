@@ -81,11 +81,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .._dsl.codegen import CompiledMachine, compile_transitions
+from .._dsl.codegen import Broken, CompiledMachine, compile_transitions
 from .._dsl.machine import Machine
 from .._dsl.model import ModelError
 
-__all__ = ["ENGINES", "CompileUnavailable", "Expansion", "default_engine", "expansion", "why_not"]
+__all__ = ["ENGINES", "CompileUnavailable", "Expansion", "agrees", "default_engine", "expansion", "why_not"]
 
 #: ``auto``: the generated expansion where it applies, else plain; ``plain``: the machine's step
 #: functions; ``generated``: the expansion as Python; ``compiled``: the expansion compiled by Cython.
@@ -121,6 +121,39 @@ class Expansion:
     build_seconds: float = 0.0
     #: The extension's path (``compiled``), else None.
     path: str | None = None
+
+
+def agrees(machine: Machine, fill: Callable[[tuple, list], Any], state: tuple) -> bool:
+    """Whether ``fill`` gives ``state`` exactly ``Machine.successors``'s successors, in order.
+
+    A :class:`~.._dsl.codegen.Broken` successor must be the machine's successor and break an invariant;
+    None (a refused step's successor that breaks one) likewise; a violation must be the same kind and
+    message. The explorer asks this of one state in every chunk it hands the expansion: the generator
+    builds the model again, and a build that reads anything but its configuration would give other
+    functions than the machine's -- the check catches that instead of trusting it.
+    """
+    want = [n for _c, n in machine.successors(state)]
+    got: list = []
+    try:
+        fill(state, got)
+    except Exception:  # noqa: BLE001 - the plain expander raises it too, and reports it properly
+        return True
+    if len(got) != len(want):
+        return False
+    for g, w in zip(got, want):
+        if w.__class__ is tuple:
+            if g.__class__ is tuple:
+                if g != w:
+                    return False
+            elif g is None or isinstance(g, Broken):
+                if (g is not None and g.state != w) or not machine.invariant_violation(w):
+                    return False
+            else:
+                return False
+        elif type(g) is not type(w) or (getattr(g, "kind", None), getattr(g, "message", None)) != (
+                getattr(w, "kind", None), getattr(w, "message", None)):
+            return False
+    return True
 
 
 def why_not(machine: Machine, reduce: str, compiled: CompiledMachine | None = None) -> str | None:
@@ -160,14 +193,14 @@ def expansion(machine: Machine, engine: str = "generated", canon: Callable[[tupl
         ns = dict(w.namespace)
         filename = f"<safeprefetch explore {machine.name}>"
         exec(compile(source, filename, "exec"), ns)  # noqa: S102 - our own generated code
-        return Expansion("generated", ns["fill_py"], ns["chunk"], source, time.perf_counter() - t0)
+        return Expansion("generated", ns["X__fill_py"], ns["X__chunk"], source, time.perf_counter() - t0)
     got = _build(source, w.digest_extra(), build)
     if got is None:
         return None
     module, path, built = got
     for name, value in w.namespace.items():
         setattr(module, name, value)
-    return Expansion("compiled", module.fill_py, module.chunk, source, time.perf_counter() - t0 - built, built, path)
+    return Expansion("compiled", module.X__fill_py, module.X__chunk, source, time.perf_counter() - t0 - built, built, path)
 
 
 class _Writer:
@@ -196,7 +229,7 @@ class _Writer:
             if _only_called(name, transitions, helpers[name]):
                 helpers[name] = _as_cdef(helpers[name])
         for name in sorted(used - set(helpers)):
-            if name in self.generated_ns and not hasattr(builtins, name):
+            if name in self.generated_ns:  # a builtin's name too: the model's module may shadow it
                 self.bind(name, self.generated_ns[name])
         parts = [ast.unparse(fn) for fn in transitions]
         if self.typed:
@@ -205,7 +238,9 @@ class _Writer:
         loops = [self._fill(), self._expand_state(), self._chunk()]  # they bind what they call: declared after
         head = []
         if self.typed:
-            head.append("# cython: language_level=3, wraparound=False, boundscheck=False, binding=False, annotation_typing=False")
+            # No boundscheck/wraparound shortcuts: the model's own code may index with -1 or out of range, and
+            # must then do what Python does (wrap, or raise IndexError for the plain expander to report).
+            head.append("# cython: language_level=3, binding=False, annotation_typing=False")
             head += [f"{name} = None" for name in sorted(self.namespace)]
         return "\n\n".join(["\n".join(head)] + [h for _n, h in sorted(helpers.items())] + parts + loops) + "\n"
 
@@ -221,9 +256,9 @@ class _Writer:
                 kw = "elif"
                 g = cm.steps[t].get(pc)
                 if g is None:  # refused: the machine's own fire, with the invariants checked on its successors
-                    fire = self.bind(f"FIRE__{t}_{k}", table[pc])
+                    fire = self.bind(f"X__fire_{t}_{k}", table[pc])
                     lines += [f"{indent}    for b__, n in {fire}(state):",
-                              f"{indent}        if INVARIANT__ is not None and n.__class__ is tuple and INVARIANT__(n):",
+                              f"{indent}        if X__invariant is not None and n.__class__ is tuple and X__invariant(n):",
                               f"{indent}            n = None  # not a state: the plain expander reports it"]
                     lines += [f"{indent}        {e}" for e in emit]
                     continue
@@ -234,57 +269,57 @@ class _Writer:
 
     def _fill(self) -> str:
         """``fill(state, buf)``: the successors as a list (what the tests compare with ``Machine.successors``)."""
-        self.bind("INVARIANT__", self.m.invariant_violation if self.m.invariants else None)
-        self.bind("CANON__", self.canon)
-        lines = ["def fill(state, buf):"]
+        self.bind("X__invariant", self.m.invariant_violation if self.m.invariants else None)
+        self.bind("X__canon", self.canon)
+        lines = ["def X__fill(state, buf):"]
         if self.typed:
             lines.append("    cdef object n, pc")
         lines += self._dispatch(["buf.append(n)"], "    ")
         return "\n".join(lines)
 
     def _expand_state(self) -> str:
-        """``expand_state(state, parents, nxt, max_states)``: store and queue every successor of ``state``;
+        """``X__expand_state(state, parents, nxt, max_states)``: store and queue every successor of ``state``;
         the number of successors, or -1 (with nothing of the state left behind) when the state is not routine."""
-        canon = ["n = CANON__(n)"] if self.canon is not None else []
+        canon = ["n = X__canon(n)"] if self.canon is not None else []
         is_tuple = "type(n) is tuple" if self.typed else "n.__class__ is tuple"
-        emit = [f"if not ({is_tuple}):", "    return undo(parents, nxt, mark)", "trans += 1"] + canon + [
+        emit = [f"if not ({is_tuple}):", "    return X__undo(parents, nxt, mark)", "trans += 1"] + canon + [
             "k = len(parents)", "parents.setdefault(n, state)", "if len(parents) != k:",
-            "    if k >= max_states:", "        del parents[n]", "        return undo(parents, nxt, mark)",
+            "    if k >= max_states:", "        del parents[n]", "        return X__undo(parents, nxt, mark)",
             "    nxt.append(n)"]
         if self.typed:
-            lines = ["cdef Py_ssize_t expand_state(tuple state, dict parents, list nxt, Py_ssize_t max_states):",
+            lines = ["cdef Py_ssize_t X__expand_state(tuple state, dict parents, list nxt, Py_ssize_t max_states):",
                      "    cdef Py_ssize_t trans = 0, k, mark = len(nxt)",
                      "    cdef object n, pc"]
         else:
-            lines = ["def expand_state(state, parents, nxt, max_states):", "    trans, mark = 0, len(nxt)"]
+            lines = ["def X__expand_state(state, parents, nxt, max_states):", "    trans, mark = 0, len(nxt)"]
         lines += ["    try:"] + self._dispatch(emit, "        ") + [
             "    except Exception:",
-            "        return undo(parents, nxt, mark)",
+            "        return X__undo(parents, nxt, mark)",
             "    return trans if trans else -1"]
-        undo = ["", "", ("cdef Py_ssize_t undo(dict parents, list nxt, Py_ssize_t mark):" if self.typed
-                         else "def undo(parents, nxt, mark):"),
+        undo = ["", "", ("cdef Py_ssize_t X__undo(dict parents, list nxt, Py_ssize_t mark):" if self.typed
+                         else "def X__undo(parents, nxt, mark):"),
                 "    for n in nxt[mark:]:", "        del parents[n]", "    del nxt[mark:]", "    return -1"]
         return "\n".join(lines + undo)
 
     def _chunk(self) -> str:
         if self.typed:
-            head = ("def chunk(list level, Py_ssize_t start, Py_ssize_t stop, dict parents, list nxt,\n"
+            head = ("def X__chunk(list level, Py_ssize_t start, Py_ssize_t stop, dict parents, list nxt,\n"
                     "          Py_ssize_t max_states):\n"
                     "    cdef Py_ssize_t i = start, got, trans = 0\n")
         else:
-            head = ("def chunk(level, start, stop, parents, nxt, max_states):\n"
+            head = ("def X__chunk(level, start, stop, parents, nxt, max_states):\n"
                     "    i, trans = start, 0\n")
         return head + (
             "    while i < stop:\n"
-            "        got = expand_state(level[i], parents, nxt, max_states)\n"
+            "        got = X__expand_state(level[i], parents, nxt, max_states)\n"
             "        if got < 0:\n"
             "            return i, trans\n"
             "        trans += got\n"
             "        i += 1\n"
             "    return i, trans\n"
             "\n\n"
-            "def fill_py(state, buf):\n"
-            "    fill(state, buf)\n")
+            "def X__fill_py(state, buf):\n"
+            "    X__fill(state, buf)\n")
 
     def digest_extra(self) -> str:
         """What the source does not show but the module's behaviour depends on: every value bound by name,
@@ -294,6 +329,9 @@ class _Writer:
 
 
 def _describe(value: Any, depth: int = 3) -> str:
+    """What ``value`` is, for the cache key: equal descriptions for values that behave alike, across
+    processes where possible; a value it cannot describe is described by its identity (so it never
+    shares a module with another)."""
     if value is None or isinstance(value, (bool, int, float, str, bytes)):
         return repr(value)
     if isinstance(value, (tuple, list)) and depth:
@@ -305,16 +343,25 @@ def _describe(value: Any, depth: int = 3) -> str:
     fn = getattr(value, "__func__", value)  # a bound method: its function (and its owner's type)
     code = getattr(fn, "__code__", None)
     if code is not None:
-        cells = [_describe(c.cell_contents, depth - 1) if depth else "?" for c in (fn.__closure__ or ())
-                 if _has_contents(c)]
+        cells = [_describe(c.cell_contents, depth - 1) if depth else f"id{id(c.cell_contents)}"
+                 for c in (getattr(fn, "__closure__", None) or ()) if _has_contents(c)]
         consts = [repr(c) for c in code.co_consts if not hasattr(c, "co_code")]
         return f"fn:{code.co_qualname}:{code.co_code.hex()}:{consts}:{cells}"
     kind = f"{type(value).__module__}.{type(value).__qualname__}"
-    text = repr(value)
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a repr that raises says nothing; the identity does
+        return f"{kind}:id{id(value)}"
     if " at 0x" not in text:  # a sentinel or a value that prints what it is
         return f"{kind}:{text}"
-    fields = getattr(value, "__dict__", None)  # an object that prints its address: its fields say what it is
-    return f"{kind}:{_describe(fields, depth - 1)}" if fields is not None and depth else kind
+    fields = getattr(value, "__dict__", None)
+    if fields is None:
+        slots = [n for k in type(value).__mro__ for n in getattr(k, "__slots__", ())]
+        if slots:
+            fields = {n: getattr(value, n, None) for n in slots}
+    if fields is not None and depth:  # an object that prints its address: its fields say what it is
+        return f"{kind}:{_describe(fields, depth - 1)}"
+    return f"{kind}:id{id(value)}"
 
 
 def _has_contents(cell: Any) -> bool:
@@ -345,6 +392,9 @@ def _helpers(ns: dict[str, Any], names: set[str]) -> tuple[dict[str, str], dict[
             continue
         if not isinstance(node, ast.FunctionDef) or node.decorator_list or _has_scope(node):
             continue
+        a = node.args
+        if a.defaults or a.kw_defaults or a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs:
+            continue  # a default is evaluated when the module loads, before its names are bound
         local = set(fn.__code__.co_varnames)
         cells = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__ or ())))
         free: dict[str, str] = {}

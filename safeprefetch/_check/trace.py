@@ -88,7 +88,8 @@ def render_result(result: CheckResult, machine: Machine) -> str:
     lines.append(f"verdict: {result.verdict}"
                  + (f" (expected {result.expected})" if result.expected is not None else "")
                  + f"; {result.states} states, {result.transitions} transitions, "
-                 f"{result.seconds:.3f} s, {scope}")
+                 f"{result.seconds:.3f} s, {scope}"
+                 + (f", {result.engine} engine" if getattr(result, "engine", "plain") != "plain" else ""))
     if result.store == "fingerprint" and result.collision_probability is not None:
         lines.append(f"probabilistic: states stored as fingerprints; estimated chance that a collision "
                      f"hid a state: {result.collision_probability:.2g}")

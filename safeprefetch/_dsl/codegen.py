@@ -61,7 +61,7 @@ from .graph import went_elsewhere
 from .machine import Machine
 from .program import DONE
 from .violations import ModelError, StepViolation
-from .inline import Binder, NotInlinable, clone, fold, inline, tail_returns, terminates
+from .inline import Binder, NotInlinable, clone, fold, inline, simple_constant, tail_returns, terminates
 
 __all__ = ["Broken", "CompiledMachine", "GeneratedStep", "compile_transitions"]
 
@@ -203,7 +203,7 @@ class _Generator:
             return [], set()
         g = self._inline(spec.guard, t, 2 if spec.branches is None else 3, branch)
         body = tail_returns(g.body)
-        return _GuardReturns(enabled_fn).rewrite(body), g.reads | g.writes
+        return _GuardReturns(enabled_fn, self.binder.namespace).rewrite(body), g.reads | g.writes
 
     def _next_stmts(self, spec: Any, t: int, site: dict) -> list[ast.stmt]:
         """What ``N__`` becomes when the effect returns nothing: the fixed next, or the ``next`` function's label."""
@@ -236,7 +236,7 @@ class _Generator:
                                               _elsewhere(role, spec.label, allowed)),
                 "no_next": self.binder.bind(f"no_next_{_slug(role)}_{_slug(spec.label)}",
                                             _no_next(role, spec.label)),
-                "reads": set()}
+                "reads": set(), "values": self.binder.namespace}
         guard, greads = self._guard_block(spec, t, branch, enabled_fn=False)
         effect = self._effect_block(spec, t, branch, site)
         try_ = ast.Try(body=effect, handlers=[ast.ExceptHandler(
@@ -442,13 +442,23 @@ class _Tails:
         raise NotImplementedError
 
 
+def _known(value: ast.expr | None, values: Mapping[str, Any]) -> ast.expr | None:
+    """``value`` as a literal when the generator knows it: a constant, or a name bound to a simple constant
+    (which the folder leaves a name where identity could show; a label or a guard's truth cannot show it)."""
+    if isinstance(value, ast.Name) and value.id in values and simple_constant(values[value.id]):
+        return ast.Constant(values[value.id])
+    return value
+
+
 class _GuardReturns(_Tails):
     """A guard's ``return E``: fall through when E holds, else ``return None`` (or ``return E``: the test alone)."""
 
-    def __init__(self, value: bool):
-        self.value = value
+    def __init__(self, value: bool, values: Mapping[str, Any]):
+        self.value, self.values = value, values
 
     def at(self, value: ast.expr | None) -> list[ast.stmt]:
+        if not self.value:
+            value = _known(value, self.values)
         if self.value:
             return [ast.Return(value=value if value is not None else ast.Constant(None))]
         if value is None or (isinstance(value, ast.Constant) and not value.value):
@@ -466,6 +476,7 @@ class _EffectReturns(_Tails):
         self.site, self.next_stmts = site, next_stmts
 
     def at(self, value: ast.expr | None) -> list[ast.stmt]:
+        value = _known(value, self.site["values"])
         if value is None or (isinstance(value, ast.Constant) and value.value is None):
             return self.next_stmts()
         if isinstance(value, ast.Constant):

@@ -50,8 +50,8 @@ from typing import Any, Callable, Mapping
 
 from .specialize import function_node, specialize
 
-__all__ = ["Binder", "Inlined", "NotInlinable", "clone", "fold", "inline", "simple_constant", "tail_returns",
-           "terminates"]
+__all__ = ["Binder", "Inlined", "NotInlinable", "clone", "fold", "inline", "same_object", "simple_constant",
+           "tail_returns", "terminates"]
 
 
 class NotInlinable(Exception):
@@ -59,15 +59,30 @@ class NotInlinable(Exception):
 
 
 _SIMPLE = (str, int, float, bool, type(None))
-#: The shape of the generated code's own names (see codegen.py): never given to a captured value.
-_RESERVED = re.compile(r"^(?:[A-Z][0-9]*__|g_)")
+#: The shape of the generated code's own names (see codegen.py): never given to a captured value --
+#: its locals (``S__x``, ``L3__k``, ``nxt__``, ``v__``), its parameter ``state``, its functions (``t0_...``).
+_RESERVED = re.compile(r"^(?:[A-Z][0-9]*__|g_|[tef][0-9]+_)|^(?:state|nxt__|v__)$")
 
 
 def simple_constant(value: Any) -> bool:
-    """Whether ``value`` can be written as a literal with the same meaning (exact types only)."""
+    """Whether ``value`` can be written as a literal with the same meaning (exact types only).
+
+    "Same meaning" for what the folder *computes* with it (a comparison, a branch, a subscript): a
+    literal is equal to the value. Whether the literal may *replace* the value in the code is
+    :func:`same_object`'s question."""
     if type(value) in _SIMPLE:
         return True
     return type(value) is tuple and all(simple_constant(v) for v in value)
+
+
+def same_object(value: Any) -> bool:
+    """Whether a literal of ``value`` is the very object ``value``: only then may the code say the literal.
+
+    An equal object is not enough where identity shows: ``x is NOBODY`` with a string sentinel, or a NaN
+    (``nan != nan``) that a state tuple compares equal only because it holds the same object. So
+    strings, floats and tuples stay names bound to the model's own objects; None, the bools and the
+    small ints CPython caches (-5..256) are singletons."""
+    return value is None or type(value) is bool or (type(value) is int and -5 <= value <= 256)
 
 
 class Binder:
@@ -330,7 +345,7 @@ class _Fold(ast.NodeTransformer):
 
     def visit_Name(self, node: ast.Name) -> ast.AST:
         ok, v = self._const(node)
-        return self._lit(v, node) if ok else node
+        return self._lit(v, node) if ok and same_object(v) else node
 
     def visit_Compare(self, node: ast.Compare) -> ast.AST:
         self.generic_visit(node)
@@ -356,7 +371,7 @@ class _Fold(ast.NodeTransformer):
         ok, v = self._const(node.operand)
         if ok and isinstance(node.op, ast.Not):
             return self._lit(not v, node)
-        if ok and isinstance(node.op, ast.USub) and type(v) in (int, float):
+        if ok and isinstance(node.op, ast.USub) and type(v) is int and same_object(-v):
             return self._lit(-v, node)
         return node
 
@@ -397,7 +412,7 @@ class _Fold(ast.NodeTransformer):
                     v = container[key]
                 except (KeyError, IndexError, TypeError):
                     return node  # raises at run time, as it would have
-                if simple_constant(v):
+                if simple_constant(v) and same_object(v):
                     return self._lit(v, node)
         return node
 
