@@ -29,7 +29,15 @@ translation validation proves equal to ``Machine.successors``
 (``tests/test_codegen.py``); ``tests/test_generated_explorer.py`` proves the
 written-out expansion equal to ``Machine.successors`` on every reachable
 state of the catalog and the prefetcher's sweeps, and every search equal to
-the plain one (states, transitions, verdict, trace, depth), both flavours.
+the plain one (states, transitions, verdict, trace, depth), both flavours,
+on 200 Hypothesis-generated models too. One assumption is the model's, not
+ours: the generator builds the model again from its configuration, so a
+build that reads anything else (a module global changed after ``compile``)
+would give it other functions than the machine's. The explorer does not
+trust that: it checks the expansion's successors against the machine's on
+every state of the first 256 it hands the expansion and on one in every
+1024 after (:func:`agrees`), and on a disagreement throws the search away
+and runs it again plain, saying why.
 
 Flavours
 --------
@@ -69,6 +77,7 @@ import hashlib
 import importlib.util
 import inspect
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -229,11 +238,20 @@ class _Writer:
             if _only_called(name, transitions, helpers[name]):
                 helpers[name] = _as_cdef(helpers[name])
         for name in sorted(used - set(helpers)):
-            if name in self.generated_ns:  # a builtin's name too: the model's module may shadow it
-                self.bind(name, self.generated_ns[name])
+            if name not in self.generated_ns:
+                continue
+            value = self.generated_ns[name]
+            # A builtin's name is bound only when the model's module shadows it: the builtin itself stays
+            # a builtin, which Cython calls directly (len, all, tuple).
+            if getattr(builtins, name, _ABSENT) is not value:
+                self.bind(name, value)
         parts = [ast.unparse(fn) for fn in transitions]
         if self.typed:
-            parts = [p.replace(f"def {fn.name}(state):", f"cdef object {fn.name}(tuple state):", 1)
+            # The generator's own reads of the state (``state[K]``, K a constant below the state's length,
+            # which X__fill and X__expand_state check once per state) need no bounds check; the model's
+            # code keeps Python's indexing (see the header).
+            parts = [_GET_ITEM.sub(r"(<object>PyTuple_GET_ITEM(state, \1))",
+                                   p.replace(f"def {fn.name}(state):", f"cdef object {fn.name}(tuple state):", 1))
                      for p, fn in zip(parts, transitions)]
         loops = [self._fill(), self._expand_state(), self._chunk()]  # they bind what they call: declared after
         head = []
@@ -241,6 +259,7 @@ class _Writer:
             # No boundscheck/wraparound shortcuts: the model's own code may index with -1 or out of range, and
             # must then do what Python does (wrap, or raise IndexError for the plain expander to report).
             head.append("# cython: language_level=3, binding=False, annotation_typing=False")
+            head.append("from cpython.tuple cimport PyTuple_GET_ITEM")
             head += [f"{name} = None" for name in sorted(self.namespace)]
         return "\n\n".join(["\n".join(head)] + [h for _n, h in sorted(helpers.items())] + parts + loops) + "\n"
 
@@ -249,7 +268,8 @@ class _Writer:
         m, cm = self.m, self.cm
         lines = []
         for t, table in enumerate(m.tables):
-            lines.append(f"{indent}pc = state[{m.pc_index[t]}]")
+            lines.append(f"{indent}pc = state[{m.pc_index[t]}]" if not self.typed else
+                         f"{indent}pc = <object>PyTuple_GET_ITEM(state, {m.pc_index[t]})")
             kw = "if"
             for k, pc in enumerate(sorted(table)):
                 lines.append(f"{indent}{kw} pc == {pc!r}:")
@@ -267,13 +287,19 @@ class _Writer:
                     lines += [f"{indent}        {e}" for e in emit]
         return lines
 
+    def _length_check(self, indent: str) -> str:
+        """The compiled module reads the state by unchecked constant indices: a state of another length
+        never gets that far (an exception here sends the state to the plain expander)."""
+        n = len(self.m.init)
+        return f"{indent}if len(state) != {n}:\n{indent}    raise ValueError('a state of {n} fields was expected')"
+
     def _fill(self) -> str:
         """``fill(state, buf)``: the successors as a list (what the tests compare with ``Machine.successors``)."""
         self.bind("X__invariant", self.m.invariant_violation if self.m.invariants else None)
         self.bind("X__canon", self.canon)
         lines = ["def X__fill(state, buf):"]
         if self.typed:
-            lines.append("    cdef object n, pc")
+            lines = ["def X__fill(tuple state, list buf):", "    cdef object n, pc", self._length_check("    ")]
         lines += self._dispatch(["buf.append(n)"], "    ")
         return "\n".join(lines)
 
@@ -292,7 +318,7 @@ class _Writer:
                      "    cdef object n, pc"]
         else:
             lines = ["def X__expand_state(state, parents, nxt, max_states):", "    trans, mark = 0, len(nxt)"]
-        lines += ["    try:"] + self._dispatch(emit, "        ") + [
+        lines += ["    try:"] + ([self._length_check("        ")] if self.typed else []) + self._dispatch(emit, "        ") + [
             "    except Exception:",
             "        return X__undo(parents, nxt, mark)",
             "    return trans if trans else -1"]
@@ -457,6 +483,9 @@ def _has_scope(node: ast.FunctionDef) -> bool:
 # -- building and caching the extension ----------------------------------------------------------
 
 _LOADED: dict[str, types.ModuleType] = {}
+_ABSENT = object()
+#: The generated transitions' reads of the state: ``state[K]`` with a constant K (codegen's ``_subscript``).
+_GET_ITEM = re.compile(r"\bstate\[(\d+)\]")
 #: How the extension is compiled (part of the cache key). No ``-march=native``: a cache directory may be
 #: shared by machines of different CPUs.
 _CFLAGS = ("-O2", "-shared", "-fPIC", "-w")
