@@ -347,7 +347,7 @@ class Explorer:
         expansion (``self.fast``), runs of routine states go through its ``chunk`` (the same loop, written
         out for the machine); each state it stops before is expanded here, by the plain code below.
         """
-        m, parents = self.machine, self.parents
+        parents = self.parents
         setdefault = parents.setdefault
         expand, check_inv = self.expander.expand, self.expander.invariant
         max_states, stop, report = self.max_states, self.stop_at_first, self._reporter()
@@ -363,18 +363,8 @@ class Explorer:
             i, size, audited = 0, len(level), 0
             while i < size:
                 if chunk is not None:
-                    # The expansion's successors checked against the machine's (see agrees()): every state
-                    # of the first AUDIT_FIRST it expands, then one in every 1024.
-                    if counter < AUDIT_FIRST:
-                        top = min(size, i + AUDIT_FIRST - counter)
-                        for k in range(max(i, audited), top):
-                            if not agrees(m, self.fast.fill, level[k]):
-                                raise _Diverged(level[k])
-                        audited = top
-                    elif counter >= audit:
-                        audit = counter + _PROGRESS_MASK + 1
-                        if not agrees(m, self.fast.fill, level[i]):
-                            raise _Diverged(level[i])
+                    if counter < AUDIT_FIRST or counter >= audit:
+                        audited, audit = self._audit(level, i, counter, audited, audit)
                     j, moved = chunk(level, i, min(size, i + _PROGRESS_MASK + 1), parents, nxt_level, max_states)
                     transitions += moved
                     crossed = (counter + j - i) >> _PROGRESS_SHIFT != counter >> _PROGRESS_SHIFT
@@ -436,6 +426,24 @@ class Explorer:
             depth += 1
         self.transitions = transitions
         return True
+
+    def _audit(self, level: list, i: int, counter: int, audited: int, audit: int) -> tuple[int, int]:
+        """Check the expansion's successors against the machine's (see ``agrees``) before the chunk from
+        ``level[i]``: every state of the first AUDIT_FIRST the expansion expands (those of this level from
+        ``audited`` on), then one state in every 1024 (the next check once ``counter`` reaches ``audit``).
+        Raises _Diverged on a disagreement; returns the new ``(audited, audit)``."""
+        m, fill = self.machine, self.fast.fill if self.fast is not None else None
+        if fill is None:
+            return audited, audit
+        if counter < AUDIT_FIRST:
+            top = min(len(level), i + AUDIT_FIRST - counter)
+            for k in range(max(i, audited), top):
+                if not agrees(m, fill, level[k]):
+                    raise _Diverged(level[k])
+            return top, audit
+        if not agrees(m, fill, level[i]):
+            raise _Diverged(level[i])
+        return audited, counter + _PROGRESS_MASK + 1
 
     def _terminal(self, state: tuple, depth: int, found: list) -> bool:
         """Judge a stuck ``state`` with the shared classifier; record and return True if it is a violation."""
