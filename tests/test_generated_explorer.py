@@ -71,8 +71,9 @@ def test_a_search_cut_by_the_state_cap_is_cut_where_the_plain_one_is():
         if full.states < 20:
             continue
         for cap in (full.states // 3, full.states // 2, full.states - 1, full.states):
-            plain, fast, _ = _both(m, max_states=cap)
+            plain, fast, e = _both(m, max_states=cap)
             assert _summary(fast) == _summary(plain), (name, cap)
+            assert fast.engine == "generated" or e.engine_note, name
 
 
 def _successors_agree(machine, fill):
@@ -338,3 +339,42 @@ def test_a_build_that_is_not_a_function_of_its_config_is_caught_and_searched_pla
     plain, fast, e = _both(m)
     assert _summary(fast) == _summary(plain) and plain.states == 4
     assert fast.engine == "plain" and "disagreed" in e.engine_note
+
+
+def test_under_auto_the_audit_starts_when_the_expansion_does(monkeypatch):
+    """auto switches at AUTO_STATES: the states the expansion is handed from then on are the ones audited."""
+    from safeprefetch._check import explorer
+
+    monkeypatch.setattr(sys.modules[__name__], "LIMIT", 1500)
+    m = ReadsAGlobal.compile({})
+    monkeypatch.setattr(sys.modules[__name__], "LIMIT", 3000)
+    monkeypatch.setattr(explorer, "AUTO_STATES", 200)
+    plain = Explorer(m, reduce="none", engine="plain").run()
+    e = Explorer(m, reduce="none", engine="auto")
+    r = e.run()
+    assert _summary(r) == _summary(plain) and plain.states == 1501
+    assert r.engine == "plain" and "disagreed" in e.engine_note
+
+
+def test_an_engine_where_it_does_not_apply_is_refused_or_said():
+    from safeprefetch._check.explore import check
+
+    m = load_model("prefetcher").compile({})
+    e = Explorer(m, strategy="dfs", engine="compiled")
+    assert e.run().engine == "plain" and "dfs" in e.engine_note
+    with pytest.raises(ModelError, match="full store"):
+        check(m, store="fingerprint", engine="generated")
+    with pytest.raises(ModelError, match="unknown engine"):
+        check(m, store="bitstate", engine="bogus")
+
+
+def test_a_cache_that_cannot_be_written_is_a_clear_error(tmp_path, monkeypatch):
+    _needs_cython()
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    monkeypatch.setenv("SAFEPREFETCH_CACHE", str(blocker / "cache"))
+    monkeypatch.setattr(generated, "_LOADED", {})  # nothing loaded in this process either
+    m = load_model("prefetcher").compile({"items": 2})
+    with pytest.raises(generated.CompileUnavailable, match="SAFEPREFETCH_CACHE"):
+        Explorer(m, reduce="none", engine="compiled").run()
+    assert Explorer(m, reduce="none", engine="auto").run().ok  # auto never builds, so it never fails here

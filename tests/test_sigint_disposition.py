@@ -21,10 +21,16 @@ from safeprefetch.lowlevel import SigintUnavailable, deliver_sigint, python_sigi
 pytestmark = [pytest.mark.live, pytest.mark.timeout(300)]
 
 
+#: A first interpreter that ignores SIGINT and execs the second: the disposition survives exec, as a shell's
+#: background job's does (no preexec_fn, which is unsafe in a process with threads).
+_IGNORE_THEN_EXEC = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+                     "os.execv(sys.executable, [sys.executable, '-c', sys.argv[1]])")
+
+
 def _run_ignoring_sigint(code: str) -> dict:
     """Run ``code`` in a fresh interpreter started with SIGINT ignored; it prints one JSON object."""
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240,
-                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    proc = subprocess.run([sys.executable, "-c", _IGNORE_THEN_EXEC, code], capture_output=True, text=True,
+                          timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

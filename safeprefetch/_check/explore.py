@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping
 from .._dsl.model import Machine, Model, ModelError, StepError
 from .bitstate import BitstateExplorer
 from .budget import format_bytes, resident_bytes
+from .generated import ENGINES, default_engine
 from .explorer import DEFAULT_MAX_STATES, DEFAULT_REDUCE, Explorer
 from .fpsearch import FingerprintExplorer
 from .replay import choice_step, final_verdict, replay, replay_choices
@@ -86,6 +87,12 @@ def _explore(machine: Machine, strategy: str, max_states: int, progress: Callabl
              progress_every: float, store: str, memory: int | None, engine: str | None = None) -> CheckResult:
     if store not in STORES:
         raise ModelError(f"unknown store {store!r} (known: {', '.join(STORES)})")
+    engine = default_engine() if engine is None else engine
+    if engine not in ENGINES:
+        raise ModelError(f"unknown engine {engine!r} (known: {', '.join(ENGINES)})")
+    if engine in ("generated", "compiled") and store != "full":
+        raise ModelError(f"engine={engine!r} expands the breadth-first search over the full store, "
+                         f"not store={store!r}")
     if machine.symmetry and reduce in ("symmetry", "all"):
         wrong = symmetry_error(machine, SYMMETRY_PROBE)
         if wrong is not None:

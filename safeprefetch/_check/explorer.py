@@ -57,6 +57,7 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
+from .._dsl.codegen import compile_transitions
 from .._dsl.model import Machine, ModelError, StepViolation
 from .budget import DictGrowth, MemoryBudget
 from .expand import Expander, check_max_states, counted_at_cut
@@ -232,9 +233,12 @@ class Explorer:
         elif self.strategy == "bfs":
             # auto waits until the search is big enough to pay for writing the expansion (_bfs).
             self.fast = self._expansion() if self.engine in ("generated", "compiled") else None
+            diverged = False
             try:
                 exhaustive = self._bfs(found)
             except _Diverged:
+                diverged = True
+            if diverged:  # out of the handler: its traceback held the aborted search's visited set
                 # The expansion is not the machine here: nothing it stored can be trusted. Start again, plain.
                 self.fast, self.engine, self.engine_used = None, "plain", "plain"
                 self.engine_note = ("the generated expansion disagreed with the machine at a reachable state (does "
@@ -245,6 +249,8 @@ class Explorer:
                 found.clear()
                 exhaustive = self._bfs(found)
         else:
+            if self.engine in ("generated", "compiled"):
+                self.engine_note = "the engines expand the breadth-first search; strategy='dfs' runs plain"
             exhaustive = self._dfs(found)
         if found and self.ample is not None and self.strategy == "bfs" and self.stop_at_first:
             # POR keeps the verdict but may lengthen the path: search again without it, which
@@ -272,6 +278,7 @@ class Explorer:
             violation=violation,
             max_depth=self._max_depth,
             engine=self.engine_used,
+            engine_note=self.engine_note,
             **self._stop_fields(exhaustive or violation is not None),
         )
 
@@ -289,11 +296,12 @@ class Explorer:
         if reason is None:
             try:
                 fast = None
+                cm = compile_transitions(self.machine, self.machine.model)  # once, for either flavour
                 if self.engine in ("compiled", "auto"):  # auto: compiled only if already built (cached)
-                    fast = expansion(self.machine, "compiled", canon=self.expander.canon,
+                    fast = expansion(self.machine, "compiled", canon=self.expander.canon, compiled=cm,
                                      build=self.engine == "compiled")
                 if fast is None:
-                    fast = expansion(self.machine, "generated", canon=self.expander.canon)
+                    fast = expansion(self.machine, "generated", canon=self.expander.canon, compiled=cm)
             except CompileUnavailable:
                 if self.engine == "compiled":
                     raise
@@ -355,7 +363,7 @@ class Explorer:
         pending = self.engine == "auto"  # auto: switch once the search has grown to AUTO_STATES
         growth = DictGrowth(parents)
         level = [self._root]
-        depth = transitions = counter = audit = 0
+        depth = transitions = counter = audit = base = 0  # base: counter when the expansion took over
         while level:
             nxt_level: list[tuple] = []
             append = nxt_level.append
@@ -363,8 +371,8 @@ class Explorer:
             i, size, audited = 0, len(level), 0
             while i < size:
                 if chunk is not None:
-                    if counter < AUDIT_FIRST or counter >= audit:
-                        audited, audit = self._audit(level, i, counter, audited, audit)
+                    if counter - base < AUDIT_FIRST or counter >= audit:
+                        audited, audit = self._audit(level, i, counter - base, audited, audit)
                     j, moved = chunk(level, i, min(size, i + _PROGRESS_MASK + 1), parents, nxt_level, max_states)
                     transitions += moved
                     crossed = (counter + j - i) >> _PROGRESS_SHIFT != counter >> _PROGRESS_SHIFT
@@ -411,9 +419,9 @@ class Explorer:
                 counter += 1
                 if not counter & _PROGRESS_MASK:
                     if pending and len(parents) >= AUTO_STATES:
-                        pending = False
-                        self.fast = self._expansion()
+                        pending, self.fast = False, self._expansion()
                         chunk = self.fast.chunk if self.fast is not None else None
+                        base = audit = counter
                     if report is not None:
                         report(len(parents), len(nxt_level) + size, transitions)
                     # A level adds at most a few new states per expanded one: 64 per is a safe margin.
@@ -427,23 +435,23 @@ class Explorer:
         self.transitions = transitions
         return True
 
-    def _audit(self, level: list, i: int, counter: int, audited: int, audit: int) -> tuple[int, int]:
+    def _audit(self, level: list, i: int, handed: int, audited: int, audit: int) -> tuple[int, int]:
         """Check the expansion's successors against the machine's (see ``agrees``) before the chunk from
-        ``level[i]``: every state of the first AUDIT_FIRST the expansion expands (those of this level from
-        ``audited`` on), then one state in every 1024 (the next check once ``counter`` reaches ``audit``).
-        Raises _Diverged on a disagreement; returns the new ``(audited, audit)``."""
+        ``level[i]``: every state of the first AUDIT_FIRST handed to the expansion (``handed`` so far; those
+        of this level from ``audited`` on), then one state in every 1024 (the next check once the search's
+        counter reaches ``audit``). Raises _Diverged on a disagreement; returns the new ``(audited, audit)``."""
         m, fill = self.machine, self.fast.fill if self.fast is not None else None
         if fill is None:
             return audited, audit
-        if counter < AUDIT_FIRST:
-            top = min(len(level), i + AUDIT_FIRST - counter)
+        if handed < AUDIT_FIRST:
+            top = min(len(level), i + AUDIT_FIRST - handed)
             for k in range(max(i, audited), top):
                 if not agrees(m, fill, level[k]):
                     raise _Diverged(level[k])
             return top, audit
         if not agrees(m, fill, level[i]):
             raise _Diverged(level[i])
-        return audited, counter + _PROGRESS_MASK + 1
+        return audited, audit + _PROGRESS_MASK + 1
 
     def _terminal(self, state: tuple, depth: int, found: list) -> bool:
         """Judge a stuck ``state`` with the shared classifier; record and return True if it is a violation."""

@@ -5,17 +5,20 @@ What it guarantees
 *The same search, faster.* :func:`expansion` writes, for one compiled
 machine, a module over the machine's generated transitions
 (:mod:`.._dsl.codegen`, the same ones the live runtime runs):
-``fill(state, buf)`` appends every successor of ``state`` in the canonical
-order (thread by thread, branch by branch: ``Machine.successors``'s order);
-``expand_state`` stores each successor in ``parents`` unless known and
-queues it in ``nxt`` if new, dispatching on each thread's program counter
-with no step-table lookup and no generic step path; and ``chunk(level,
-start, stop, parents, nxt, max_states)`` runs it over ``level[start:stop]``:
-the plain BFS's inner loop, written out. The explorer
+``X__fill(state, buf)`` appends every successor of ``state`` in the
+canonical order (thread by thread, branch by branch:
+``Machine.successors``'s order); ``X__expand_state`` stores each successor
+in ``parents`` unless known and queues it in ``nxt`` if new, dispatching on
+each thread's program counter with no step-table lookup and no generic step
+path; and ``X__chunk(level, start, stop, parents, nxt, max_states)`` runs
+it over ``level[start:stop]``: the plain BFS's inner loop, written out. (The
+``X__`` and ``G__`` names are of a shape the code generator never gives to
+a model's value, so a model helper called ``fill`` or ``len`` stays the
+model's.) The explorer
 (:mod:`.explorer`) hands every state the generated loop does not finish to
 its own plain code, so what the search concludes is decided in one place.
 
-*It stops before anything that is not routine.* ``chunk`` returns the
+*It stops before anything that is not routine.* ``X__chunk`` returns the
 position of the first state it did not expand, and touches nothing of that
 state, when the state has no successor (a terminal state: the verdict's
 business), when a successor is not a state (a step violation, or a
@@ -26,18 +29,23 @@ a plain search would -- with the same trace, message and ``file:line``.
 
 *Why trust it.* The module is generated from the checked transitions, which
 translation validation proves equal to ``Machine.successors``
-(``tests/test_codegen.py``); ``tests/test_generated_explorer.py`` proves the
-written-out expansion equal to ``Machine.successors`` on every reachable
-state of the catalog and the prefetcher's sweeps, and every search equal to
-the plain one (states, transitions, verdict, trace, depth), both flavours,
-on 200 Hypothesis-generated models too. One assumption is the model's, not
+(``tests/test_codegen.py``); ``tests/test_generated_explorer.py`` checks
+the written-out expansion against ``Machine.successors`` on every reachable
+state of every catalog model, and every search against the plain one
+(states, transitions, verdict, trace, depth): the catalog, a slice of the
+prefetcher's sweep, runs, autotune and 200 Hypothesis-generated models on
+the Python flavour, six configurations and the adversarial review's models
+(``tests/test_generated_explorer_attacks.py``) on the compiled one. One
+assumption is the model's, not
 ours: the generator builds the model again from its configuration, so a
 build that reads anything else (a module global changed after ``compile``)
 would give it other functions than the machine's. The explorer does not
 trust that: it checks the expansion's successors against the machine's on
-every state of the first 256 it hands the expansion and on one in every
-1024 after (:func:`agrees`), and on a disagreement throws the search away
-and runs it again plain, saying why.
+every state of the first 256 it hands the expansion (counted from when the
+expansion took over, which under ``auto`` is at 50,000 states) and on one in
+every 1024 after (:func:`agrees`), and on a disagreement throws the search
+away and runs it again plain, saying why. That is a check, not a proof: a
+build that differs only in states the sample misses goes unnoticed.
 
 Flavours
 --------
@@ -49,9 +57,14 @@ small helper functions (``_set``, ``next_slot``) are compiled with them
 (:func:`_helpers`), and the BFS loop calls them directly. A build takes a
 few seconds and is cached by the source's hash and a description of every
 value it binds by name (``SAFEPREFETCH_CACHE``, default
-``~/.cache/safeprefetch``), so a configuration is built once; a module is
-loaded once per process and its names are bound again for each search, to
-the same values for every search that shares it.
+``~/.cache/safeprefetch``), so a configuration is built once. A module is
+loaded once per process, and its names are bound again before each search
+that uses it: searches one after the other are each computed with their own
+machine's values, but two searches *at once* (threads) on configurations
+with the same description share one module and the later one's bindings --
+where the description tells values apart (constants, functions by code and
+closure, objects by their fields, else by identity) those are equal values,
+but nothing proves it, so run compiled searches one at a time.
 Cython compiles Python's semantics, not a subset of them: the compiled
 module computes what the Python one does, which the differential tests
 check rather than assume.
@@ -202,14 +215,14 @@ def expansion(machine: Machine, engine: str = "generated", canon: Callable[[tupl
         ns = dict(w.namespace)
         filename = f"<safeprefetch explore {machine.name}>"
         exec(compile(source, filename, "exec"), ns)  # noqa: S102 - our own generated code
-        return Expansion("generated", ns["X__fill_py"], ns["X__chunk"], source, time.perf_counter() - t0)
+        return Expansion("generated", ns["X__fill"], ns["X__chunk"], source, time.perf_counter() - t0)
     got = _build(source, w.digest_extra(), build)
     if got is None:
         return None
     module, path, built = got
     for name, value in w.namespace.items():
         setattr(module, name, value)
-    return Expansion("compiled", module.X__fill_py, module.X__chunk, source, time.perf_counter() - t0 - built, built, path)
+    return Expansion("compiled", module.X__fill, module.X__chunk, source, time.perf_counter() - t0 - built, built, path)
 
 
 class _Writer:
@@ -231,20 +244,33 @@ class _Writer:
         transitions = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("t")]
         defined = {n.name for n in transitions}
         used = {n.id for fn in transitions for n in ast.walk(fn) if isinstance(n, ast.Name)} - defined
-        helpers, bound = _helpers(self.generated_ns, used) if self.typed else ({}, {})
+        # A helper named like a builtin is not copied in: it would shadow the builtin for this module's
+        # own loops too. It stays the model's Python function, bound under a reserved name below.
+        copyable = {n for n in used if not hasattr(builtins, n)}
+        helpers, bound = _helpers(self.generated_ns, copyable) if self.typed else ({}, {})
         for name, value in bound.items():
             self.bind(name, value)
         for name in list(helpers):  # called only directly, with its arity: a C function, called as one
             if _only_called(name, transitions, helpers[name]):
                 helpers[name] = _as_cdef(helpers[name])
+        shadowing: dict[str, str] = {}
         for name in sorted(used - set(helpers)):
             if name not in self.generated_ns:
                 continue
             value = self.generated_ns[name]
-            # A builtin's name is bound only when the model's module shadows it: the builtin itself stays
-            # a builtin, which Cython calls directly (len, all, tuple).
-            if getattr(builtins, name, _ABSENT) is not value:
+            builtin = getattr(builtins, name, _ABSENT)
+            if builtin is value:
+                continue  # the builtin itself stays a builtin, which Cython calls directly (len, all, tuple)
+            if builtin is not _ABSENT:
+                # The model's module shadows a builtin: bound under a name of the reserved shape, so this
+                # module's own loops (len, type, tuple, Exception) still mean the builtins.
+                shadowing[name] = self.bind(f"G__{name}", value)
+            else:
                 self.bind(name, value)
+        for fn in transitions:
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Name) and node.id in shadowing:
+                    node.id = shadowing[node.id]
         parts = [ast.unparse(fn) for fn in transitions]
         if self.typed:
             # The generator's own reads of the state (``state[K]``, K a constant below the state's length,
@@ -342,10 +368,7 @@ class _Writer:
             "            return i, trans\n"
             "        trans += got\n"
             "        i += 1\n"
-            "    return i, trans\n"
-            "\n\n"
-            "def X__fill_py(state, buf):\n"
-            "    X__fill(state, buf)\n")
+            "    return i, trans\n")
 
     def digest_extra(self) -> str:
         """What the source does not show but the module's behaviour depends on: every value bound by name,
@@ -470,7 +493,7 @@ def _as_cdef(source: str) -> str:
     """``def f(a, b):`` as ``cdef object f(object a, object b):`` (the body unchanged)."""
     node = ast.parse(source).body[0]
     args = ", ".join(f"object {x.arg}" for x in node.args.args)
-    first, _, rest = ast.unparse(node).partition("\n")
+    _def, _, rest = ast.unparse(node).partition("\n")
     return f"cdef object {node.name}({args}):\n{rest}"
 
 
@@ -500,17 +523,29 @@ def cache_dir() -> Path:
     return Path(base) / "safeprefetch"
 
 
-def _compiler() -> str:
-    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
-    found = shutil.which(os.environ.get("CC", "").split()[0] if os.environ.get("CC") else cc) or shutil.which("cc")
-    if found is None:
-        raise CompileUnavailable("engine 'compiled' needs a C compiler (cc, gcc or clang on PATH)")
-    return found
+def _compiler() -> list[str]:
+    """The C compiler command: ``CC`` (which may carry a wrapper, ``ccache gcc``), else Python's own, else cc."""
+    for spec in (os.environ.get("CC", ""), sysconfig.get_config_var("CC") or "", "cc", "gcc", "clang"):
+        words = spec.split()
+        if words and shutil.which(words[0]):
+            return [shutil.which(words[0]) or words[0], *words[1:]]
+    raise CompileUnavailable("engine 'compiled' needs a C compiler (cc, gcc or clang on PATH)")
 
 
 def _build(source: str, extra: str, build: bool = True) -> tuple[types.ModuleType, str, float] | None:
     """The extension for ``source``: loaded in this process, from the cache, or built now (and cached);
-    None if it is not built yet and ``build`` is False."""
+    None if it is not built yet and ``build`` is False. Any failure to build, store or load it is a
+    :class:`CompileUnavailable` that says what failed."""
+    try:
+        return _build_or_load(source, extra, build)
+    except CompileUnavailable:
+        raise
+    except (OSError, ImportError) as e:
+        raise CompileUnavailable(f"the compiled expansion could not be built or loaded ({type(e).__name__}: {e}); "
+                                 f"set SAFEPREFETCH_CACHE to a writable directory, or use --engine generated") from e
+
+
+def _build_or_load(source: str, extra: str, build: bool) -> tuple[types.ModuleType, str, float] | None:
     try:
         import Cython
     except ImportError:
@@ -531,13 +566,14 @@ def _build(source: str, extra: str, build: bool = True) -> tuple[types.ModuleTyp
         t0 = time.perf_counter()
         cc = _compiler()
         target.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix="safeprefetch-build-") as tmp:
+        # Built beside its final place, so the last step is a rename within one file system.
+        with tempfile.TemporaryDirectory(prefix="build-", dir=target.parent) as tmp:
             pyx = Path(tmp) / f"{name}.pyx"
             pyx.write_text(source)
             _run([sys.executable, "-m", "cython", "-3", str(pyx), "-o", str(pyx.with_suffix(".c"))], "cython")
             so = Path(tmp) / (name + suffix)
             include = sysconfig.get_paths()["include"]
-            _run([cc, *_CFLAGS, f"-I{include}", str(pyx.with_suffix(".c")), "-o", str(so)], "the C compiler")
+            _run([*cc, *_CFLAGS, f"-I{include}", str(pyx.with_suffix(".c")), "-o", str(so)], "the C compiler")
             os.replace(so, target)  # atomic: a concurrent build of the same key writes the same bytes
         built = time.perf_counter() - t0
     spec = importlib.util.spec_from_file_location(name, target)

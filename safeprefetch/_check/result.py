@@ -173,6 +173,8 @@ class CheckResult:
     #: What expanded the states: "plain" (the machine's step functions), "generated" (the expansion
     #: written out as Python) or "compiled" (the same, compiled by Cython); see ``_check/generated.py``.
     engine: str = "plain"
+    #: Why the search ran another engine than the one asked for ("" when it ran the one asked for).
+    engine_note: str = ""
 
     @property
     def probabilistic(self) -> bool:
@@ -212,4 +214,5 @@ class CheckResult:
             "stop_reason": self.stop_reason,
             "hash_factor": self.hash_factor,
             "engine": self.engine,
+            "engine_note": self.engine_note or None,
         }

@@ -89,7 +89,9 @@ def render_result(result: CheckResult, machine: Machine) -> str:
                  + (f" (expected {result.expected})" if result.expected is not None else "")
                  + f"; {result.states} states, {result.transitions} transitions, "
                  f"{result.seconds:.3f} s, {scope}"
-                 + (f", {result.engine} engine" if getattr(result, "engine", "plain") != "plain" else ""))
+                 + (f", {result.engine} engine" if result.engine != "plain" else ""))
+    if result.engine_note:
+        lines.append(f"engine: {result.engine}, because {result.engine_note}")
     if result.store == "fingerprint" and result.collision_probability is not None:
         lines.append(f"probabilistic: states stored as fingerprints; estimated chance that a collision "
                      f"hid a state: {result.collision_probability:.2g}")

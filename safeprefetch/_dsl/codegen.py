@@ -1,4 +1,4 @@
-"""Compiling a checked machine to straight-line transitions: the live runtime's fast path.
+"""Compiling a checked machine to straight-line transitions: the live runtime's fast path, and the checker's.
 
 Theory of operation
 -------------------
