@@ -25,6 +25,7 @@ from safeprefetch._check.generated import expansion, why_not
 from safeprefetch._dsl.codegen import Broken
 from safeprefetch._tools.catalog import catalog, load_model
 from safeprefetch.model import DONE, Model, ModelError, StepError
+from _cython import cython_here
 from test_oracle import OPS, random_model
 
 CATALOG = catalog()
@@ -43,11 +44,7 @@ def _both(machine, reduce="none", max_states=2_000_000, engine="generated"):
 
 
 def _needs_cython():
-    try:
-        import Cython  # noqa: F401
-    except ImportError:
-        if os.environ.get("CI"):
-            pytest.fail("CI installs the speed extra: Cython must be importable here")
+    if not cython_here():
         pytest.skip("Cython is not installed (pip install 'safeprefetch[speed]')")
 
 

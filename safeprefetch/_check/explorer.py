@@ -81,7 +81,7 @@ DEFAULT_REDUCE = "all"
 #: A progress report is considered every this many expanded states (a power of two minus
 #: one, as a mask): checking the clock per state would cost more than the report is worth.
 _PROGRESS_MASK = 1023
-_PROGRESS_SHIFT = 10
+_PROGRESS_SHIFT = _PROGRESS_MASK.bit_length()  # counter >> this: which block of 1024 states
 
 #: ``engine="auto"`` switches a BFS to the generated expansion once this many states are stored.
 #: Writing the expansion costs 0.02-0.1 s (the prefetcher: about 0.05 s, what the plain engine
@@ -222,9 +222,7 @@ class Explorer:
     def _run(self) -> CheckResult:
         m = self.machine
         t0 = time.perf_counter()
-        self._root = self.expander.root()
-        self.parents = {self._root: None}
-        self.expander.known = self.parents
+        self._start()
         found: list[tuple[int, Violation]] = []  # (length, violation)
         exhaustive = True
         bad = m.invariant_violation(m.init)
@@ -243,9 +241,7 @@ class Explorer:
                 self.fast, self.engine, self.engine_used = None, "plain", "plain"
                 self.engine_note = ("the generated expansion disagreed with the machine at a reachable state (does "
                                     "the model's build read anything but its configuration?); searched again plain")
-                self._root = self.expander.root()
-                self.parents = {self._root: None}
-                self.expander.known = self.parents
+                self._start()
                 found.clear()
                 exhaustive = self._bfs(found)
         else:
@@ -281,6 +277,12 @@ class Explorer:
             engine_note=self.engine_note,
             **self._stop_fields(exhaustive or violation is not None),
         )
+
+    def _start(self) -> None:
+        """A visited set holding only the root (its representative, under symmetry)."""
+        self._root = self.expander.root()
+        self.parents = {self._root: None}
+        self.expander.known = self.parents
 
     def _expansion(self) -> Expansion | None:
         """The generated expansion for this BFS, or None (plain). ``auto`` takes the compiled one if it is

@@ -107,11 +107,17 @@ from .._dsl.codegen import Broken, CompiledMachine, compile_transitions
 from .._dsl.machine import Machine
 from .._dsl.model import ModelError
 
-__all__ = ["ENGINES", "CompileUnavailable", "Expansion", "agrees", "default_engine", "expansion", "why_not"]
+__all__ = ["ENGINES", "CompileUnavailable", "Expansion", "agrees", "cython_available", "default_engine", "expansion",
+           "why_not"]
 
 #: ``auto``: the generated expansion where it applies, else plain; ``plain``: the machine's step
 #: functions; ``generated``: the expansion as Python; ``compiled``: the expansion compiled by Cython.
 ENGINES = ("auto", "plain", "generated", "compiled")
+
+
+def cython_available() -> bool:
+    """Whether the compiled engine can be built here as far as Python goes (Cython importable)."""
+    return importlib.util.find_spec("Cython") is not None
 
 
 def default_engine() -> str:

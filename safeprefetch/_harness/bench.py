@@ -158,11 +158,9 @@ def _measure(label: str, config: dict, reduce: str, store: str = "full", engine:
 def _engines() -> list[str]:
     """The engines this run measures: plain and generated always, compiled where Cython is here (each
     compiled expansion is built, or found in the cache, before its search is timed)."""
-    try:
-        import Cython  # noqa: F401
-    except ImportError:
-        return ["plain", "generated"]
-    return ["plain", "generated", "compiled"]
+    from .._check.generated import cython_available
+
+    return ["plain", "generated", "compiled"] if cython_available() else ["plain", "generated"]
 
 
 def _prebuild(config: dict, reduce: str) -> float:
