@@ -49,7 +49,8 @@ def test_every_figure_has_a_baseline_and_a_ratio(report):
 def test_queue_baselines_and_torchdata_are_named(report):
     for f in report["figures"]:
         if f["figure"] in ("handoff", "overlap"):
-            assert {"queue.Queue", "BackgroundGenerator-style", "torchdata"} <= set(f["baselines"])
+            assert {"queue.Queue", "BackgroundGenerator-style", "SimpleQueue floor", "torchdata"} <= set(f["baselines"])
+            assert f["baselines"]["SimpleQueue floor"] > 0
             if report["torchdata"] != "measured":
                 assert f["baselines"]["torchdata"] == "skipped: torchdata not installed"
             else:
@@ -89,8 +90,31 @@ def test_runs_and_the_usual_prefetch_loop_are_reported(report):
             assert 0 < f["extra"]["model_steps_per_item"] <= 4.1
         if f["figure"] == "copy_bandwidth":
             assert f["baselines"]["queue.Queue + np.copyto"] > 0 and f["extra"]["queue_ratio"] > 0
+            assert f["baselines"]["SimpleQueue floor + np.copyto"] > 0 and f["extra"]["floor_ratio"] > 0
+            assert f["extra"]["python_after_copy_slowdown"] > 0
         if f["figure"] == "overlap":
             assert 0 < f["extra"]["ours_capacity_plus_1_percent"] <= 100.5
+            assert 0 < f["extra"]["ours_autotune_percent"] <= 100.5
+        if f["figure"] == "protocol_cpu":
+            assert f["baselines"]["SimpleQueue floor, both sides"] > 0
+
+
+@pytest.mark.parametrize("kind", ["queue.Queue", "SimpleQueue floor"])
+@pytest.mark.parametrize("depth", [1, 2, 8])
+def test_the_queue_baselines_deliver_everything_in_order_and_stay_within_their_depth(kind, depth):
+    """The floor is bounded as queue.Queue(depth) is: ``depth`` queued plus the one being produced."""
+    from safeprefetch._harness.live_common import BASELINES
+
+    got: list[int] = []
+    ahead: list[int] = []
+
+    def produce(i: int) -> int:
+        ahead.append(i - len(got))  # produced before this one, not yet consumed
+        return i
+
+    BASELINES[kind](produce, 500, depth, got.append)
+    assert got == list(range(500))
+    assert max(ahead) <= depth + 1
 
 
 def test_both_runtimes_are_measured_side_by_side(report):

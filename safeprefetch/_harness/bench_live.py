@@ -13,6 +13,10 @@ The baselines
   ``BackgroundGenerator``: a daemon thread runs an iterator ahead into a
   ``Queue(max_prefetch)``, the consumer iterates. Written here from that
   description (its code is not copied).
+* **SimpleQueue floor** -- the physical floor of a bounded thread handoff:
+  items over one C ``queue.SimpleQueue``, ``depth`` credits back over
+  another; no Python runs inside a put or a get, so what it costs is the
+  interpreter's calls and the machine waking threads.
 * **torchdata** ``nodes.Prefetcher`` -- only when ``torchdata`` is importable;
   otherwise the figure says so.
 
@@ -33,10 +37,16 @@ The figures
   0.5x-1.5x its mean, seeded). Efficiency is the ideal time over the actual
   time, the ideal being ``max(sum of producer work, sum of consumer work)``
   as measured inside the work itself (so a sleep that overshoots is not
-  counted against anyone). Default capacity (2). Target: at least 97%.
+  counted against anyone). Default capacity (2); also measured at one more
+  slot and with ``autotune=True`` from the same capacity. Target: at least
+  97%.
 * ``copy_bandwidth`` -- ``copy_prefetched(out)`` against ``np.copyto(out, a)``
   on arrays of the same shape (the pool's), and against a queue.Queue
-  prefetch thread with ``np.copyto`` in the loop. Target: at least 90%.
+  prefetch thread with ``np.copyto`` in the loop (and the SimpleQueue
+  floor's). Also: how much slower a fixed bit of Python runs right after a
+  copy of that size (the copy evicts the interpreter's working set, and
+  every prefetcher's per-batch Python then runs on cold caches). Target: at
+  least 90%.
 * ``memory`` -- peak traced memory (tracemalloc) of a prefetching run over
   ``(capacity + workers) x batch bytes``; and, in steady state with a
   ``fetch_into`` source, the growth of the traced peak and of
@@ -204,7 +214,17 @@ def format_report(result: dict[str, Any]) -> str:
             cpu = f["extra"]["cpu_us_per_item"]
             lines.append(f"{'':38} CPU us/item: ours {cpu['ours']:.2f}, queue.Queue {cpu['queue.Queue']:.2f} "
                          f"(ratio {f['extra']['cpu_ratio']:.2f}); BackgroundGenerator-style "
-                         f"{f['baselines']['BackgroundGenerator-style']} us/item")
+                         f"{f['baselines']['BackgroundGenerator-style']} us/item; SimpleQueue floor "
+                         f"{f['baselines']['SimpleQueue floor']} us/item")
+        if f["figure"] == "overlap" and "ours_autotune_percent" in f["extra"]:
+            e = f["extra"]
+            lines.append(f"{'':38} ours at capacity+1 {e['ours_capacity_plus_1_percent']}%, autotune "
+                         f"{e['ours_autotune_percent']}%; SimpleQueue floor {f['baselines']['SimpleQueue floor']}%")
+        if f["figure"] == "copy_bandwidth" and "python_after_copy_slowdown" in f["extra"]:
+            e = f["extra"]
+            lines.append(f"{'':38} fixed cost us/batch: ours {e['overhead_us_per_batch']}, queue.Queue "
+                         f"{e['queue_overhead_us_per_batch']}, SimpleQueue floor {e['floor_overhead_us_per_batch']}; "
+                         f"Python after the copy runs {e['python_after_copy_slowdown']}x slower")
         if f["figure"] == "autotune":
             e = f["extra"]
             lines.append(f"{'':38} final capacity {e['final_capacity']}; trajectory {e['trajectory']}")

@@ -14,6 +14,13 @@ The baselines, written here for the bench
   ``prefetch_generator``'s ``BackgroundGenerator``: a daemon thread runs an
   iterator ahead into a ``Queue(max_prefetch)``, the consumer iterates.
   Written from that description (its code is not copied).
+* **SimpleQueue floor** (:func:`simplequeue_run`) -- the physical floor of
+  a bounded thread handoff: two ``queue.SimpleQueue`` (C, no
+  ``threading.Condition``, no Python in ``put`` or ``get``), one carrying the
+  items and one carrying ``depth`` credits back, so the producer stays at
+  most ``depth`` items ahead as with ``queue.Queue(depth)``. What is left of
+  its per-item cost is the interpreter and the machine: a call into C per
+  side and waking the other thread.
 * **torchdata** ``nodes.Prefetcher`` (:func:`torchdata_run`) -- only when
   ``torchdata`` is importable; otherwise the figure says so
   (``TORCHDATA_SKIP``).
@@ -36,7 +43,7 @@ from typing import Any, Callable
 import numpy as np
 
 __all__ = ["BASELINES", "TORCHDATA_SKIP", "Background", "Figure", "Sleepy", "Trivial", "background_run", "median",
-           "queue_run", "torchdata_available", "torchdata_run"]
+           "queue_run", "simplequeue_run", "torchdata_available", "torchdata_run"]
 
 TORCHDATA_SKIP = "skipped: torchdata not installed"
 
@@ -98,6 +105,33 @@ def queue_run(produce: Callable[[int], Any], n: int, depth: int, consume: Callab
     th.join()
 
 
+def simplequeue_run(produce: Callable[[int], Any], n: int, depth: int, consume: Callable[[Any], None]) -> None:
+    """The floor: items one way and ``depth`` credits the other, over two C ``SimpleQueue``s."""
+    items: queue.SimpleQueue = queue.SimpleQueue()
+    credits: queue.SimpleQueue = queue.SimpleQueue()
+    for _ in range(depth):
+        credits.put(None)
+
+    def producer() -> None:
+        take, put = credits.get, items.put
+        for i in range(n):
+            item = produce(i)
+            take()
+            put(item)
+        put(_END)
+
+    th = threading.Thread(target=producer, daemon=True)
+    th.start()
+    get, give = items.get, credits.put
+    while True:
+        item = get()
+        if item is _END:
+            break
+        give(None)
+        consume(item)
+    th.join()
+
+
 class Background:
     """BackgroundGenerator-style: a daemon thread runs ``iterable`` ahead into Queue(max_prefetch)."""
 
@@ -140,7 +174,8 @@ def torchdata_available() -> bool:
     return importlib.util.find_spec("torchdata") is not None
 
 
-BASELINES: dict[str, Callable] = {"queue.Queue": queue_run, "BackgroundGenerator-style": background_run}
+BASELINES: dict[str, Callable] = {"queue.Queue": queue_run, "BackgroundGenerator-style": background_run,
+                                  "SimpleQueue floor": simplequeue_run}
 
 
 # --------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 from .._prefetcher.api import Prefetcher
-from .live_common import Figure, Trivial, median, queue_run
+from .live_common import Figure, Trivial, median, queue_run, simplequeue_run
 
 __all__ = ["bench_copy"]
 
@@ -34,6 +34,37 @@ class _TouchFirst(Trivial):
     def fetch_into(self, i: int, out: np.ndarray) -> None:
         if i < self.capacity:
             out.fill(1.0)
+
+
+def _python_after_copy(out: np.ndarray, pool: np.ndarray, rounds: int = 400) -> float:
+    """How much slower a fixed bit of Python runs right after a copy of this size than without it.
+
+    The copy streams its source and destination through the caches and
+    evicts the interpreter's working set (code, frames, dicts); whatever
+    Python a prefetcher runs per batch -- its steps, its glue, a queue's put
+    and get -- then runs on cold caches. Median of ``rounds`` timings each
+    way, one thread, no prefetcher involved.
+    """
+    def work() -> int:
+        d: dict[int, int] = {}
+        s = 0
+        for i in range(40):
+            d[i] = i
+            s += d[i]
+        return s
+
+    def timed(copy: bool) -> float:
+        ts = []
+        for i in range(rounds):
+            if copy:
+                np.copyto(out, pool[i % len(pool)])
+            t0 = time.perf_counter()
+            work()
+            ts.append(time.perf_counter() - t0)
+        return median(ts)
+
+    timed(True)
+    return timed(True) / timed(False)
 
 
 def bench_copy(sizes_mib: list[float], batches: int, repeats: int, capacity: int = 2) -> list[Figure]:
@@ -63,7 +94,7 @@ def bench_copy(sizes_mib: list[float], batches: int, repeats: int, capacity: int
         nb = min(n, 16)
         out = np.empty(shape, np.float32)
         pool = np.ones((capacity, *shape), np.float32)
-        ours, base, queued, buffered, spread = [], [], [], [], []
+        ours, base, queued, floor, buffered, spread = [], [], [], [], [], []
         for _ in range(repeats):
             with Prefetcher(_TouchFirst(n + capacity, shape, capacity), capacity=capacity, shape=shape,
                             dtype=np.float32) as pf:
@@ -80,6 +111,9 @@ def bench_copy(sizes_mib: list[float], batches: int, repeats: int, capacity: int
             t0 = time.perf_counter()
             queue_run(lambda i: pool[i % capacity], n, capacity, lambda a: np.copyto(out, a))
             queued.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            simplequeue_run(lambda i: pool[i % capacity], n, capacity, lambda a: np.copyto(out, a))
+            floor.append(time.perf_counter() - t0)
             with Prefetcher(_TouchFirst(nb, shape, nb), capacity=nb, shape=shape, dtype=np.float32) as pf:
                 deadline = time.monotonic() + 60
                 while pf.ready < nb and time.monotonic() < deadline:
@@ -94,17 +128,22 @@ def bench_copy(sizes_mib: list[float], batches: int, repeats: int, capacity: int
                 np.copyto(out, big[i])
             spread.append(time.perf_counter() - t0)
             del big
+        slowdown = _python_after_copy(out, pool)
         del pool
-        t_ours, t_base, t_queue = median(ours), median(base), median(queued)
+        t_ours, t_base, t_queue, t_floor = median(ours), median(base), median(queued), median(floor)
         t_buf, t_spread = median(buffered), median(spread)
         ratio = t_base / t_ours
         figs.append(Figure("copy_bandwidth", {"batch_mib": mib, "batches": n, "capacity": capacity},
                            "GB/s", round(gb / t_ours, 3), "np.copyto",
-                           {"np.copyto": round(gb / t_base, 3), "queue.Queue + np.copyto": round(gb / t_queue, 3)},
+                           {"np.copyto": round(gb / t_base, 3), "queue.Queue + np.copyto": round(gb / t_queue, 3),
+                            "SimpleQueue floor + np.copyto": round(gb / t_floor, 3)},
                            round(ratio, 3), "ratio >= 0.9", ratio >= 0.9,
                            {"overhead_us_per_batch": round((t_ours - t_base) / n * 1e6, 1),
                             "queue_ratio": round(t_base / t_queue, 3),
                             "queue_overhead_us_per_batch": round((t_queue - t_base) / n * 1e6, 1),
+                            "floor_ratio": round(t_base / t_floor, 3),
+                            "floor_overhead_us_per_batch": round((t_floor - t_base) / n * 1e6, 1),
+                            "python_after_copy_slowdown": round(slowdown, 2),
                             "all_buffered_batches": nb,
                             "all_buffered_gb_s": round(gb * nb / n / t_buf, 3),
                             "all_buffered_ratio": round(t_spread / t_buf, 3)}))

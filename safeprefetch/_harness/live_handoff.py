@@ -77,7 +77,7 @@ def bench_handoff(n: int, repeats: int, depths: tuple[int, ...]) -> list[Figure]
     _handoff_ours(min(n, 200), 2)  # warm-up: compile the machine, start-up paths
     for depth in depths:
         runs: dict[str, list[tuple[float, float]]] = {"ours": [], "queue.Queue": [],
-                                                       "BackgroundGenerator-style": []}
+                                                       "BackgroundGenerator-style": [], "SimpleQueue floor": []}
         if torchdata_available():
             runs["torchdata"] = []
         inflight: list[tuple[float, float]] = []
@@ -145,17 +145,33 @@ def bench_protocol_cpu(items: int, repeats: int, depth: int = 8) -> Figure:
             get()
         return time.perf_counter() - t0
 
+    def floor() -> float:  # the SimpleQueue floor's two C calls per side, items one way and credits back
+        items_q: queue.SimpleQueue = queue.SimpleQueue()
+        credits: queue.SimpleQueue = queue.SimpleQueue()
+        credits.put(None)
+        put, get, give, take = items_q.put, items_q.get, credits.put, credits.get
+        t0 = time.perf_counter()
+        for i in range(items):
+            take()
+            put(i)
+            get()
+            give(None)
+        return time.perf_counter() - t0
+
     times: dict[Any, list[float]] = {k: [] for k in loops}
-    b = []
+    b, fl = [], []
     for _ in range(repeats):  # interleaved
         for k, loop in loops.items():
             times[k].append(timed_loop(loop))
         b.append(base())
+        fl.append(floor())
     us = {k: median(v) / (items // k[1] * k[1]) * 1e6 for k, v in times.items()}
     ub = median(b) / items * 1e6
     r = depth - 1
     return Figure("protocol_cpu", {"items": items, "depth": depth, "threads": 1}, "us/item",
-                  round(us["generated", 1], 3), "queue.Queue put + get", {"queue.Queue put + get": round(ub, 3)},
+                  round(us["generated", 1], 3), "queue.Queue put + get",
+                  {"queue.Queue put + get": round(ub, 3),
+                   "SimpleQueue floor, both sides": round(median(fl) / items * 1e6, 3)},
                   round(us["generated", 1] / ub, 3), "", None,
                   {"model_steps_per_item": 4, "critical_sections_per_item": 3,
                    "runs": {"run": r, "us_per_item": round(us["generated", r], 3),
