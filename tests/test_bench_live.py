@@ -138,3 +138,15 @@ def test_the_profile_names_each_line_for_both_runtimes_and_adds_up():
         assert abs(sum(r["us"] for r in t["rows"]) - t["total_us"]) <= 0.05 * t["total_us"], t["what"]
     lines = {r["line"].split(" ", 1)[0] for t in profiles for r in t["rows"]}
     assert {"P1", "P2", "P5", "G1", "C1", "C5", "C6"} <= lines, lines
+    # What compiling would buy: the kernel's share and the transitions', measured in the same run.
+    ceiling = json.loads(p.stdout)["ceiling"]
+    us = ceiling["us_per_item"]
+    assert us["K0"] > us["K1"] > 0 and ceiling["kernel_share_us"] == round(us["K0"] - us["K1"], 3)
+    assert us["queue.Queue"] > 0 and us["SimpleQueue floor"] > 0
+    assert ceiling["K3"].startswith("skipped in --quick")
+    from _cython import cython_here
+
+    if cython_here():
+        assert us["K2"] > 0 and "K2_saves_us" in ceiling
+    else:
+        assert ceiling["K2"].startswith("skipped: Cython")

@@ -63,7 +63,8 @@ The figures
 Where a target is missed, docs/performance.md says why, measured: ``--profile``
 prints, instead of the figures, where the protocol's CPU per item and a
 ``copy_prefetched`` call's time go, function by function, for both runtimes
-(``live_profile.py``).
+(``live_profile.py``), and what compiling the transitions and the kernel
+would remove from it, measured (``live_ceiling.py``).
 
 The code, by figure family: ``live_common.py`` (the Figure record, the
 baselines, the sources), ``live_handoff.py`` (handoff, protocol_cpu),
@@ -237,12 +238,15 @@ def cmd_bench_live(args: Any) -> int:
     if getattr(args, "profile", False):
         from .live_profile import format_profile, profile_report
 
+        from .live_ceiling import ceiling_report, format_ceiling
+
         tables = profile_report(quick)
+        ceiling = ceiling_report(quick)
         if getattr(args, "json", False):
-            print(json.dumps({"machine": machine_info(), "quick": quick, "profiles": [asdict(t) for t in tables]},
-                             indent=2))
+            print(json.dumps({"machine": machine_info(), "quick": quick, "profiles": [asdict(t) for t in tables],
+                              "ceiling": ceiling}, indent=2))
         else:
-            print("\n\n".join(format_profile(t) for t in tables))
+            print("\n\n".join([*(format_profile(t) for t in tables), format_ceiling(ceiling)]))
         return 0
     result = bench_live(quick=quick, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
     if getattr(args, "json", False):

@@ -1,0 +1,239 @@
+"""``bench live --profile``'s last table: what compiling the live hot path would buy, measured.
+
+The live Prefetcher's per-item CPU is the kernel (lock, interrupt
+bookkeeping, dispatch, wake-ups) around the generated transitions (guards,
+effects and invariants of ``models/prefetcher.py`` as straight-line Python).
+The obvious next step is to compile both. This measures, in one run, on the
+one-thread protocol loop of the ``protocol_cpu`` figure (depth 8, consumer
+runs of 7, ``live_profile.protocol_loop``), what each would remove:
+
+* ``K0`` the loop through the kernel, as the Prefetcher runs it;
+* ``K1`` the same transitions called directly, in the same order, with no
+  kernel: ``K0 - K1`` is the kernel's share;
+* ``K2`` those transitions compiled by Cython, with the model's helper
+  functions compiled into the same module as C functions (the check
+  engine's module writer, ``_check/generated.py``): what compiling the
+  transitions removes;
+* ``K3`` the kernel compiled by Cython as it stands (``_runtime/kernel.py``,
+  ``entries.py``, ``driving.py``, untyped), in a copy of the package, in a
+  child process, against the same child on the same copy uncompiled: what
+  compiling the kernel removes without rewriting it;
+* ``queue.Queue`` put + get and the ``SimpleQueue`` floor, one thread.
+
+K2 and K3 need Cython and a C compiler (the ``speed`` extra) and say so
+otherwise; K3 builds three extensions (about 15 s) and is left out of
+``--quick``. Nothing here is used by the Prefetcher: it is a measurement.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import json
+import os
+import queue
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from typing import Any, Callable
+
+from .live_common import median
+from .live_profile import protocol_loop, timed_loop
+
+__all__ = ["ceiling_report", "format_ceiling"]
+
+_DEPTH, _RUN = 8, 7
+
+#: The child of K3: the protocol loop on whatever kernel its PYTHONPATH holds, as JSON.
+_CHILD = """
+import functools, json, sys
+import safeprefetch._runtime.kernel as k
+from safeprefetch._prefetcher.machine import transitions_for
+from safeprefetch._harness.live_profile import protocol_loop, timed_loop
+items, repeats = int(sys.argv[1]), int(sys.argv[2])
+loop = protocol_loop(functools.partial(k.Runtime, compiled=transitions_for(8, 1, True, True, 0, 8)), items, 8, 7)
+loop()
+ts = sorted(timed_loop(loop) for _ in range(repeats))
+print(json.dumps({"file": k.__file__, "us": ts[len(ts) // 2] / (items // 7 * 7) * 1e6}))
+"""
+
+
+def _direct_loop(cm: Any, items: int, firsts: dict, ones: dict) -> Callable[[], tuple]:
+    """K1/K2: the protocol loop's transitions, called directly in the order the kernel takes them."""
+    from .._prefetcher.machine import machine_for
+
+    m = machine_for(_DEPTH, 1, items + 1, True, True, 0, _DEPTH)
+    w, c = m.thread_names.index("worker0"), m.thread_names.index("consumer")
+    pw, pc = m.pc_index[w], m.pc_index[c]
+    st0 = m.init
+
+    def loop() -> tuple:
+        st = firsts[w, st0[pw]](st0)[1]
+        for _ in range(items // _RUN):
+            for _ in range(_RUN):
+                st = ones[w, st[pw]][0](st)              # fetch into slot, outcome "ok"
+                st = firsts[w, st[pw]](st)[1]            # claim index and slot
+            st = ones[c, st[pc]][_RUN - 1](st)           # take up to 7
+            st = firsts[c, st[pc]](st)[1]                # release lease
+        return st
+    return loop
+
+
+def _compiled_transitions(cm: Any) -> tuple[dict, dict] | str:
+    """The generated transitions built by Cython with the model's helpers (or why they cannot be)."""
+    from .._check import generated as G
+
+    if not G.cython_available():
+        return "skipped: Cython is not installed (pip install -e '.[speed]')"
+    writer = G._Writer(cm.machine, cm, None, True)
+    src = writer.module().split("\n\ndef X__fill")[0]  # the transitions and helpers, not the search loops
+    src = re.sub(r"cdef object (t\d+_\w+)\(tuple state\):", r"def \1(tuple state):", src)
+    src += "\n\n" + "\n\n".join(ast.unparse(n) for n in ast.parse(cm.source).body
+                                if isinstance(n, ast.FunctionDef) and n.name.startswith("f")) + "\n"
+    try:
+        built = G._build(src, "live transitions")
+    except G.CompileUnavailable as e:
+        return f"skipped: {e}"
+    assert built is not None
+    mod = built[0]
+    for name, value in writer.namespace.items():
+        setattr(mod, name, value)
+    steps = {(t, pc): g for t, table in enumerate(cm.steps) for pc, g in table.items()}
+    return ({k: getattr(mod, g.first.__name__) for k, g in steps.items()},
+            {k: tuple(getattr(mod, f.__name__) for f in g.ones) for k, g in steps.items()})
+
+
+def _compiled_kernel(items: int, repeats: int) -> dict[str, Any] | str:
+    """K3: the child loop on a copy of the package, its runtime modules compiled by Cython, and uncompiled."""
+    from .._check import generated as G
+
+    if not G.cython_available():
+        return "skipped: Cython is not installed (pip install -e '.[speed]')"
+    import safeprefetch
+    import safeprefetch.models
+
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="safeprefetch-ceiling-") as tmp:
+        for flavour in ("python", "compiled"):
+            root = os.path.join(tmp, flavour)
+            pkg = os.path.join(root, "safeprefetch")
+            shutil.copytree(os.path.dirname(safeprefetch.__file__), pkg,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+            if not os.path.isdir(os.path.join(pkg, "models")):
+                shutil.copytree(safeprefetch.models.__path__[0], os.path.join(pkg, "models"),
+                                ignore=shutil.ignore_patterns("__pycache__"))
+            t0 = time.perf_counter()
+            if flavour == "compiled":
+                try:
+                    _cythonize(os.path.join(pkg, "_runtime"), ("kernel", "entries", "driving"))
+                except G.CompileUnavailable as e:
+                    return f"skipped: {e}"
+            env = {**os.environ, "PYTHONPATH": root}
+            proc = subprocess.run([sys.executable, "-c", _CHILD, str(items), str(repeats)], capture_output=True,
+                                  text=True, env=env, cwd=root, timeout=600)
+            if proc.returncode != 0:
+                return f"skipped: the child failed: {proc.stderr.strip().splitlines()[-1:]}"
+            got = json.loads(proc.stdout.strip().splitlines()[-1])
+            if not got["file"].startswith(root) or (flavour == "compiled") != (not got["file"].endswith(".py")):
+                return f"skipped: the child imported {got['file']}, not the {flavour} copy"
+            out[flavour] = round(got["us"], 3)
+            if flavour == "compiled":
+                out["build_seconds"] = round(time.perf_counter() - t0, 1)
+    return out
+
+
+def _cythonize(directory: str, modules: tuple[str, ...]) -> None:
+    """Compile ``directory/<module>.py`` to extensions beside them, Python's semantics kept (untyped)."""
+    from .._check import generated as G
+
+    cc, include = G._compiler(), sysconfig.get_paths()["include"]
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    for name in modules:
+        py, c = os.path.join(directory, f"{name}.py"), os.path.join(directory, f"{name}.c")
+        G._run([sys.executable, "-m", "cython", "-3", "--directive", "annotation_typing=False,binding=True",
+                "--module-name", f"safeprefetch._runtime.{name}", py, "-o", c], "cython")
+        G._run([*cc, *G._CFLAGS, f"-I{include}", c, "-o", os.path.join(directory, name + suffix)],
+               "the C compiler")
+
+
+def _queues(items: int) -> tuple[float, float]:
+    """queue.Queue put + get and the SimpleQueue floor (items one way, a credit back), one thread, seconds."""
+    q: queue.Queue = queue.Queue(_DEPTH)
+    a, b = queue.SimpleQueue(), queue.SimpleQueue()
+    b.put(None)
+
+    def qq() -> None:
+        for i in range(items):
+            q.put(i)
+            q.get()
+
+    def floor() -> None:
+        for i in range(items):
+            b.get()
+            a.put(i)
+            a.get()
+            b.put(None)
+    return timed_loop(qq), timed_loop(floor)
+
+
+def ceiling_report(quick: bool = False) -> dict[str, Any]:
+    """K0-K3 and the queues, µs per item, medians of interleaved repeats (see the module doc)."""
+    from .._prefetcher.machine import transitions_for
+    from .._runtime.kernel import Runtime
+
+    items, repeats = (2100, 3) if quick else (21000, 7)
+    cm = transitions_for(_DEPTH, 1, True, True, 0, _DEPTH)
+    steps = {(t, pc): g for t, table in enumerate(cm.steps) for pc, g in table.items()}
+    loops: dict[str, Callable[[], Any]] = {
+        "K0": protocol_loop(functools.partial(Runtime, compiled=cm), items, _DEPTH, _RUN),
+        "K1": _direct_loop(cm, items, {k: g.first for k, g in steps.items()}, {k: g.ones for k, g in steps.items()})}
+    compiled = _compiled_transitions(cm)
+    if not isinstance(compiled, str):
+        loops["K2"] = _direct_loop(cm, items, *compiled)
+        if loops["K2"]() != loops["K1"]():  # a measurement of wrong code would be no measurement
+            raise AssertionError("the Cython-compiled transitions reached another state than the generated ones")
+    times: dict[str, list[float]] = {k: [] for k in [*loops, "queue.Queue", "SimpleQueue floor"]}
+    n = items // _RUN * _RUN
+    for loop in loops.values():
+        loop()  # warm-up
+    for _ in range(repeats):  # interleaved
+        for k, loop in loops.items():
+            times[k].append(timed_loop(loop) / n)
+        qq, fl = _queues(items)
+        times["queue.Queue"].append(qq / items)
+        times["SimpleQueue floor"].append(fl / items)
+    us = {k: round(median(v) * 1e6, 3) for k, v in times.items()}
+    result: dict[str, Any] = {"items": n, "depth": _DEPTH, "run": _RUN, "us_per_item": us,
+                              "kernel_share_us": round(us["K0"] - us["K1"], 3)}
+    if isinstance(compiled, str):
+        result["K2"] = compiled
+    else:
+        result["K2_saves_us"] = round(us["K1"] - us["K2"], 3)
+    result["K3"] = "skipped in --quick (it builds three extensions)" if quick else _compiled_kernel(items, repeats)
+    return result
+
+
+def format_ceiling(c: dict[str, Any]) -> str:
+    us = c["us_per_item"]
+    lines = [f"what compiling would buy: the protocol loop, depth {c['depth']}, runs of {c['run']}, us per item",
+             f"  {us['K0']:8.3f}  K0 through the kernel, generated transitions in Python (the Prefetcher's path)",
+             f"  {us['K1']:8.3f}  K1 the same transitions called directly, no kernel "
+             f"(kernel's share {c['kernel_share_us']:.3f})"]
+    if "K2" in us:
+        lines.append(f"  {us['K2']:8.3f}  K2 those transitions compiled by Cython with the model's helpers "
+                     f"(saves {c['K2_saves_us']:.3f})")
+    else:
+        lines.append(f"  {'-':>8}  K2 {c['K2']}")
+    k3 = c["K3"]
+    if isinstance(k3, dict):
+        lines.append(f"  {k3['compiled']:8.3f}  K3 the kernel compiled by Cython as it stands, child process "
+                     f"(the same child uncompiled: {k3['python']:.3f}; built in {k3['build_seconds']} s)")
+    else:
+        lines.append(f"  {'-':>8}  K3 {k3}")
+    lines += [f"  {us['queue.Queue']:8.3f}  queue.Queue put + get", f"  {us['SimpleQueue floor']:8.3f}  "
+              "SimpleQueue floor: a credit taken, an item put and got, the credit given back"]
+    return "\n".join(lines)
