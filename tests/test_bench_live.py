@@ -95,6 +95,7 @@ def test_runs_and_the_usual_prefetch_loop_are_reported(report):
         if f["figure"] == "overlap":
             assert 0 < f["extra"]["ours_capacity_plus_1_percent"] <= 100.5
             assert 0 < f["extra"]["ours_autotune_percent"] <= 100.5
+            assert 0 < f["extra"]["ours_2_workers_percent"] <= 100.5
         if f["figure"] == "protocol_cpu":
             assert f["baselines"]["SimpleQueue floor, both sides"] > 0
 
