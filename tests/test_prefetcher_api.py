@@ -497,6 +497,41 @@ def test_a_take_interrupted_after_it_ended_the_stream_still_reports_how(baseline
             pf.get()
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_takes_left_unrecorded_at_random_points_lose_and_repeat_nothing(baseline, seed):
+    """The model's take applied with no call to record it (as a Ctrl-C between the kernel step and the
+    recording leaves it), at random points: every batch still comes out once, in order; and at every point
+    the consumer's cheap test for such a take (``delivered`` moved) agrees with comparing the runs."""
+    import random
+
+    from safeprefetch.models import _protocol as P
+
+    rng = random.Random(seed)
+    n = 30
+    with Prefetcher([batch(i) for i in range(n)], capacity=4) as pf:
+        core = pf._core
+
+        def compared() -> bool:  # the plain definition: the kernel's run is not the recorded one
+            st = core.rt.state
+            return st[core.i_consumer_pc] == P.RELEASE and core._run_of(st) != core.run
+
+        got, direct = [], 0
+        while True:
+            assert core._run_changed() == compared()
+            if rng.random() < 0.4 and core.rt.pc(core.consumer) == P.TAKE and len(got) < n:
+                # At TAKE every recorded batch was handed out, so a batch is still to come: wait for it
+                # (the take would otherwise park this thread, with no call to wake it from).
+                assert wait_until(lambda: core.ready_now() > 0)
+                core.rt.step(core.consumer, f"take up to {rng.randint(1, 4)}")
+                direct += 1
+                continue
+            try:
+                got.append(int(pf.get(timeout=5)[0, 0]))
+            except StopIteration:
+                break
+        assert got == list(range(n)) and direct > 0
+
+
 # -- use after close ----------------------------------------------------------------
 
 

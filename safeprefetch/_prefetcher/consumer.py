@@ -199,9 +199,14 @@ class ConsumerSide:
         return tuple((k, slots[k][1]) for k in lease)
 
     def _run_changed(self) -> bool:
-        """A take applied by the kernel whose call was interrupted before it recorded the run."""
+        """A take applied by the kernel whose call was interrupted before it recorded the run.
+
+        Only a take changes ``delivered``, and every take raises it, so a
+        ``delivered`` other than the one recorded with the run means another
+        take (the same answer as comparing the runs, without building one).
+        """
         state = self.rt.state
-        return state[self.i_consumer_pc] == P.RELEASE and self._run_of(state) != self.run
+        return state[self.i_consumer_pc] == P.RELEASE and state[self.i_delivered] != self.run_delivered
 
     def _take_run(self, deadline: float | None, single: bool) -> bool:
         """Make ``self.run`` the run the model consumer holds, taking one if needed. False when the stream ended.
@@ -220,7 +225,8 @@ class ConsumerSide:
         if pc == P.RELEASE:
             run = self._run_of(state)
             if run != self.run:
-                self.run, self.run_next = run, 0  # a take whose caller was interrupted: serve it now
+                # A take whose caller was interrupted: serve it now.
+                self.run, self.run_next, self.run_delivered = run, 0, state[self.i_delivered]
                 return True
             give_back = True  # the whole run was handed out; its release was interrupted
         branch = self.runs.branches(single)
@@ -249,7 +255,7 @@ class ConsumerSide:
         if after[self.i_consumer_pc] == DONE:
             self._terminal(after)
             return False
-        self.run, self.run_next = self._run_of(after), 0
+        self.run, self.run_next, self.run_delivered = self._run_of(after), 0, after[self.i_delivered]
         if self.autotuner is not None:
             self.autotuner.after_take(self, state, ready)
         return True

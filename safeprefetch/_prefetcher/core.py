@@ -73,6 +73,7 @@ class Core(FetchSide, ConsumerSide, CloseSide):
         self.gate = Gate()                      # serializes the callers that drive the model consumer
         self.run: tuple[tuple[int, int], ...] = ()  # (slot, position) per batch the model consumer holds
         self.run_next = 0                       # how many of them went into the stash
+        self.run_delivered = -1                 # the model's ``delivered`` right after the take of ``run``
         self.stash: tuple | None = None         # an outcome produced, not yet returned
         self.backlog: tuple = ()                # outcomes returned to the stash by interrupted calls (rare)
         # The Lease handed out last, weakly: a Lease the caller dropped unreleased (a Ctrl-C right
