@@ -103,7 +103,8 @@ def test_runs_and_the_usual_prefetch_loop_are_reported(report):
 @pytest.mark.parametrize("kind", ["queue.Queue", "SimpleQueue floor"])
 @pytest.mark.parametrize("depth", [1, 2, 8])
 def test_the_queue_baselines_deliver_everything_in_order_and_stay_within_their_depth(kind, depth):
-    """The floor is bounded as queue.Queue(depth) is: ``depth`` queued plus the one being produced."""
+    """The floor is bounded as queue.Queue(depth) is: ``depth`` queued (or credited) plus the one the
+    consumer holds between taking it and consuming it."""
     from safeprefetch._harness.live_common import BASELINES
 
     got: list[int] = []

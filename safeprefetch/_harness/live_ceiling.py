@@ -15,9 +15,9 @@ runs of 7, ``live_profile.protocol_loop``), what each would remove:
   engine's module writer, ``_check/generated.py``): what compiling the
   transitions removes;
 * ``K3`` the kernel compiled by Cython as it stands (``_runtime/kernel.py``,
-  ``entries.py``, ``driving.py``, untyped), in a copy of the package, in a
-  child process, against the same child on the same copy uncompiled: what
-  compiling the kernel removes without rewriting it;
+  ``entries.py``, ``driving.py``, untyped), in a copy of the package, in
+  child processes alternated with the same child on an uncompiled copy of
+  the same tree: what compiling the kernel removes without rewriting it;
 * ``queue.Queue`` put + get and the ``SimpleQueue`` floor, one thread.
 
 K2 and K3 need Cython and a C compiler (the ``speed`` extra) and say so
@@ -48,17 +48,18 @@ __all__ = ["ceiling_report", "format_ceiling"]
 
 _DEPTH, _RUN = 8, 7
 
-#: The child of K3: the protocol loop on whatever kernel its PYTHONPATH holds, as JSON.
+#: The child of K3: the protocol loop on whatever kernel its PYTHONPATH holds, as JSON (one timed loop
+#: after a warm-up; the parent alternates the two flavours' children and takes medians).
 _CHILD = """
 import functools, json, sys
 import safeprefetch._runtime.kernel as k
 from safeprefetch._prefetcher.machine import transitions_for
 from safeprefetch._harness.live_profile import protocol_loop, timed_loop
-items, repeats = int(sys.argv[1]), int(sys.argv[2])
-loop = protocol_loop(functools.partial(k.Runtime, compiled=transitions_for(8, 1, True, True, 0, 8)), items, 8, 7)
+items, depth, run = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+loop = protocol_loop(functools.partial(k.Runtime, compiled=transitions_for(depth, 1, True, True, 0, depth)), items,
+                     depth, run)
 loop()
-ts = sorted(timed_loop(loop) for _ in range(repeats))
-print(json.dumps({"file": k.__file__, "us": ts[len(ts) // 2] / (items // 7 * 7) * 1e6}))
+print(json.dumps({"file": k.__file__, "us": timed_loop(loop) / (items // run * run) * 1e6}))
 """
 
 
@@ -108,42 +109,60 @@ def _compiled_transitions(cm: Any) -> tuple[dict, dict] | str:
 
 
 def _compiled_kernel(items: int, repeats: int) -> dict[str, Any] | str:
-    """K3: the child loop on a copy of the package, its runtime modules compiled by Cython, and uncompiled."""
+    """K3: the child loop on two copies of the package, one with its runtime modules compiled by Cython,
+    the children alternated ``repeats`` times; medians (µs per item) and the build's seconds."""
     from .._check import generated as G
 
     if not G.cython_available():
         return "skipped: Cython is not installed (pip install -e '.[speed]')"
+    out: dict[str, Any] = {}
+    times: dict[str, list[float]] = {"python": [], "compiled": []}
+    with tempfile.TemporaryDirectory(prefix="safeprefetch-ceiling-") as tmp:
+        for flavour in times:
+            _copy_package(os.path.join(tmp, flavour))
+        t0 = time.perf_counter()
+        try:
+            _cythonize(os.path.join(tmp, "compiled", "safeprefetch", "_runtime"), ("kernel", "entries", "driving"))
+        except G.CompileUnavailable as e:
+            return f"skipped: {e}"
+        out["build_seconds"] = round(time.perf_counter() - t0, 1)
+        for _ in range(repeats):
+            for flavour, got in times.items():
+                us = _child(os.path.join(tmp, flavour), items, compiled=flavour == "compiled")
+                if isinstance(us, str):
+                    return us
+                got.append(us)
+    for flavour, got in times.items():
+        out[flavour] = round(median(got), 3)
+    return out
+
+
+def _copy_package(root: str) -> None:
+    """The installed package under ``root`` (its ``models`` inside it, as the installed layout has it)."""
     import safeprefetch
     import safeprefetch.models
 
-    out: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="safeprefetch-ceiling-") as tmp:
-        for flavour in ("python", "compiled"):
-            root = os.path.join(tmp, flavour)
-            pkg = os.path.join(root, "safeprefetch")
-            shutil.copytree(os.path.dirname(safeprefetch.__file__), pkg,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.so"))
-            if not os.path.isdir(os.path.join(pkg, "models")):
-                shutil.copytree(safeprefetch.models.__path__[0], os.path.join(pkg, "models"),
-                                ignore=shutil.ignore_patterns("__pycache__"))
-            t0 = time.perf_counter()
-            if flavour == "compiled":
-                try:
-                    _cythonize(os.path.join(pkg, "_runtime"), ("kernel", "entries", "driving"))
-                except G.CompileUnavailable as e:
-                    return f"skipped: {e}"
-            env = {**os.environ, "PYTHONPATH": root}
-            proc = subprocess.run([sys.executable, "-c", _CHILD, str(items), str(repeats)], capture_output=True,
-                                  text=True, env=env, cwd=root, timeout=600)
-            if proc.returncode != 0:
-                return f"skipped: the child failed: {proc.stderr.strip().splitlines()[-1:]}"
-            got = json.loads(proc.stdout.strip().splitlines()[-1])
-            if not got["file"].startswith(root) or (flavour == "compiled") != (not got["file"].endswith(".py")):
-                return f"skipped: the child imported {got['file']}, not the {flavour} copy"
-            out[flavour] = round(got["us"], 3)
-            if flavour == "compiled":
-                out["build_seconds"] = round(time.perf_counter() - t0, 1)
-    return out
+    pkg = os.path.join(root, "safeprefetch")
+    shutil.copytree(os.path.dirname(safeprefetch.__file__), pkg, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    if not os.path.isdir(os.path.join(pkg, "models")):
+        shutil.copytree(safeprefetch.models.__path__[0], os.path.join(pkg, "models"),
+                        ignore=shutil.ignore_patterns("__pycache__"))
+
+
+def _child(root: str, items: int, compiled: bool) -> float | str:
+    """One timed loop in a child on the copy at ``root``: µs per item, or why it could not be measured."""
+    env = {**os.environ, "PYTHONPATH": root}
+    try:
+        proc = subprocess.run([sys.executable, "-c", _CHILD, str(items), str(_DEPTH), str(_RUN)],
+                              capture_output=True, text=True, env=env, cwd=root, timeout=600)
+        got = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
+    except (subprocess.TimeoutExpired, ValueError, IndexError) as e:
+        return f"skipped: the child failed ({type(e).__name__})"
+    if got is None:
+        return f"skipped: the child failed: {proc.stderr.strip().splitlines()[-1:]}"
+    if not got["file"].startswith(root) or compiled == got["file"].endswith(".py"):
+        return f"skipped: the child imported {got['file']}, not the {'compiled' if compiled else 'python'} copy"
+    return float(got["us"])
 
 
 def _cythonize(directory: str, modules: tuple[str, ...]) -> None:
@@ -181,7 +200,7 @@ def _queues(items: int) -> tuple[float, float]:
 
 
 def ceiling_report(quick: bool = False) -> dict[str, Any]:
-    """K0-K3 and the queues, µs per item, medians of interleaved repeats (see the module doc)."""
+    """K0-K3 and the queues, µs per item, medians of interleaved repeats (K3: of alternated children)."""
     from .._prefetcher.machine import transitions_for
     from .._runtime.kernel import Runtime
 
@@ -231,7 +250,8 @@ def format_ceiling(c: dict[str, Any]) -> str:
     k3 = c["K3"]
     if isinstance(k3, dict):
         lines.append(f"  {k3['compiled']:8.3f}  K3 the kernel compiled by Cython as it stands, child process "
-                     f"(the same child uncompiled: {k3['python']:.3f}; built in {k3['build_seconds']} s)")
+                     f"(alternated with the same child uncompiled: {k3['python']:.3f}; built in "
+                     f"{k3['build_seconds']} s)")
     else:
         lines.append(f"  {'-':>8}  K3 {k3}")
     lines += [f"  {us['queue.Queue']:8.3f}  queue.Queue put + get", f"  {us['SimpleQueue floor']:8.3f}  "

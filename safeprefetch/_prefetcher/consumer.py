@@ -204,6 +204,9 @@ class ConsumerSide:
         Only a take changes ``delivered``, and every take raises it, so a
         ``delivered`` other than the one recorded with the run means another
         take (the same answer as comparing the runs, without building one).
+        Defensive: both release paths wait until the whole run was handed
+        out, so as the code stands no run is replaced while part of it is
+        unserved; this keeps the check free should that change.
         """
         state = self.rt.state
         return state[self.i_consumer_pc] == P.RELEASE and state[self.i_delivered] != self.run_delivered
