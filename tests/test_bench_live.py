@@ -144,7 +144,7 @@ def test_the_profile_names_each_line_for_both_runtimes_and_adds_up():
     ceiling = json.loads(p.stdout)["ceiling"]
     us = ceiling["us_per_item"]
     assert us["K0"] > us["K1"] > 0 and ceiling["kernel_share_us"] == round(us["K0"] - us["K1"], 3)
-    assert us["queue.Queue"] > 0 and us["SimpleQueue floor"] > 0
+    assert us["queue.Queue put + get"] > 0 and us["SimpleQueue floor"] > 0
     assert ceiling["K3"].startswith("skipped in --quick")
     from _cython import cython_here
 

@@ -245,7 +245,8 @@ class _Writer:
         self.namespace[name] = value
         return name
 
-    def module(self) -> str:
+    def module(self, python_callable: bool = False) -> str:
+        """Helpers, transitions, search loops (``python_callable``: plain ``def`` transitions and firsts, no loops)."""
         tree = ast.parse(self.cm.source)
         transitions = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("t")]
         defined = {n.name for n in transitions}
@@ -278,20 +279,21 @@ class _Writer:
                 if isinstance(node, ast.Name) and node.id in shadowing:
                     node.id = shadowing[node.id]
         parts = [ast.unparse(fn) for fn in transitions]
-        if self.typed:
+        parts += [ast.unparse(n) for n in tree.body if python_callable and isinstance(n, ast.FunctionDef) and n.name[0] == "f"]
+        if self.typed and not python_callable:
             # The generator's own reads of the state (``state[K]``, K a constant below the state's length,
             # which X__fill and X__expand_state check once per state) need no bounds check; the model's
             # code keeps Python's indexing (see the header).
             parts = [_GET_ITEM.sub(r"(<object>PyTuple_GET_ITEM(state, \1))",
                                    p.replace(f"def {fn.name}(state):", f"cdef object {fn.name}(tuple state):", 1))
                      for p, fn in zip(parts, transitions)]
-        loops = [self._fill(), self._expand_state(), self._chunk()]  # they bind what they call: declared after
+        loops = [] if python_callable else [self._fill(), self._expand_state(), self._chunk()]  # bind: after
         head = []
         if self.typed:
             # No boundscheck/wraparound shortcuts: the model's own code may index with -1 or out of range, and
             # must then do what Python does (wrap, or raise IndexError for the plain expander to report).
             head.append("# cython: language_level=3, binding=False, annotation_typing=False")
-            head.append("from cpython.tuple cimport PyTuple_GET_ITEM")
+            head += [] if python_callable else ["from cpython.tuple cimport PyTuple_GET_ITEM"]
             head += [f"{name} = None" for name in sorted(self.namespace)]
         return "\n\n".join(["\n".join(head)] + [h for _n, h in sorted(helpers.items())] + parts + loops) + "\n"
 

@@ -27,12 +27,9 @@ otherwise; K3 builds three extensions (about 15 s) and is left out of
 
 from __future__ import annotations
 
-import ast
 import functools
 import json
 import os
-import queue
-import re
 import shutil
 import subprocess
 import sys
@@ -41,7 +38,7 @@ import tempfile
 import time
 from typing import Any, Callable
 
-from .live_common import median
+from .live_common import median, one_thread_queue_loops
 from .live_profile import protocol_loop, timed_loop
 
 __all__ = ["ceiling_report", "format_ceiling"]
@@ -91,10 +88,7 @@ def _compiled_transitions(cm: Any) -> tuple[dict, dict] | str:
     if not G.cython_available():
         return "skipped: Cython is not installed (pip install -e '.[speed]')"
     writer = G._Writer(cm.machine, cm, None, True)
-    src = writer.module().split("\n\ndef X__fill")[0]  # the transitions and helpers, not the search loops
-    src = re.sub(r"cdef object (t\d+_\w+)\(tuple state\):", r"def \1(tuple state):", src)
-    src += "\n\n" + "\n\n".join(ast.unparse(n) for n in ast.parse(cm.source).body
-                                if isinstance(n, ast.FunctionDef) and n.name.startswith("f")) + "\n"
+    src = writer.module(python_callable=True)
     try:
         built = G._build(src, "live transitions")
     except G.CompileUnavailable as e:
@@ -179,26 +173,6 @@ def _cythonize(directory: str, modules: tuple[str, ...]) -> None:
                "the C compiler")
 
 
-def _queues(items: int) -> tuple[float, float]:
-    """queue.Queue put + get and the SimpleQueue floor (items one way, a credit back), one thread, seconds."""
-    q: queue.Queue = queue.Queue(_DEPTH)
-    a, b = queue.SimpleQueue(), queue.SimpleQueue()
-    b.put(None)
-
-    def qq() -> None:
-        for i in range(items):
-            q.put(i)
-            q.get()
-
-    def floor() -> None:
-        for i in range(items):
-            b.get()
-            a.put(i)
-            a.get()
-            b.put(None)
-    return timed_loop(qq), timed_loop(floor)
-
-
 def ceiling_report(quick: bool = False) -> dict[str, Any]:
     """K0-K3 and the queues, µs per item, medians of interleaved repeats (K3: of alternated children)."""
     from .._prefetcher.machine import transitions_for
@@ -215,16 +189,16 @@ def ceiling_report(quick: bool = False) -> dict[str, Any]:
         loops["K2"] = _direct_loop(cm, items, *compiled)
         if loops["K2"]() != loops["K1"]():  # a measurement of wrong code would be no measurement
             raise AssertionError("the Cython-compiled transitions reached another state than the generated ones")
-    times: dict[str, list[float]] = {k: [] for k in [*loops, "queue.Queue", "SimpleQueue floor"]}
+    queues = one_thread_queue_loops(items, _DEPTH)
+    times: dict[str, list[float]] = {k: [] for k in [*loops, *queues]}
     n = items // _RUN * _RUN
     for loop in loops.values():
         loop()  # warm-up
     for _ in range(repeats):  # interleaved
         for k, loop in loops.items():
             times[k].append(timed_loop(loop) / n)
-        qq, fl = _queues(items)
-        times["queue.Queue"].append(qq / items)
-        times["SimpleQueue floor"].append(fl / items)
+        for k, loop in queues.items():
+            times[k].append(timed_loop(loop) / items)
     us = {k: round(median(v) * 1e6, 3) for k, v in times.items()}
     result: dict[str, Any] = {"items": n, "depth": _DEPTH, "run": _RUN, "us_per_item": us,
                               "kernel_share_us": round(us["K0"] - us["K1"], 3)}
@@ -254,6 +228,6 @@ def format_ceiling(c: dict[str, Any]) -> str:
                      f"{k3['build_seconds']} s)")
     else:
         lines.append(f"  {'-':>8}  K3 {k3}")
-    lines += [f"  {us['queue.Queue']:8.3f}  queue.Queue put + get", f"  {us['SimpleQueue floor']:8.3f}  "
+    lines += [f"  {us['queue.Queue put + get']:8.3f}  queue.Queue put + get", f"  {us['SimpleQueue floor']:8.3f}  "
               "SimpleQueue floor: a credit taken, an item put and got, the credit given back"]
     return "\n".join(lines)

@@ -43,7 +43,7 @@ from typing import Any, Callable
 import numpy as np
 
 __all__ = ["BASELINES", "TORCHDATA_SKIP", "Background", "Figure", "Sleepy", "Trivial", "background_run", "median",
-           "queue_run", "simplequeue_run", "torchdata_available", "torchdata_run"]
+           "one_thread_queue_loops", "queue_run", "simplequeue_run", "torchdata_available", "torchdata_run"]
 
 TORCHDATA_SKIP = "skipped: torchdata not installed"
 
@@ -130,6 +130,31 @@ def simplequeue_run(produce: Callable[[int], Any], n: int, depth: int, consume: 
         give(None)
         consume(item)
     th.join()
+
+
+def one_thread_queue_loops(items: int, depth: int) -> dict[str, Callable[[], None]]:
+    """The queues' own cost with no thread handoff: ``items`` times, in one thread, queue.Queue(depth)'s
+    put + get, and the SimpleQueue floor's credit taken, item put and got, credit given back."""
+    q: queue.Queue = queue.Queue(depth)
+    forward: queue.SimpleQueue = queue.SimpleQueue()
+    back: queue.SimpleQueue = queue.SimpleQueue()
+    back.put(None)
+
+    def queue_put_get() -> None:
+        put, get = q.put, q.get
+        for i in range(items):
+            put(i)
+            get()
+
+    def floor() -> None:
+        put, get, give, take = forward.put, forward.get, back.put, back.get
+        for i in range(items):
+            take()
+            put(i)
+            get()
+            give(None)
+
+    return {"queue.Queue put + get": queue_put_get, "SimpleQueue floor": floor}
 
 
 class Background:

@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import functools
 import gc
-import queue
 import time
 from typing import Any, Callable
 
 import numpy as np
 
 from .._prefetcher.api import Prefetcher
-from .live_common import BASELINES, TORCHDATA_SKIP, Figure, Trivial, median, torchdata_available, torchdata_run
+from .live_common import (BASELINES, TORCHDATA_SKIP, Figure, Trivial, median, one_thread_queue_loops, torchdata_available,
+                          torchdata_run)
 
 __all__ = ["bench_handoff", "bench_protocol_cpu"]
 
@@ -136,42 +136,22 @@ def bench_protocol_cpu(items: int, repeats: int, depth: int = 8) -> Figure:
     loops = {(rt, run): protocol_loop(factory, items, depth, run)
              for rt, factory in (("generated", generated), ("plain", Runtime)) for run in (1, depth - 1)}
 
-    def base() -> float:
-        q: queue.Queue = queue.Queue(depth)
-        put, get = q.put, q.get
-        t0 = time.perf_counter()
-        for i in range(items):
-            put(i)
-            get()
-        return time.perf_counter() - t0
-
-    def floor() -> float:  # the SimpleQueue floor's two C calls per side, items one way and credits back
-        items_q: queue.SimpleQueue = queue.SimpleQueue()
-        credits: queue.SimpleQueue = queue.SimpleQueue()
-        credits.put(None)
-        put, get, give, take = items_q.put, items_q.get, credits.put, credits.get
-        t0 = time.perf_counter()
-        for i in range(items):
-            take()
-            put(i)
-            get()
-            give(None)
-        return time.perf_counter() - t0
+    queues = one_thread_queue_loops(items, depth)
 
     times: dict[Any, list[float]] = {k: [] for k in loops}
-    b, fl = [], []
+    queued: dict[str, list[float]] = {k: [] for k in queues}
     for _ in range(repeats):  # interleaved
         for k, loop in loops.items():
             times[k].append(timed_loop(loop))
-        b.append(base())
-        fl.append(floor())
+        for k, loop in queues.items():
+            queued[k].append(timed_loop(loop))
     us = {k: median(v) / (items // k[1] * k[1]) * 1e6 for k, v in times.items()}
-    ub = median(b) / items * 1e6
+    ub = median(queued["queue.Queue put + get"]) / items * 1e6
     r = depth - 1
     return Figure("protocol_cpu", {"items": items, "depth": depth, "threads": 1}, "us/item",
                   round(us["generated", 1], 3), "queue.Queue put + get",
                   {"queue.Queue put + get": round(ub, 3),
-                   "SimpleQueue floor, both sides": round(median(fl) / items * 1e6, 3)},
+                   "SimpleQueue floor, both sides": round(median(queued["SimpleQueue floor"]) / items * 1e6, 3)},
                   round(us["generated", 1] / ub, 3), "", None,
                   {"model_steps_per_item": 4, "critical_sections_per_item": 3,
                    "runs": {"run": r, "us_per_item": round(us["generated", r], 3),
