@@ -15,8 +15,8 @@ import pytest
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(180)]
 
-FIGURES = {"handoff", "protocol_cpu", "overlap", "copy_bandwidth", "memory", "steady_state_allocations", "file_io",
-           "autotune"}
+FIGURES = {"handoff", "protocol_cpu", "overlap", "call_after_idle", "copy_bandwidth", "memory",
+           "steady_state_allocations", "file_io", "autotune"}
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +98,12 @@ def test_runs_and_the_usual_prefetch_loop_are_reported(report):
             assert 0 < f["extra"]["ours_2_workers_percent"] <= 100.5
         if f["figure"] == "protocol_cpu":
             assert f["baselines"]["SimpleQueue floor, both sides"] > 0
+        if f["figure"] == "call_after_idle":
+            e = f["extra"]
+            assert f["baselines"]["SimpleQueue floor"] > 0 and e["python_after_idle_slowdown"] > 0
+            # A call at capacity 2 with a slow caller: a take and a release, the first calls single takes too.
+            assert 1.0 <= e["ours_kernel_steps_per_call"] <= 2.0
+            assert 0 < e["ours_kernel_us"] < e["ours_with_kernel_timed_us"]
 
 
 @pytest.mark.parametrize("kind", ["queue.Queue", "SimpleQueue floor"])
@@ -117,6 +123,20 @@ def test_the_queue_baselines_deliver_everything_in_order_and_stay_within_their_d
     BASELINES[kind](produce, 500, depth, got.append)
     assert got == list(range(500))
     assert max(ahead) <= depth + 1
+
+
+@pytest.mark.parametrize("kind", ["ours", "queue.Queue", "SimpleQueue floor"])
+def test_the_call_after_idle_figure_times_every_call_but_the_first(kind):
+    from safeprefetch._harness import live_idle
+
+    n = 12
+    if kind == "ours":
+        gaps, kernel, per_call = live_idle._ours(n, 0.0002, split=True)
+        assert len(kernel) == n - 1 and all(0 < k < g for k, g in zip(kernel, gaps))
+        assert 1.0 <= per_call <= 2.0
+    else:
+        gaps = live_idle._queue(kind, n, 0.0002)
+    assert len(gaps) == n - 1 and all(g > 0 for g in gaps)
 
 
 def test_both_runtimes_are_measured_side_by_side(report):

@@ -53,6 +53,13 @@ The figures
   ``fetch_into`` source, the growth of the traced peak and of
   ``sys.getallocatedblocks()`` per batch: zero batch-sized allocations means
   the peak does not grow by a batch, and nothing accumulates.
+* ``call_after_idle`` -- the overlap loop's critical path: how long a
+  consumer call takes right after 1 and 5 ms of GIL-free consumer work
+  (a sleep, which idles the vCPU), every batch buffered, against
+  ``queue.Queue``'s and the SimpleQueue floor's ``get``, with the kernel's
+  share of it and how much slower plain Python runs after the same idle.
+  No target: it is what the overlap figure loses per item at short work
+  times.
 * ``file_io`` -- real reads of generated ``.npy`` shards, evicted from the
   page cache first (``posix_fadvise(DONTNEED)``) where the OS allows, with a
   GIL-free consumer step as long as a read: ``np.load`` in the loop against
@@ -69,7 +76,7 @@ would remove from it, measured (``live_ceiling.py``).
 
 The code, by figure family: ``live_common.py`` (the Figure record, the
 baselines, the sources), ``live_handoff.py`` (handoff, protocol_cpu),
-``live_overlap.py`` (overlap, autotune), ``live_copy.py`` (copy_bandwidth),
+``live_overlap.py`` (overlap, autotune), ``live_idle.py`` (call_after_idle), ``live_copy.py`` (copy_bandwidth),
 ``live_memory.py`` (memory, steady-state allocations), ``live_file_io.py``
 (file_io). This module runs them all, with its settings, and reports.
 """
@@ -92,6 +99,7 @@ from .live_common import TORCHDATA_SKIP, Figure, torchdata_available
 from .live_copy import bench_copy
 from .live_file_io import bench_file_io
 from .live_handoff import bench_handoff, bench_protocol_cpu
+from .live_idle import bench_call_after_idle
 from .live_memory import bench_memory
 from .live_overlap import bench_autotune, bench_overlap
 
@@ -136,15 +144,18 @@ class Settings:
     io_repeats: int
     autotune_items: int
     autotune_repeats: int
+    idle_items: int
+    idle_repeats: int
+    idle_ms: tuple[float, ...]
 
     @classmethod
     def full(cls) -> "Settings":
         return cls(3000, 7, 100, 3, ((1, 1), (5, 5), (10, 10), (2, 8), (8, 2)), (1.0, 16.0, 64.0), 60, 3,
-                   64, 4.0, 48, 4.0, 3, 400, 3)
+                   64, 4.0, 48, 4.0, 3, 400, 3, 200, 3, (1.0, 5.0))
 
     @classmethod
     def quick(cls) -> "Settings":
-        return cls(600, 3, 30, 1, ((1, 1), (5, 5)), (1.0, 8.0), 20, 2, 24, 1.0, 12, 1.0, 1, 120, 1)
+        return cls(600, 3, 30, 1, ((1, 1), (5, 5)), (1.0, 8.0), 20, 2, 24, 1.0, 12, 1.0, 1, 120, 1, 30, 1, (1.0,))
 
 
 def bench_live(quick: bool = False, progress: Callable[[str], None] | None = None,
@@ -167,6 +178,7 @@ def _bench_live(quick: bool, progress: Callable[[str], None] | None,
     figs.append(bench_protocol_cpu(5 * s.handoff_items, s.handoff_repeats))
     say("bench live: overlap")
     figs += bench_overlap(s.overlap_items, s.overlap_repeats, list(s.overlap_pairs))
+    figs += bench_call_after_idle(s.idle_items, s.idle_repeats, s.idle_ms)
     say("bench live: copy bandwidth")
     figs += bench_copy(list(s.copy_sizes_mib), s.copy_batches, s.copy_repeats)
     say("bench live: memory")
@@ -197,6 +209,8 @@ def _describe(f: dict) -> str:
         return f"file I/O, {p['loop']}"
     if f["figure"] == "protocol_cpu":
         return "protocol CPU, one thread"
+    if f["figure"] == "call_after_idle":
+        return f"consumer call after {p['idle_ms']:g} ms idle"
     return f["figure"]
 
 
@@ -228,6 +242,12 @@ def format_report(result: dict[str, Any]) -> str:
             lines.append(f"{'':38} fixed cost us/batch: ours {e['overhead_us_per_batch']}, queue.Queue "
                          f"{e['queue_overhead_us_per_batch']}, SimpleQueue floor {e['floor_overhead_us_per_batch']}; "
                          f"Python after the copy runs {e['python_after_copy_slowdown']}x slower")
+        if f["figure"] == "call_after_idle":
+            e = f["extra"]
+            lines.append(f"{'':38} SimpleQueue floor {f['baselines']['SimpleQueue floor']} us; ours: kernel "
+                         f"{e['ours_kernel_us']} of {e['ours_with_kernel_timed_us']} us timed, "
+                         f"{e['ours_kernel_steps_per_call']} steps per call; Python after the idle runs "
+                         f"{e['python_after_idle_slowdown']}x slower")
         if f["figure"] == "autotune":
             e = f["extra"]
             lines.append(f"{'':38} final capacity {e['final_capacity']}; trajectory {e['trajectory']}")

@@ -43,7 +43,7 @@ from typing import Any, Callable
 import numpy as np
 
 __all__ = ["BASELINES", "TORCHDATA_SKIP", "Background", "Figure", "Sleepy", "Trivial", "background_run", "median",
-           "one_thread_queue_loops", "queue_run", "simplequeue_run", "torchdata_available", "torchdata_run"]
+           "one_thread_queue_loops", "python_slowdown_after", "queue_run", "simplequeue_run", "torchdata_available", "torchdata_run"]
 
 TORCHDATA_SKIP = "skipped: torchdata not installed"
 
@@ -76,6 +76,36 @@ class Figure:
 
 def median(xs: list[float]) -> float:
     return float(statistics.median(xs)) if xs else float("nan")
+
+
+def python_slowdown_after(before: Callable[[int], Any], rounds: int) -> float:
+    """How much slower a fixed bit of Python runs right after ``before(i)`` than with nothing before it.
+
+    ``before`` is what a prefetcher's per-batch Python follows in a loop (a
+    large copy, which evicts the interpreter's working set from the caches;
+    the consumer's GIL-free work, which idles the vCPU). Median of
+    ``rounds`` timings each way, one thread, no prefetcher involved.
+    """
+    def work() -> int:
+        d: dict[int, int] = {}
+        s = 0
+        for i in range(40):
+            d[i] = i
+            s += d[i]
+        return s
+
+    def timed(first: bool) -> float:
+        ts = []
+        for i in range(rounds):
+            if first:
+                before(i)
+            t0 = time.perf_counter()
+            work()
+            ts.append(time.perf_counter() - t0)
+        return median(ts)
+
+    timed(True)
+    return timed(True) / timed(False)
 
 
 # --------------------------------------------------------------------------

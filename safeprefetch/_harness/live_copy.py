@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 from .._prefetcher.api import Prefetcher
-from .live_common import Figure, Trivial, median, queue_run, simplequeue_run
+from .live_common import Figure, Trivial, median, python_slowdown_after, queue_run, simplequeue_run
 
 __all__ = ["bench_copy"]
 
@@ -34,37 +34,6 @@ class _TouchFirst(Trivial):
     def fetch_into(self, i: int, out: np.ndarray) -> None:
         if i < self.capacity:
             out.fill(1.0)
-
-
-def _python_after_copy(out: np.ndarray, pool: np.ndarray, rounds: int = 400) -> float:
-    """How much slower a fixed bit of Python runs right after a copy of this size than without it.
-
-    The copy streams its source and destination through the caches and
-    evicts the interpreter's working set (code, frames, dicts); whatever
-    Python a prefetcher runs per batch -- its steps, its glue, a queue's put
-    and get -- then runs on cold caches. Median of ``rounds`` timings each
-    way, one thread, no prefetcher involved.
-    """
-    def work() -> int:
-        d: dict[int, int] = {}
-        s = 0
-        for i in range(40):
-            d[i] = i
-            s += d[i]
-        return s
-
-    def timed(copy: bool) -> float:
-        ts = []
-        for i in range(rounds):
-            if copy:
-                np.copyto(out, pool[i % len(pool)])
-            t0 = time.perf_counter()
-            work()
-            ts.append(time.perf_counter() - t0)
-        return median(ts)
-
-    timed(True)
-    return timed(True) / timed(False)
 
 
 def bench_copy(sizes_mib: list[float], batches: int, repeats: int, capacity: int = 2) -> list[Figure]:
@@ -128,7 +97,9 @@ def bench_copy(sizes_mib: list[float], batches: int, repeats: int, capacity: int
                 np.copyto(out, big[i])
             spread.append(time.perf_counter() - t0)
             del big
-        slowdown = _python_after_copy(out, pool)
+        # The copy streams its source and destination through the caches and evicts the interpreter's
+        # working set: whatever Python a prefetcher runs per batch then runs on cold caches.
+        slowdown = python_slowdown_after(lambda i, src=pool: np.copyto(out, src[i % len(src)]), 400)
         del pool
         t_ours, t_base, t_queue, t_floor = median(ours), median(base), median(queued), median(floor)
         t_buf, t_spread = median(buffered), median(spread)

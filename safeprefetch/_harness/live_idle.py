@@ -1,0 +1,133 @@
+"""The ``call_after_idle`` figure: what a consumer call costs right after the consumer's own work.
+
+In the ``overlap`` figure the consumer's work is GIL-free (``time.sleep``),
+and everything the consumer does between two pieces of work is lost
+throughput: its call for the next batch. That call runs right after the
+thread was idle, and on a virtual machine an idle vCPU halts: the Python
+that runs when it wakes finds its caches cold (measured here, per run, as
+``python_after_idle_slowdown``: a fixed bit of Python after a sleep of the
+same length, against the same Python with no sleep). The handoff figures
+never show this, because their consumer never idles.
+
+So this figure measures the overlap loop's critical path directly. Trivial
+items, capacity 2 (the overlap figure's), every batch buffered before it is
+asked for (the source costs nothing, so the worker is always ahead): the
+time from the end of one piece of consumer work to the start of the next,
+for the Prefetcher (``copy_prefetched``), ``queue.Queue`` and the
+SimpleQueue floor (their ``get``), median over items. For the Prefetcher it
+also says how much of that is the kernel's steps (``rt.step`` timed from
+outside, in a separate run: the wrapper adds its own cost to both parts)
+and how many kernel steps a call takes. No target: it is the measured cause
+of the overlap figure's misses at short work times.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from .._prefetcher.api import Prefetcher
+from .live_common import Figure, Trivial, median, python_slowdown_after, queue_run, simplequeue_run
+
+__all__ = ["bench_call_after_idle"]
+
+#: The overlap figure's capacity.
+_CAPACITY = 2
+
+
+def _ours(n: int, idle: float, split: bool) -> tuple[list[float], list[float], float]:
+    """Per-call critical path (seconds), and with ``split`` the kernel's part of each call, and steps per call."""
+    src = Trivial(n)
+    out = np.empty_like(src.item)
+    gaps: list[float] = []
+    kernel: list[float] = []
+    clock = time.perf_counter
+    with Prefetcher(src, capacity=_CAPACITY, shape=src.item.shape, dtype=src.item.dtype) as pf:
+        rt = pf._core.rt
+        consumer = pf._core.consumer
+        inside = [0.0]
+        count = [0]
+        if split:
+            step = rt.step
+
+            def timed(t: int, *a: Any, **k: Any) -> str:
+                t0 = clock()
+                try:
+                    return step(t, *a, **k)
+                finally:
+                    if t == consumer:
+                        inside[0] += clock() - t0
+                        count[0] += 1
+
+            rt.step = timed  # an instance attribute: this runtime only
+        copy = pf.copy_prefetched
+        back = None
+        steps = 0
+        while True:
+            inside[0] = 0.0
+            count[0] = 0
+            ok = copy(out)
+            if not ok:
+                break
+            if back is not None:  # the first call waits for the first batch: not a call after idle
+                gaps.append(clock() - back)
+                kernel.append(inside[0])
+                steps += count[0]
+            time.sleep(idle)
+            back = clock()
+        if split:
+            del rt.step
+    return gaps, kernel, steps / max(len(gaps), 1)
+
+
+def _queue(kind: str, n: int, idle: float) -> list[float]:
+    src = Trivial(n)
+    gaps: list[float] = []
+    back: list[float | None] = [None]
+    clock = time.perf_counter
+    runner: Callable = queue_run if kind == "queue.Queue" else simplequeue_run
+
+    def consume(item: Any) -> None:
+        t = clock()
+        if back[0] is not None:
+            gaps.append(t - back[0])
+        time.sleep(idle)
+        back[0] = clock()
+
+    runner(src.__getitem__, n, _CAPACITY, consume)
+    return gaps
+
+
+def bench_call_after_idle(n: int, repeats: int, idles_ms: tuple[float, ...]) -> list[Figure]:
+    figs = []
+    _ours(min(n, 20), 0.0005, split=False)  # warm-up: the capacity-2 machine is compiled once
+    for idle_ms in idles_ms:
+        idle = idle_ms / 1000
+        per: dict[str, list[float]] = {"ours": [], "queue.Queue": [], "SimpleQueue floor": []}
+        kernel_us: list[float] = []
+        split_total_us: list[float] = []
+        steps: list[float] = []
+        for _ in range(repeats):
+            gaps, _k, _s = _ours(n, idle, split=False)
+            per["ours"].append(median(gaps))
+            per["queue.Queue"].append(median(_queue("queue.Queue", n, idle)))
+            per["SimpleQueue floor"].append(median(_queue("SimpleQueue floor", n, idle)))
+            gaps, kern, per_call = _ours(n, idle, split=True)
+            split_total_us.append(1e6 * median(gaps))
+            kernel_us.append(1e6 * median(kern))
+            steps.append(per_call)
+        med = {k: 1e6 * median(v) for k, v in per.items()}
+        figs.append(Figure(
+            "call_after_idle", {"idle_ms": idle_ms, "capacity": _CAPACITY, "items": n}, "us per call",
+            round(med["ours"], 2), "queue.Queue",
+            {"queue.Queue": round(med["queue.Queue"], 2), "SimpleQueue floor": round(med["SimpleQueue floor"], 2)},
+            round(med["ours"] / med["queue.Queue"], 3), "", None,
+            {"repeats_us": {k: [round(1e6 * x, 2) for x in v] for k, v in per.items()},
+             "ours_kernel_us": round(median(kernel_us), 2),
+             "ours_with_kernel_timed_us": round(median(split_total_us), 2),
+             "ours_kernel_steps_per_call": round(median(steps), 2),
+             "python_after_idle_slowdown": round(python_slowdown_after(lambda _i: time.sleep(idle),
+                                                                        200 if n >= 100 else 40), 2)}))
+    return figs
