@@ -53,13 +53,12 @@ The figures
   ``fetch_into`` source, the growth of the traced peak and of
   ``sys.getallocatedblocks()`` per batch: zero batch-sized allocations means
   the peak does not grow by a batch, and nothing accumulates.
-* ``call_after_idle`` -- the overlap loop's critical path: how long a
-  consumer call takes right after 1 and 5 ms of GIL-free consumer work
-  (a sleep, which idles the vCPU), every batch buffered, against
-  ``queue.Queue``'s and the SimpleQueue floor's ``get``, with the kernel's
-  share of it and how much slower plain Python runs after the same idle.
-  No target: it is what the overlap figure loses per item at short work
-  times.
+* ``call_after_idle`` -- how long a consumer call takes right after 1 and
+  5 ms of GIL-free consumer work (a sleep, which idles the vCPU), every
+  batch buffered, against ``queue.Queue``'s and the SimpleQueue floor's
+  ``get``, with the kernel's share of it and how much slower plain Python
+  runs after the same idle. No target: measured beside the overlap figure,
+  whose loss per item at short work times it matches in size.
 * ``file_io`` -- real reads of generated ``.npy`` shards, evicted from the
   page cache first (``posix_fadvise(DONTNEED)``) where the OS allows, with a
   GIL-free consumer step as long as a read: ``np.load`` in the loop against
@@ -178,6 +177,7 @@ def _bench_live(quick: bool, progress: Callable[[str], None] | None,
     figs.append(bench_protocol_cpu(5 * s.handoff_items, s.handoff_repeats))
     say("bench live: overlap")
     figs += bench_overlap(s.overlap_items, s.overlap_repeats, list(s.overlap_pairs))
+    say("bench live: call after idle")
     figs += bench_call_after_idle(s.idle_items, s.idle_repeats, s.idle_ms)
     say("bench live: copy bandwidth")
     figs += bench_copy(list(s.copy_sizes_mib), s.copy_batches, s.copy_repeats)
@@ -246,7 +246,7 @@ def format_report(result: dict[str, Any]) -> str:
             e = f["extra"]
             lines.append(f"{'':38} SimpleQueue floor {f['baselines']['SimpleQueue floor']} us; ours: kernel "
                          f"{e['ours_kernel_us']} of {e['ours_with_kernel_timed_us']} us timed, "
-                         f"{e['ours_kernel_steps_per_call']} steps per call; Python after the idle runs "
+                         f"{e['ours_kernel_calls_per_call']} kernel calls per call; Python after the idle runs "
                          f"{e['python_after_idle_slowdown']}x slower")
         if f["figure"] == "autotune":
             e = f["extra"]

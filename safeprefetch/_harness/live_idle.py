@@ -3,22 +3,25 @@
 In the ``overlap`` figure the consumer's work is GIL-free (``time.sleep``),
 and everything the consumer does between two pieces of work is lost
 throughput: its call for the next batch. That call runs right after the
-thread was idle, and on a virtual machine an idle vCPU halts: the Python
-that runs when it wakes finds its caches cold (measured here, per run, as
+thread was idle, and on this project's virtual machines Python runs
+slower right after an idle (measured here, per run, as
 ``python_after_idle_slowdown``: a fixed bit of Python after a sleep of the
-same length, against the same Python with no sleep). The handoff figures
-never show this, because their consumer never idles.
+same length, against the same Python with no sleep; consistent with a
+halted vCPU, cold caches or a lower clock, which were not told apart). The
+handoff figures never show it, because their consumer never idles.
 
-So this figure measures the overlap loop's critical path directly. Trivial
-items, capacity 2 (the overlap figure's), every batch buffered before it is
-asked for (the source costs nothing, so the worker is always ahead): the
-time from the end of one piece of consumer work to the start of the next,
-for the Prefetcher (``copy_prefetched``), ``queue.Queue`` and the
-SimpleQueue floor (their ``get``), median over items. For the Prefetcher it
-also says how much of that is the kernel's steps (``rt.step`` timed from
-outside, in a separate run: the wrapper adds its own cost to both parts)
-and how many kernel steps a call takes. No target: it is the measured cause
-of the overlap figure's misses at short work times.
+So this figure times such a call, in a simpler setup than the overlap
+loop's: trivial items, capacity 2 (the overlap figure's), every batch
+buffered before it is asked for (the source costs nothing, so the worker is
+ahead; nothing checks that a take never waits): the time from the end of
+one piece of consumer work to the start of the next, for the Prefetcher
+(``copy_prefetched``), ``queue.Queue`` and the SimpleQueue floor (their
+``get``), median over a run's calls after the first, then over runs. For
+the Prefetcher it also says how much of that is the kernel (``rt.step``
+timed from outside, in a separate run: the wrapper adds its own cost to
+both parts) and how many kernel calls (``rt.step``) a call makes. No
+target: it is measured beside the overlap figure, whose loss per item at
+short work times it matches in size (docs/performance.md section 8).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ _CAPACITY = 2
 
 
 def _ours(n: int, idle: float, split: bool) -> tuple[list[float], list[float], float]:
-    """Per-call critical path (seconds), and with ``split`` the kernel's part of each call, and steps per call."""
+    """Each call's time after the idle (seconds); with ``split``, the kernel's part of each, and kernel calls per call."""
     src = Trivial(n)
     out = np.empty_like(src.item)
     gaps: list[float] = []
@@ -87,7 +90,10 @@ def _queue(kind: str, n: int, idle: float) -> list[float]:
     gaps: list[float] = []
     back: list[float | None] = [None]
     clock = time.perf_counter
-    runner: Callable = queue_run if kind == "queue.Queue" else simplequeue_run
+    runners: dict[str, Callable] = {"queue.Queue": queue_run, "SimpleQueue floor": simplequeue_run}
+    if kind not in runners:
+        raise ValueError(f"unknown baseline {kind!r} (known: {', '.join(runners)})")
+    runner = runners[kind]
 
     def consume(item: Any) -> None:
         t = clock()
@@ -127,7 +133,7 @@ def bench_call_after_idle(n: int, repeats: int, idles_ms: tuple[float, ...]) -> 
             {"repeats_us": {k: [round(1e6 * x, 2) for x in v] for k, v in per.items()},
              "ours_kernel_us": round(median(kernel_us), 2),
              "ours_with_kernel_timed_us": round(median(split_total_us), 2),
-             "ours_kernel_steps_per_call": round(median(steps), 2),
+             "ours_kernel_calls_per_call": round(median(steps), 2),
              "python_after_idle_slowdown": round(python_slowdown_after(lambda _i: time.sleep(idle),
                                                                         200 if n >= 100 else 40), 2)}))
     return figs
