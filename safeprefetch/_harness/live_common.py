@@ -43,7 +43,8 @@ from typing import Any, Callable
 import numpy as np
 
 __all__ = ["BASELINES", "TORCHDATA_SKIP", "Background", "Figure", "Sleepy", "Trivial", "background_run", "median",
-           "one_thread_queue_loops", "python_slowdown_after", "queue_run", "simplequeue_run", "torchdata_available", "torchdata_run"]
+           "one_thread_queue_loops", "python_slowdown_after", "queue_run", "simplequeue_run", "torchdata_available",
+           "torchdata_run"]
 
 TORCHDATA_SKIP = "skipped: torchdata not installed"
 

@@ -27,12 +27,12 @@ short work times it matches in size (docs/performance.md section 8).
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from .._prefetcher.api import Prefetcher
-from .live_common import Figure, Trivial, median, python_slowdown_after, queue_run, simplequeue_run
+from .live_common import BASELINES, Figure, Trivial, median, python_slowdown_after
 
 __all__ = ["bench_call_after_idle"]
 
@@ -90,10 +90,9 @@ def _queue(kind: str, n: int, idle: float) -> list[float]:
     gaps: list[float] = []
     back: list[float | None] = [None]
     clock = time.perf_counter
-    runners: dict[str, Callable] = {"queue.Queue": queue_run, "SimpleQueue floor": simplequeue_run}
-    if kind not in runners:
-        raise ValueError(f"unknown baseline {kind!r} (known: {', '.join(runners)})")
-    runner = runners[kind]
+    if kind not in BASELINES:
+        raise ValueError(f"unknown baseline {kind!r} (known: {', '.join(BASELINES)})")
+    runner = BASELINES[kind]
 
     def consume(item: Any) -> None:
         t = clock()

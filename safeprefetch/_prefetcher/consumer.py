@@ -204,9 +204,11 @@ class ConsumerSide:
         Only a take changes ``delivered``, and every take raises it, so a
         ``delivered`` other than the one recorded with the run means another
         take (the same answer as comparing the runs, without building one).
-        Defensive: both release paths wait until the whole run was handed
-        out, so as the code stands no run is replaced while part of it is
-        unserved; this keeps the check free should that change.
+        ``_take_run`` asks it once the run is served, to tell a take left
+        unrecorded from a release left undone. ``_serve`` asks it on every
+        call, defensively: both release paths wait until the whole run was
+        handed out, so as the code stands no run is replaced while part of it
+        is unserved; this keeps the check free should that change.
         """
         state = self.rt.state
         return state[self.i_consumer_pc] == P.RELEASE and state[self.i_delivered] != self.run_delivered
@@ -226,10 +228,9 @@ class ConsumerSide:
             return False
         give_back = False
         if pc == P.RELEASE:
-            run = self._run_of(state)
-            if run != self.run:
+            if self._run_changed():
                 # A take whose caller was interrupted: serve it now.
-                self.run, self.run_next, self.run_delivered = run, 0, state[self.i_delivered]
+                self.run, self.run_next, self.run_delivered = self._run_of(state), 0, state[self.i_delivered]
                 return True
             give_back = True  # the whole run was handed out; its release was interrupted
         branch = self.runs.branches(single)
