@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safeprefetch._check import generated
+from safeprefetch._check import extension, generated
 from safeprefetch._check.explorer import Explorer
 from safeprefetch._check.generated import expansion, why_not
 from safeprefetch._dsl.codegen import Broken
@@ -170,7 +170,8 @@ def test_the_compiled_expansion_searches_like_the_plain_one(name, config, reduce
     assert e.fast.build_seconds > 0 and e.fast.path.startswith(str(tmp_path))
     _successors_agree(m, e.fast.fill)
     # Once built, the same configuration loads from the cache (a new process would find it there).
-    monkeypatch.setattr(generated, "_LOADED", {})
+    monkeypatch.setattr(extension, "_FREE", {})
+    monkeypatch.setattr(extension, "_INSTANCES", {})
     again = Explorer(m, reduce=reduce, engine="compiled")
     assert _summary(again.run()) == _summary(plain)
     assert again.fast.build_seconds == 0 and again.fast.path == e.fast.path
@@ -370,7 +371,8 @@ def test_a_cache_that_cannot_be_written_is_a_clear_error(tmp_path, monkeypatch):
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")
     monkeypatch.setenv("SAFEPREFETCH_CACHE", str(blocker / "cache"))
-    monkeypatch.setattr(generated, "_LOADED", {})  # nothing loaded in this process either
+    monkeypatch.setattr(extension, "_FREE", {})
+    monkeypatch.setattr(extension, "_INSTANCES", {})  # nothing loaded in this process either
     m = load_model("prefetcher").compile({"items": 2})
     with pytest.raises(generated.CompileUnavailable, match="SAFEPREFETCH_CACHE"):
         Explorer(m, reduce="none", engine="compiled").run()

@@ -236,3 +236,91 @@ def test_values_that_print_alike_but_differ_never_share_a_module():
     assert _describe(Limit(3)) != _describe(Limit(4))
     assert _describe(Limit(3)) == _describe(Limit(3))
     assert generated._describe(object()) != generated._describe(object())
+
+
+def _below(hi):
+    """``x < hi`` as a function whose code, constants and closure are the same for every ``hi``: the
+    limit is a global of its own namespace, which no description of a function can see."""
+    ns = {"HI": hi}
+    exec("def below(x):\n    return x < HI\n", ns)  # noqa: S102 - the test's own source
+    return ns["below"]
+
+
+class CountTo(Model):
+    name = "count_to"
+    params = {"hi": 3}
+
+    def build(self, m, hi, **_):
+        below = _below(hi)
+
+        def inc(s, me):
+            if below(s.x):
+                s.x += 1
+            else:
+                s.stop = True
+
+        m.shared(x=0, stop=False)
+        p = m.program("w")
+        p.step("inc", inc, next="inc")
+        m.thread("w0", p)
+
+
+@pytest.mark.timeout(300)
+def test_a_search_keeps_its_own_bindings_while_another_with_the_same_cache_key_runs():
+    # Two configurations the cache key cannot tell apart (the limit hides in the helper's globals):
+    # one compiled module. Search A is under way when search B, in another thread, binds that
+    # module's names to its own values and runs to the end; A must finish with A's values. Before
+    # the fix A went on with B's limit: 3003 states for 3002 (or, where the audit's sample saw it,
+    # a restart on the plain engine).
+    if not cython_here():
+        pytest.skip("the compiled engine needs Cython")
+    import threading
+
+    a, b = CountTo.compile({"hi": 3000}), CountTo.compile({"hi": 3001})
+    assert generated.expansion(a, "compiled").path == generated.expansion(b, "compiled").path  # one module
+    other = {}
+
+    def run_b():
+        e = Explorer(b, reduce="none", engine="compiled")
+        other["states"], other["engine"] = e.run().states, e.engine_used
+
+    calls = []
+
+    def progress(states, frontier, transitions):
+        if not calls:  # A is past its first 1024 states: run all of B now
+            t = threading.Thread(target=run_b)
+            t.start()
+            t.join()
+        calls.append(states)
+
+    e = Explorer(a, reduce="none", engine="compiled", progress=progress, progress_every=0.0)
+    r = e.run()
+    assert calls and other == {"states": 3003, "engine": "compiled"}
+    assert (r.states, e.engine_used, e.engine_note) == (3002, "compiled", "")
+
+
+def test_expansions_held_at_once_get_their_own_instances_and_a_released_one_is_taken_again():
+    if not cython_here():
+        pytest.skip("the compiled engine needs Cython")
+    from safeprefetch._check import extension
+
+    a, b = CountTo.compile({"hi": 5}), CountTo.compile({"hi": 7})
+    xa = generated.expansion(a, "compiled")
+    xb = generated.expansion(b, "compiled")  # while xa is held: another instance, loaded from a copy
+    (ma,), (mb,) = xa.held, xb.held
+    assert ma is not mb and ma.__name__ == mb.__name__ and xa.path == xb.path
+    x = a.shared_index["x"]
+    at_5 = tuple(5 if i == x else v for i, v in enumerate(a.init))
+    want_a, want_b = [nxt for _, nxt in a.successors(at_5)], [nxt for _, nxt in b.successors(at_5)]
+    assert want_a != want_b  # A stops at 5, B counts on
+    for held, want in ((xa, want_a), (xb, want_b), (xa, want_a)):
+        buf: list = []
+        held.fill(at_5, buf)
+        assert buf == want
+    loaded = len(extension._INSTANCES[ma.__name__])
+    xb.release()
+    xb.release()  # idempotent: given back once
+    xc = generated.expansion(a, "compiled")
+    assert xc.held == [mb] and len(extension._INSTANCES[ma.__name__]) == loaded  # taken again, not loaded
+    xa.release(), xc.release()
+    assert sorted(map(id, extension._FREE[ma.__name__])) == sorted((id(ma), id(mb)))

@@ -216,6 +216,8 @@ class Explorer:
         try:
             return self._run()
         finally:
+            if self.fast is not None:  # a compiled instance goes back for the next search to bind
+                self.fast.release()
             if enabled:
                 gc.enable()
 
@@ -238,6 +240,8 @@ class Explorer:
                 diverged = True
             if diverged:  # out of the handler: its traceback held the aborted search's visited set
                 # The expansion is not the machine here: nothing it stored can be trusted. Start again, plain.
+                if self.fast is not None:
+                    self.fast.release()
                 self.fast, self.engine, self.engine_used = None, "plain", "plain"
                 self.engine_note = ("the generated expansion disagreed with the machine at a reachable state (does "
                                     "the model's build read anything but its configuration?); searched again plain")

@@ -57,14 +57,11 @@ small helper functions (``_set``, ``next_slot``) are compiled with them
 (:func:`_helpers`), and the BFS loop calls them directly. A build takes a
 few seconds and is cached by the source's hash and a description of every
 value it binds by name (``SAFEPREFETCH_CACHE``, default
-``~/.cache/safeprefetch``), so a configuration is built once. A module is
-loaded once per process, and its names are bound again before each search
-that uses it: searches one after the other are each computed with their own
-machine's values, but two searches *at once* (threads) on configurations
-with the same description share one module and the later one's bindings --
-where the description tells values apart (constants, functions by code and
-closure, objects by their fields, else by identity) those are equal values,
-but nothing proves it, so run compiled searches one at a time.
+``~/.cache/safeprefetch``), so a configuration is built once. Each search
+binds those names in a loaded instance that it alone holds, and gives it
+back when it is over (:mod:`.extension`): two searches at once, in
+threads, never compute with each other's values, even where the
+description cannot tell the values apart.
 Cython compiles Python's semantics, not a subset of them: the compiled
 module computes what the Python one does, which the differential tests
 check rather than assume.
@@ -86,26 +83,19 @@ from __future__ import annotations
 
 import ast
 import builtins
-import hashlib
-import importlib.util
 import inspect
 import os
 import re
-import shutil
-import subprocess
-import sys
-import sysconfig
-import tempfile
 import textwrap
 import time
 import types
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .._dsl.codegen import Broken, CompiledMachine, compile_transitions
 from .._dsl.machine import Machine
 from .._dsl.model import ModelError
+from .extension import CompileUnavailable, build as build_extension, cython_available, release as release_extension
 
 __all__ = ["ENGINES", "CompileUnavailable", "Expansion", "agrees", "cython_available", "default_engine", "expansion",
            "why_not"]
@@ -115,21 +105,12 @@ __all__ = ["ENGINES", "CompileUnavailable", "Expansion", "agrees", "cython_avail
 ENGINES = ("auto", "plain", "generated", "compiled")
 
 
-def cython_available() -> bool:
-    """Whether the compiled engine can be built here as far as Python goes (Cython importable)."""
-    return importlib.util.find_spec("Cython") is not None
-
-
 def default_engine() -> str:
     """``SAFEPREFETCH_ENGINE`` (one of :data:`ENGINES`), read at each search; ``auto`` if unset."""
     value = os.environ.get("SAFEPREFETCH_ENGINE", "auto").strip().lower() or "auto"
     if value not in ENGINES:
         raise ModelError(f"SAFEPREFETCH_ENGINE must be one of {', '.join(ENGINES)}, not {value!r}")
     return value
-
-
-class CompileUnavailable(ModelError):
-    """The compiled engine was asked for, and Cython or a C compiler is missing (or the build failed)."""
 
 
 @dataclass(frozen=True)
@@ -149,6 +130,17 @@ class Expansion:
     build_seconds: float = 0.0
     #: The extension's path (``compiled``), else None.
     path: str | None = None
+    #: The loaded instance this expansion holds (``compiled``), until :meth:`release` gives it back.
+    held: list = field(default_factory=list, compare=False, repr=False)
+
+    def release(self) -> None:
+        """The search is over: give the compiled instance back, for a later search to bind and use.
+        Idempotent, and shared with copies made by ``dataclasses.replace``."""
+        try:
+            module = self.held.pop()
+        except IndexError:
+            return
+        release_extension(module)
 
 
 def agrees(machine: Machine, fill: Callable[[tuple, list], Any], state: tuple) -> bool:
@@ -222,13 +214,14 @@ def expansion(machine: Machine, engine: str = "generated", canon: Callable[[tupl
         filename = f"<safeprefetch explore {machine.name}>"
         exec(compile(source, filename, "exec"), ns)  # noqa: S102 - our own generated code
         return Expansion("generated", ns["X__fill"], ns["X__chunk"], source, time.perf_counter() - t0)
-    got = _build(source, w.digest_extra(), build)
+    got = build_extension(source, w.digest_extra(), build)
     if got is None:
         return None
-    module, path, built = got
+    module, path, built = got  # an instance this expansion alone holds: its bindings stay its own
     for name, value in w.namespace.items():
         setattr(module, name, value)
-    return Expansion("compiled", module.X__fill, module.X__chunk, source, time.perf_counter() - t0 - built, built, path)
+    return Expansion("compiled", module.X__fill, module.X__chunk, source, time.perf_counter() - t0 - built, built, path,
+                     [module])
 
 
 class _Writer:
@@ -511,90 +504,6 @@ def _has_scope(node: ast.FunctionDef) -> bool:
                for n in ast.walk(node) if n is not node)
 
 
-# -- building and caching the extension ----------------------------------------------------------
-
-_LOADED: dict[str, types.ModuleType] = {}
 _ABSENT = object()
 #: The generated transitions' reads of the state: ``state[K]`` with a constant K (codegen's ``_subscript``).
 _GET_ITEM = re.compile(r"\bstate\[(\d+)\]")
-#: How the extension is compiled (part of the cache key). No ``-march=native``: a cache directory may be
-#: shared by machines of different CPUs.
-_CFLAGS = ("-O2", "-shared", "-fPIC", "-w")
-
-
-def cache_dir() -> Path:
-    """Where built extensions are kept: ``SAFEPREFETCH_CACHE``, else ``$XDG_CACHE_HOME/safeprefetch``."""
-    env = os.environ.get("SAFEPREFETCH_CACHE")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "safeprefetch"
-
-
-def _compiler() -> list[str]:
-    """The C compiler command: ``CC`` (which may carry a wrapper, ``ccache gcc``), else Python's own, else cc."""
-    for spec in (os.environ.get("CC", ""), sysconfig.get_config_var("CC") or "", "cc", "gcc", "clang"):
-        words = spec.split()
-        if words and shutil.which(words[0]):
-            return [shutil.which(words[0]) or words[0], *words[1:]]
-    raise CompileUnavailable("engine 'compiled' needs a C compiler (cc, gcc or clang on PATH)")
-
-
-def _build(source: str, extra: str, build: bool = True) -> tuple[types.ModuleType, str, float] | None:
-    """The extension for ``source``: loaded in this process, from the cache, or built now (and cached);
-    None if it is not built yet and ``build`` is False. Any failure to build, store or load it is a
-    :class:`CompileUnavailable` that says what failed."""
-    try:
-        return _build_or_load(source, extra, build)
-    except CompileUnavailable:
-        raise
-    except (OSError, ImportError) as e:
-        raise CompileUnavailable(f"the compiled expansion could not be built or loaded ({type(e).__name__}: {e}); "
-                                 f"set SAFEPREFETCH_CACHE to a writable directory, or use --engine generated") from e
-
-
-def _build_or_load(source: str, extra: str, build: bool) -> tuple[types.ModuleType, str, float] | None:
-    try:
-        import Cython
-    except ImportError:
-        if not build:
-            return None
-        raise CompileUnavailable("engine 'compiled' needs Cython: pip install 'safeprefetch[speed]'") from None
-    key = hashlib.sha256("\n".join([source, extra, Cython.__version__, sys.version, " ".join(_CFLAGS)]).encode()
-                         ).hexdigest()[:20]
-    name = f"_safeprefetch_explore_{key}"
-    if name in _LOADED:
-        return _LOADED[name], _LOADED[name].__file__ or "", 0.0
-    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-    target = cache_dir() / (name + suffix)
-    built = 0.0
-    if not target.exists():
-        if not build:
-            return None
-        t0 = time.perf_counter()
-        cc = _compiler()
-        target.parent.mkdir(parents=True, exist_ok=True)
-        # Built beside its final place, so the last step is a rename within one file system.
-        with tempfile.TemporaryDirectory(prefix="build-", dir=target.parent) as tmp:
-            pyx = Path(tmp) / f"{name}.pyx"
-            pyx.write_text(source)
-            _run([sys.executable, "-m", "cython", "-3", str(pyx), "-o", str(pyx.with_suffix(".c"))], "cython")
-            so = Path(tmp) / (name + suffix)
-            include = sysconfig.get_paths()["include"]
-            _run([*cc, *_CFLAGS, f"-I{include}", str(pyx.with_suffix(".c")), "-o", str(so)], "the C compiler")
-            os.replace(so, target)  # atomic: a concurrent build of the same key writes the same bytes
-        built = time.perf_counter() - t0
-    spec = importlib.util.spec_from_file_location(name, target)
-    if spec is None or spec.loader is None:  # pragma: no cover - the path was just written
-        raise CompileUnavailable(f"cannot load the built expansion {target}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    _LOADED[name] = module
-    return module, str(target), built
-
-
-def _run(cmd: list[str], what: str) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-12:]
-        raise CompileUnavailable(f"{what} failed to build the compiled expansion:\n" + "\n".join(tail))

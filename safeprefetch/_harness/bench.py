@@ -172,7 +172,10 @@ def _prebuild(config: dict, reduce: str) -> float:
     machine = load_model("prefetcher").compile(config)
     canon = Explorer(machine, reduce=reduce, engine="plain").expander.canon
     x = expansion(machine, "compiled", canon=canon)
-    return x.build_seconds if x is not None else 0.0
+    if x is None:
+        return 0.0
+    x.release()
+    return x.build_seconds
 
 
 def _pan_cpu(work: Path, twin_source: str, items: int, tools: tuple[str, str]) -> tuple[str, float, int, float]:

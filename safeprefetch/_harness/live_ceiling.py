@@ -83,14 +83,14 @@ def _direct_loop(cm: Any, items: int, firsts: dict, ones: dict) -> Callable[[], 
 
 def _compiled_transitions(cm: Any) -> tuple[dict, dict] | str:
     """The generated transitions built by Cython with the model's helpers (or why they cannot be)."""
-    from .._check import generated as G
+    from .._check import extension as E, generated as G
 
     if not G.cython_available():
         return "skipped: Cython is not installed (pip install -e '.[speed]')"
     writer = G._Writer(cm.machine, cm, None, True)
     src = writer.module(python_callable=True)
     try:
-        built = G._build(src, "live transitions")
+        built = E.build(src, "live transitions")
     except G.CompileUnavailable as e:
         return f"skipped: {e}"
     assert built is not None
@@ -161,16 +161,16 @@ def _child(root: str, items: int, compiled: bool) -> float | str:
 
 def _cythonize(directory: str, modules: tuple[str, ...]) -> None:
     """Compile ``directory/<module>.py`` to extensions beside them, Python's semantics kept (untyped)."""
-    from .._check import generated as G
+    from .._check import extension as E
 
-    cc, include = G._compiler(), sysconfig.get_paths()["include"]
+    cc, include = E.compiler(), sysconfig.get_paths()["include"]
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
     for name in modules:
         py, c = os.path.join(directory, f"{name}.py"), os.path.join(directory, f"{name}.c")
-        G._run([sys.executable, "-m", "cython", "-3", "--directive", "annotation_typing=False,binding=True",
-                "--module-name", f"safeprefetch._runtime.{name}", py, "-o", c], "cython")
-        G._run([*cc, *G._CFLAGS, f"-I{include}", c, "-o", os.path.join(directory, name + suffix)],
-               "the C compiler")
+        E.run([sys.executable, "-m", "cython", "-3", "--directive", "annotation_typing=False,binding=True",
+               "--module-name", f"safeprefetch._runtime.{name}", py, "-o", c], "cython")
+        E.run([*cc, *E.CFLAGS, f"-I{include}", c, "-o", os.path.join(directory, name + suffix)],
+              "the C compiler")
 
 
 def ceiling_report(quick: bool = False) -> dict[str, Any]:

@@ -1,0 +1,184 @@
+"""Building, caching and loading the compiled expansion: one loaded instance per search.
+
+What it guarantees
+------------------
+*Built once per configuration.* :func:`build` compiles a Cython source to
+a C extension and keeps it in the cache (``SAFEPREFETCH_CACHE``, default
+``~/.cache/safeprefetch``) under a hash of the source, a description of the
+values the module binds by name, Cython's and Python's versions and the C
+flags. A build is written beside its final place and renamed into it, so
+two processes building the same key at once leave one whole file.
+
+*No two searches share a loaded instance.* The generated module reads the
+model's values from its own globals, which the caller binds after loading.
+A C extension is loaded once per file and process -- loading the same file
+again returns the same module, whose globals are shared -- so two searches
+at once (threads) whose cache keys are equal would share one set of
+bindings, the later one's. The description behind the key tells most
+values apart, but not all (a function's globals, for one, are not in it),
+and nothing could prove it does. So :func:`build` hands each caller an
+instance for itself: one returned by an earlier search, if any is free,
+else a new one, loaded from a private copy of the cached file (a different
+file is a different shared object to the dynamic loader, with its own
+statics). The caller gives it back with :func:`release` when its search is
+over. Taking and giving back are ``list.pop`` and ``list.append``, which
+are atomic in CPython: no lock is needed, and this layer imports no
+``threading``. Copies are loaded only while searches overlap, and the
+dynamic loader never unloads one: a process holds as many instances as
+its most compiled searches at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import types
+from pathlib import Path
+
+from .._dsl.model import ModelError
+
+__all__ = ["CFLAGS", "CompileUnavailable", "build", "cache_dir", "compiler", "cython_available", "release", "run"]
+
+#: How the extension is compiled (part of the cache key). No ``-march=native``: a cache directory may be
+#: shared by machines of different CPUs.
+CFLAGS = ("-O2", "-shared", "-fPIC", "-w")
+
+#: Loaded instances no search is using, by module name (each search takes one and gives it back).
+_FREE: dict[str, list[types.ModuleType]] = {}
+#: Every instance loaded in this process, by module name (the dynamic loader never unloads one).
+_INSTANCES: dict[str, list[types.ModuleType]] = {}
+
+
+class CompileUnavailable(ModelError):
+    """The compiled engine was asked for, and Cython or a C compiler is missing (or the build failed)."""
+
+
+def cython_available() -> bool:
+    """Whether the compiled engine can be built here as far as Python goes (Cython importable)."""
+    return importlib.util.find_spec("Cython") is not None
+
+
+def cache_dir() -> Path:
+    """Where built extensions are kept: ``SAFEPREFETCH_CACHE``, else ``$XDG_CACHE_HOME/safeprefetch``."""
+    env = os.environ.get("SAFEPREFETCH_CACHE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "safeprefetch"
+
+
+def compiler() -> list[str]:
+    """The C compiler command: ``CC`` (which may carry a wrapper, ``ccache gcc``), else Python's own, else cc."""
+    for spec in (os.environ.get("CC", ""), sysconfig.get_config_var("CC") or "", "cc", "gcc", "clang"):
+        words = spec.split()
+        if words and shutil.which(words[0]):
+            return [shutil.which(words[0]) or words[0], *words[1:]]
+    raise CompileUnavailable("engine 'compiled' needs a C compiler (cc, gcc or clang on PATH)")
+
+
+def build(source: str, extra: str, build: bool = True) -> tuple[types.ModuleType, str, float] | None:
+    """An instance of the extension for ``source`` that no other caller holds, with the cached file's
+    path and the seconds spent building it (0 when it came from the cache); None if it is not built yet
+    and ``build`` is False. Give it back with :func:`release`. Any failure to build, store or load it is
+    a :class:`CompileUnavailable` that says what failed."""
+    try:
+        return _build_or_load(source, extra, build)
+    except CompileUnavailable:
+        raise
+    except (OSError, ImportError) as e:
+        raise CompileUnavailable(f"the compiled expansion could not be built or loaded ({type(e).__name__}: {e}); "
+                                 f"set SAFEPREFETCH_CACHE to a writable directory, or use --engine generated") from e
+
+
+def release(module: types.ModuleType) -> None:
+    """Give back an instance :func:`build` handed out: a later search may take it (and bind it again)."""
+    _FREE.setdefault(module.__name__, []).append(module)
+
+
+def _build_or_load(source: str, extra: str, build: bool) -> tuple[types.ModuleType, str, float] | None:
+    try:
+        import Cython
+    except ImportError:
+        if not build:
+            return None
+        raise CompileUnavailable("engine 'compiled' needs Cython: pip install 'safeprefetch[speed]'") from None
+    key = hashlib.sha256("\n".join([source, extra, Cython.__version__, sys.version, " ".join(CFLAGS)]).encode()
+                         ).hexdigest()[:20]
+    name = f"_safeprefetch_explore_{key}"
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    target = cache_dir() / (name + suffix)
+    try:
+        return _FREE.setdefault(name, []).pop(), str(target), 0.0
+    except IndexError:
+        pass  # none loaded, or every one in use
+    built = 0.0
+    if not target.exists():
+        if not build:
+            return None
+        built = _compile(source, name, suffix, target)
+    return _load(name, target), str(target), built
+
+
+def _compile(source: str, name: str, suffix: str, target: Path) -> float:
+    t0 = time.perf_counter()
+    cc = compiler()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Built beside its final place, so the last step is a rename within one file system.
+    with tempfile.TemporaryDirectory(prefix="build-", dir=target.parent) as tmp:
+        pyx = Path(tmp) / f"{name}.pyx"
+        pyx.write_text(source)
+        run([sys.executable, "-m", "cython", "-3", str(pyx), "-o", str(pyx.with_suffix(".c"))], "cython")
+        so = Path(tmp) / (name + suffix)
+        include = sysconfig.get_paths()["include"]
+        run([*cc, *CFLAGS, f"-I{include}", str(pyx.with_suffix(".c")), "-o", str(so)], "the C compiler")
+        os.replace(so, target)  # atomic: a concurrent build of the same key writes the same bytes
+    return time.perf_counter() - t0
+
+
+def _load(name: str, target: Path) -> types.ModuleType:
+    """A new instance of module ``name``: the cached file itself the first time, a private copy after."""
+    known = _INSTANCES.setdefault(name, [])
+    if not known:
+        module = _exec(name, target)
+        if not any(module is m for m in known):  # two threads' first loads get one instance: one copies
+            known.append(module)
+            return module
+    # The same path would give back the instance already loaded; a copy is another object to dlopen.
+    fd, copy = tempfile.mkstemp(prefix=name + "-", suffix=target.suffix, dir=target.parent)
+    os.close(fd)
+    try:
+        shutil.copyfile(target, copy)
+        module = _exec(name, Path(copy))
+    finally:
+        try:
+            os.unlink(copy)  # the loaded mapping outlives the file's name
+        except OSError:  # pragma: no cover - a platform that keeps a loaded library's file open
+            pass
+    if any(module is m for m in known):  # pragma: no cover - would mean the loader shares copies
+        raise CompileUnavailable(f"loading a copy of {target} gave back an instance already in use")
+    known.append(module)
+    return module
+
+
+def _exec(name: str, path: Path) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:  # pragma: no cover - the path was just written
+        raise CompileUnavailable(f"cannot load the built expansion {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run(cmd: list[str], what: str) -> None:
+    """Run one build command; its failure is a :class:`CompileUnavailable` with the tail of its output."""
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-12:]
+        raise CompileUnavailable(f"{what} failed to build the compiled expansion:\n" + "\n".join(tail))
