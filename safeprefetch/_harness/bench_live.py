@@ -246,8 +246,9 @@ def format_report(result: dict[str, Any]) -> str:
             e = f["extra"]
             lines.append(f"{'':38} SimpleQueue floor {f['baselines']['SimpleQueue floor']} us; ours: kernel "
                          f"{e['ours_kernel_us']} of {e['ours_with_kernel_timed_us']} us timed, "
-                         f"{e['ours_kernel_calls_per_call']} kernel calls per call; Python after the idle runs "
-                         f"{e['python_after_idle_slowdown']}x slower")
+                         f"{e['ours_kernel_calls_per_call']} kernel calls per call, "
+                         f"{e['ours_calls_that_waited']} of {e['ours_calls_timed']} calls waited for a batch; "
+                         f"Python after the idle runs {e['python_after_idle_slowdown']}x slower")
         if f["figure"] == "autotune":
             e = f["extra"]
             lines.append(f"{'':38} final capacity {e['final_capacity']}; trajectory {e['trajectory']}")

@@ -13,7 +13,8 @@ handoff figures never show it, because their consumer never idles.
 So this figure times such a call, in a simpler setup than the overlap
 loop's: trivial items, capacity 2 (the overlap figure's), every batch
 buffered before it is asked for (the source costs nothing, so the worker is
-ahead; nothing checks that a take never waits): the time from the end of
+ahead; the figure counts the calls in which the consumer parked in the
+kernel all the same, ``ours_calls_that_waited``): the time from the end of
 one piece of consumer work to the start of the next, for the Prefetcher
 (``copy_prefetched``), ``queue.Queue`` and the SimpleQueue floor (their
 ``get``), median over a run's calls after the first, then over runs. For
@@ -40,16 +41,34 @@ __all__ = ["bench_call_after_idle"]
 _CAPACITY = 2
 
 
-def _ours(n: int, idle: float, split: bool) -> tuple[list[float], list[float], float]:
-    """Each call's time after the idle (seconds); with ``split``, the kernel's part of each, and kernel calls per call."""
+def count_waits(rt: Any, thread: int) -> list[int]:
+    """A one-item list that counts the times ``thread`` parks in runtime ``rt`` from now on (until ``del
+    rt._park``). A call that does not park does not pass through it: it costs nothing there."""
+    park = rt._park
+    waits = [0]
+
+    def counted(t: int, *a: Any, **k: Any) -> None:
+        if t == thread:
+            waits[0] += 1
+        return park(t, *a, **k)
+
+    rt._park = counted  # an instance attribute: this runtime only
+    return waits
+
+
+def _ours(n: int, idle: float, split: bool) -> tuple[list[float], list[float], float, int]:
+    """Each call's time after the idle (seconds); with ``split``, the kernel's part of each; kernel calls per
+    call; and how many of the calls after an idle parked in the kernel (waited for a batch)."""
     src = Trivial(n)
     out = np.empty_like(src.item)
     gaps: list[float] = []
     kernel: list[float] = []
     clock = time.perf_counter
+    waited = 0
     with Prefetcher(src, capacity=_CAPACITY, shape=src.item.shape, dtype=src.item.dtype) as pf:
         rt = pf._core.rt
         consumer = pf._core.consumer
+        parks = count_waits(rt, consumer)
         inside = [0.0]
         count = [0]
         if split:
@@ -71,6 +90,7 @@ def _ours(n: int, idle: float, split: bool) -> tuple[list[float], list[float], f
         while True:
             inside[0] = 0.0
             count[0] = 0
+            before = parks[0]
             ok = copy(out)
             if not ok:
                 break
@@ -78,11 +98,13 @@ def _ours(n: int, idle: float, split: bool) -> tuple[list[float], list[float], f
                 gaps.append(clock() - back)
                 kernel.append(inside[0])
                 steps += count[0]
+                waited += parks[0] > before
             time.sleep(idle)
             back = clock()
         if split:
             del rt.step
-    return gaps, kernel, steps / max(len(gaps), 1)
+        del rt._park
+    return gaps, kernel, steps / max(len(gaps), 1), waited
 
 
 def _queue(kind: str, n: int, idle: float) -> list[float]:
@@ -114,12 +136,14 @@ def bench_call_after_idle(n: int, repeats: int, idles_ms: tuple[float, ...]) -> 
         kernel_us: list[float] = []
         split_total_us: list[float] = []
         steps: list[float] = []
+        waited = timed = 0
         for _ in range(repeats):
-            gaps, _k, _s = _ours(n, idle, split=False)
+            gaps, _k, _s, w = _ours(n, idle, split=False)
+            waited, timed = waited + w, timed + len(gaps)
             per["ours"].append(median(gaps))
             per["queue.Queue"].append(median(_queue("queue.Queue", n, idle)))
             per["SimpleQueue floor"].append(median(_queue("SimpleQueue floor", n, idle)))
-            gaps, kern, per_call = _ours(n, idle, split=True)
+            gaps, kern, per_call, _w = _ours(n, idle, split=True)
             split_total_us.append(1e6 * median(gaps))
             kernel_us.append(1e6 * median(kern))
             steps.append(per_call)
@@ -133,6 +157,7 @@ def bench_call_after_idle(n: int, repeats: int, idles_ms: tuple[float, ...]) -> 
              "ours_kernel_us": round(median(kernel_us), 2),
              "ours_with_kernel_timed_us": round(median(split_total_us), 2),
              "ours_kernel_calls_per_call": round(median(steps), 2),
+             "ours_calls_that_waited": waited, "ours_calls_timed": timed,
              "python_after_idle_slowdown": round(python_slowdown_after(lambda _i: time.sleep(idle),
                                                                         200 if n >= 100 else 40), 2)}))
     return figs
