@@ -53,6 +53,7 @@ tracks; they cannot form cycles, so the GC is paused while searching.
 from __future__ import annotations
 
 import gc
+import os
 import time
 from dataclasses import replace
 from typing import Any, Callable, Sequence
@@ -61,7 +62,8 @@ from .._dsl.codegen import compile_transitions
 from .._dsl.model import Machine, ModelError, StepViolation
 from .budget import DictGrowth, MemoryBudget
 from .expand import Expander, check_max_states, counted_at_cut
-from .generated import ENGINES, CompileUnavailable, Expansion, agrees, default_engine, expansion, why_not
+from .extension import Build
+from .generated import ENGINES, CompileUnavailable, Expansion, agrees, default_engine, expansion, start_build, why_not
 from .liveness import starvation
 from .replay import trace_of
 from .result import CheckResult, Trace, Violation
@@ -88,6 +90,13 @@ _PROGRESS_SHIFT = _PROGRESS_MASK.bit_length()  # counter >> this: which block of
 #: spends on some 15,000 states), and the expansion saves 20-45% per state from then on: below this
 #: size a search is over before it would pay, above it the switch costs a few percent at most.
 AUTO_STATES = 50_000
+
+#: ``engine="auto"``, with the compiled expansion applicable but not yet built: once a search stores this
+#: many states, the compiled expansion is built in a child process (5-7 s of one core here) while the
+#: search goes on with the generated one, and the search switches to it when it is ready; the build lands
+#: in the cache either way. By then the search has run a few seconds and is likely to run longer; a
+#: smaller one would pay a build it never uses. ``SAFEPREFETCH_BACKGROUND_BUILD=0`` turns it off.
+BUILD_STATES = 500_000
 
 #: A search on a generated expansion checks the expansion's successors against the machine's on every
 #: state of the first AUDIT_FIRST it hands the expansion, then on one state in every 1024 (about 8 µs
@@ -143,6 +152,9 @@ class Explorer:
         self.engine_used = "plain"
         self.engine_note = ""
         self.fast: Expansion | None = None
+        #: Under ``auto``: the compiled expansion's build running in the background, and whether one was tried.
+        self.build: Build | None = None
+        self._build_tried = False
 
     @property
     def por_reduced(self) -> int:
@@ -359,7 +371,8 @@ class Explorer:
     def _bfs(self, found: list) -> bool:
         """Level-synchronous BFS from the root; False when the state cap cut it short.
 
-        The hot loop of the checker: one frame, locals only, no call per transition. With a generated
+        The hot loop of the checker: one frame, locals only, no call per transition (Why long: split into
+        helpers, it would pay a call per state, which is what this loop exists to avoid). With a generated
         expansion (``self.fast``), runs of routine states go through its ``chunk`` (the same loop, written
         out for the machine); each state it stops before is expanded here, by the plain code below.
         """
@@ -369,6 +382,7 @@ class Explorer:
         max_states, stop, report = self.max_states, self.stop_at_first, self._reporter()
         chunk = self.fast.chunk if self.fast is not None else None
         pending = self.engine == "auto"  # auto: switch once the search has grown to AUTO_STATES
+        watch = pending and os.environ.get("SAFEPREFETCH_BACKGROUND_BUILD", "1").strip() != "0"
         growth = DictGrowth(parents)
         level = [self._root]
         depth = transitions = counter = audit = base = 0  # base: counter when the expansion took over
@@ -391,6 +405,8 @@ class Explorer:
                         if self.budget is not None and self._over_budget(len(parents), growth.soon(64 << 10)):
                             return self._stopped(depth, transitions, False)
                     i = j
+                    if crossed and watch and self._background(len(parents)):  # the compiled one took over
+                        chunk, base, audit, audited = self.fast.chunk, counter, counter, i
                     if i == size:
                         break
                 state = level[i]
@@ -441,6 +457,37 @@ class Explorer:
             level = nxt_level
             depth += 1
         self.transitions = transitions
+        return True
+
+    def _background(self, stored: int) -> bool:
+        """Under ``auto`` on the generated expansion: start the compiled one's build once ``stored`` reaches
+        BUILD_STATES, and take it once built. True when ``self.fast`` became the compiled expansion."""
+        if self.build is None:
+            if self._build_tried or stored < BUILD_STATES or self.engine_used != "generated":
+                return False
+            self._build_tried = True
+            try:
+                self.build = start_build(self.machine, canon=self.expander.canon)
+            except CompileUnavailable:
+                return False  # no Cython or no C compiler: auto stays on the generated expansion, silently
+            if self.build is not None:
+                return False
+        elif not self.build.done():
+            return False
+        elif self.build.error is not None:
+            self.engine_note = f"the compiled expansion's background build failed ({self.build.error})"
+            self.build = None
+            return False
+        self.build = None
+        try:
+            fast = expansion(self.machine, "compiled", canon=self.expander.canon, build=False)
+        except CompileUnavailable as e:
+            self.engine_note = f"the compiled expansion, built in the background, did not load ({e})"
+            return False
+        if fast is None:
+            return False
+        self.fast, self.engine_used = fast, "compiled"
+        self.engine_note = f"its build finished in the background at {stored:,} states (generated until then)"
         return True
 
     def _audit(self, level: list, i: int, handed: int, audited: int, audit: int) -> tuple[int, int]:

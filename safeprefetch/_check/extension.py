@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -44,7 +45,8 @@ from pathlib import Path
 
 from .._dsl.model import ModelError
 
-__all__ = ["CFLAGS", "CompileUnavailable", "build", "cache_dir", "compiler", "cython_available", "release", "run"]
+__all__ = ["CFLAGS", "Build", "CompileUnavailable", "build", "cache_dir", "compiler", "cython_available", "release",
+           "run", "start"]
 
 #: How the extension is compiled (part of the cache key). No ``-march=native``: a cache directory may be
 #: shared by machines of different CPUs.
@@ -109,11 +111,7 @@ def _build_or_load(source: str, extra: str, build: bool) -> tuple[types.ModuleTy
         if not build:
             return None
         raise CompileUnavailable("engine 'compiled' needs Cython: pip install 'safeprefetch[speed]'") from None
-    key = hashlib.sha256("\n".join([source, extra, Cython.__version__, sys.version, " ".join(CFLAGS)]).encode()
-                         ).hexdigest()[:20]
-    name = f"_safeprefetch_explore_{key}"
-    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-    target = cache_dir() / (name + suffix)
+    name, target = _where(source, extra, Cython.__version__)
     try:
         return _FREE.setdefault(name, []).pop(), str(target), 0.0
     except IndexError:
@@ -122,24 +120,123 @@ def _build_or_load(source: str, extra: str, build: bool) -> tuple[types.ModuleTy
     if not target.exists():
         if not build:
             return None
-        built = _compile(source, name, suffix, target)
+        built = _compile(source, name, target.name[len(name):], target)
     return _load(name, target), str(target), built
 
 
 def _compile(source: str, name: str, suffix: str, target: Path) -> float:
     t0 = time.perf_counter()
+    job = _start(source, name, suffix, target)
+    try:
+        job.proc.wait()
+    except BaseException:  # a Ctrl-C while it builds: stop the build too
+        job.proc.kill()
+        job.proc.wait()
+        job.finish()
+        raise
+    error = job.finish()
+    if error is not None:
+        raise CompileUnavailable(error)
+    return time.perf_counter() - t0
+
+
+#: The build itself, run as a child process (``python -c``; it imports nothing of ours): Cython, then the C
+#: compiler, in a directory beside the cache's file, then an atomic rename into place. A failure prints
+#: which tool failed and the tail of its output, and exits 1.
+_CHILD = r"""
+import json, os, shutil, subprocess, sys
+job = json.loads(sys.argv[1])
+try:
+    for what, cmd in (("cython", job["cython"]), ("the C compiler", job["cc"])):
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-12:]
+            sys.stderr.write(what + " failed to build the compiled expansion:\n" + "\n".join(tail))
+            sys.exit(1)
+    os.replace(job["so"], job["target"])  # atomic: a concurrent build of the same key writes the same bytes
+finally:
+    shutil.rmtree(os.path.dirname(job["so"]), ignore_errors=True)  # the parent may be gone: clean up here
+"""
+
+
+class Build:
+    """A build of one extension, running in a child process (see :func:`start`)."""
+
+    def __init__(self, proc: subprocess.Popen, workdir: str, target: Path):
+        self.proc, self.workdir, self.target = proc, workdir, target
+        #: Why the build failed (None: it has not, or not yet).
+        self.error: str | None = None
+
+    def done(self) -> bool:
+        """Whether the child has exited (then :meth:`finish` has been called)."""
+        if self.proc.poll() is None:
+            return False
+        self.finish()
+        return True
+
+    def finish(self) -> str | None:
+        """Collect the exited child: None if the extension is in place, else why not. Idempotent."""
+        if self.workdir:
+            err = self.proc.stderr.read() if self.proc.stderr is not None else ""
+            if self.proc.stderr is not None:
+                self.proc.stderr.close()
+            if self.proc.returncode != 0 or not self.target.exists():
+                self.error = err.strip() or f"the build exited with status {self.proc.returncode}"
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = ""
+        return self.error
+
+
+def _start(source: str, name: str, suffix: str, target: Path) -> Build:
     cc = compiler()
     target.parent.mkdir(parents=True, exist_ok=True)
     # Built beside its final place, so the last step is a rename within one file system.
-    with tempfile.TemporaryDirectory(prefix="build-", dir=target.parent) as tmp:
-        pyx = Path(tmp) / f"{name}.pyx"
-        pyx.write_text(source)
-        run([sys.executable, "-m", "cython", "-3", str(pyx), "-o", str(pyx.with_suffix(".c"))], "cython")
-        so = Path(tmp) / (name + suffix)
-        include = sysconfig.get_paths()["include"]
-        run([*cc, *CFLAGS, f"-I{include}", str(pyx.with_suffix(".c")), "-o", str(so)], "the C compiler")
-        os.replace(so, target)  # atomic: a concurrent build of the same key writes the same bytes
-    return time.perf_counter() - t0
+    tmp = tempfile.mkdtemp(prefix="build-", dir=target.parent)
+    pyx = Path(tmp) / f"{name}.pyx"
+    pyx.write_text(source)
+    c, so = pyx.with_suffix(".c"), Path(tmp) / (name + suffix)
+    include = sysconfig.get_paths()["include"]
+    job = {"cython": [sys.executable, "-m", "cython", "-3", str(pyx), "-o", str(c)],
+           "cc": [*cc, *CFLAGS, f"-I{include}", str(c), "-o", str(so)], "so": str(so), "target": str(target)}
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps(job)], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return Build(proc, tmp, target)
+
+
+#: Builds started in the background in this process, by module name: one per module at a time.
+_BACKGROUND: dict[str, Build] = {}
+
+
+def start(source: str, extra: str) -> Build | None:
+    """Start building the extension for ``source`` in a child process, and return at once: None if it is
+    already built (cached); the same build if this process is building it already. Poll it with
+    :meth:`Build.done`; once it is, :func:`build` with ``build=False`` loads it. A build the caller stops
+    polling runs to its end, so a later search finds it in the cache. Raises :class:`CompileUnavailable`
+    without Cython or a C compiler."""
+    try:
+        import Cython
+    except ImportError:
+        raise CompileUnavailable("engine 'compiled' needs Cython: pip install 'safeprefetch[speed]'") from None
+    name, target = _where(source, extra, Cython.__version__)
+    if target.exists():
+        return None
+    running = _BACKGROUND.get(name)
+    if running is not None and (not running.done() or running.error is not None):
+        return running  # still building (every caller polls the same build), or failed (it would again)
+    try:
+        job = _start(source, name, target.name[len(name):], target)
+    except OSError as e:
+        raise CompileUnavailable(f"the compiled expansion could not be built ({type(e).__name__}: {e})") from e
+    _BACKGROUND[name] = job
+    return job
+
+
+def _where(source: str, extra: str, cython_version: str) -> tuple[str, Path]:
+    """The module's name (from the cache key) and its file in the cache."""
+    key = hashlib.sha256("\n".join([source, extra, cython_version, sys.version, " ".join(CFLAGS)]).encode()
+                         ).hexdigest()[:20]
+    name = f"_safeprefetch_explore_{key}"
+    return name, cache_dir() / (name + (sysconfig.get_config_var("EXT_SUFFIX") or ".so"))
 
 
 def _load(name: str, target: Path) -> types.ModuleType:

@@ -95,10 +95,11 @@ from typing import Any, Callable
 from .._dsl.codegen import Broken, CompiledMachine, compile_transitions
 from .._dsl.machine import Machine
 from .._dsl.model import ModelError
-from .extension import CompileUnavailable, build as build_extension, cython_available, release as release_extension
+from .extension import Build, CompileUnavailable, build as build_extension, cython_available
+from .extension import release as release_extension, start as start_extension
 
 __all__ = ["ENGINES", "CompileUnavailable", "Expansion", "agrees", "cython_available", "default_engine", "expansion",
-           "why_not"]
+           "start_build", "why_not"]
 
 #: ``auto``: the generated expansion where it applies, else plain; ``plain``: the machine's step
 #: functions; ``generated``: the expansion as Python; ``compiled``: the expansion compiled by Cython.
@@ -222,6 +223,19 @@ def expansion(machine: Machine, engine: str = "generated", canon: Callable[[tupl
         setattr(module, name, value)
     return Expansion("compiled", module.X__fill, module.X__chunk, source, time.perf_counter() - t0 - built, built, path,
                      [module])
+
+
+def start_build(machine: Machine, canon: Callable[[tuple], tuple] | None = None,
+                compiled: CompiledMachine | None = None) -> Build | None:
+    """Start building ``machine``'s compiled expansion in a child process and return at once (see
+    :func:`.extension.start`): None when it is already built or being built. Once the build is done,
+    ``expansion(machine, "compiled", canon=canon, build=False)`` loads it."""
+    cm = compiled if compiled is not None else compile_transitions(machine, machine.model)
+    reason = why_not(machine, "none", cm)
+    if reason is not None:
+        raise ModelError(f"the generated expansion does not apply: {reason}")
+    w = _Writer(machine, cm, canon, typed=True)
+    return start_extension(w.module(), w.digest_extra())
 
 
 class _Writer:
