@@ -24,7 +24,10 @@ After each run it asserts the contract: the call raised the interrupt (or,
 for ``close``, finished with a batch or ``PrefetcherClosed``); no lock is
 held (the kernel lock, the consumer gate and the close lock can each be
 taken by another thread); no batch was lost, duplicated or reordered (the
-rest of the stream is drained and compared with the source); no wakeup was
+rest of the stream is drained and compared with the source, ``copy``
+into the caller's one buffer, which the caller overwrites once the call
+under test is over: what the prefetcher keeps for the next call must not
+live only in the caller's array); no wakeup was
 lost (the drain does not time out); the prefetcher stays usable, closes
 within its timeout without a stuck worker, and every thread it started is
 gone.
@@ -67,6 +70,10 @@ EFFECTS = ("raise", "signal", "close", "finalize")
 #: loop and the release's are the same code): every pass up to this many. A consumer call takes at
 #: most three kernel steps (give back, take, release), each passing the kernel's points once.
 OCCURRENCES = 3
+
+#: What the caller writes into its ``out`` buffer once the call under test is over, however it ended:
+#: a caller reuses its buffer, so nothing the prefetcher keeps for a later call may live only there.
+SCRIBBLE = 999.0
 
 
 class _Boom(Exception):
@@ -146,6 +153,8 @@ class _Setup:
         self.got: list[int] = []
         self.error_seen = -1
         self.lease = None
+        #: The caller's one buffer for ``copy_prefetched``: the call under test and the drain both use it.
+        self.out = np.empty(SHAPE, np.float32)
         for _ in range(prefix):
             self.got.append(int(self.pf.get(timeout=5)[0]))
         if phase == "held":
@@ -194,8 +203,7 @@ class _Setup:
         if api == "next":
             return next(pf)
         if api == "copy":
-            out = np.empty(SHAPE, np.float32)
-            return out if pf.copy_prefetched(out, timeout=5) else False
+            return self.out if pf.copy_prefetched(self.out, timeout=5) else False
         if api == "lease":
             return pf.lease(timeout=5)
         if api == "release":
@@ -219,7 +227,7 @@ class _Setup:
         pf = self.pf
         try:
             if api == "copy":
-                out = np.empty(SHAPE, np.float32)
+                out = self.out
                 return int(out[0]) if pf.copy_prefetched(out, timeout=5) else None
             if api == "lease":
                 lease = pf.lease(timeout=5)
@@ -416,6 +424,7 @@ def run_point(sc: Scenario, point: _inject.InjectionPoint, effect: str) -> Injec
                 outcome = "end"
             elif not isinstance(e, (KeyboardInterrupt, PrefetcherClosed)):
                 problems.append(f"the call raised {type(e).__name__}: {e}")
+        setup.out.fill(SCRIBBLE)  # the caller reuses its buffer
         if effect in ("raise", "signal") and fired and outcome != "KeyboardInterrupt":
             problems.append(f"the interrupt was not raised by the call (it ended with: {outcome})")
         if effect == "close":

@@ -295,8 +295,13 @@ class Prefetcher(NotCopyable):
     def __enter__(self) -> "Prefetcher":
         return self
 
+    @protected
     def __exit__(self, *exc: Any) -> None:
+        # Protected: a Ctrl-C landing on the way in is deferred until the close is done, so a with-block
+        # never leaves the prefetcher open (close() delivers nothing inside this frame; it is done here).
         self.close()
+        if guard.deferred and outermost(sys._getframe()):
+            deliver()
 
     # -- inspection ---------------------------------------------------------
 

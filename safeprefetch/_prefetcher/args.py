@@ -37,7 +37,10 @@ def as_seconds(name: str, value: Any, *, positive: bool = False) -> float | None
         return None
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a number of seconds or None, not {type(value).__name__} ({value!r})")
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:  # an int (or Fraction) past float's range: a wait longer than any
+        value = math.inf if value > 0 else -math.inf
     if value != value:
         raise ValueError(f"{name} must be a number of seconds, got nan")
     if value < 0 or (positive and value == 0):

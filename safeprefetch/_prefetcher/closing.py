@@ -101,6 +101,7 @@ class CloseSide:
             me = threading.current_thread()
             try:
                 if rt.state[self.i_closer_pc] == P.JOIN and me not in self.threads:
+                    self._retire_unstarted()
                     rt.step(self.closer, timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
             except StepTimeout:
                 pass  # a worker is stuck in a fetch: reported below
@@ -124,6 +125,17 @@ class CloseSide:
                           "left running as daemon threads (the result will be discarded)",
                           PrefetcherWarning, stacklevel=4)
         return not self.stuck
+
+    def _retire_unstarted(self) -> None:
+        """Drive out, on this thread, the model workers whose thread never started (``waits.start_threads``).
+
+        ``closing`` is set, so each takes its exit step at once (never a
+        fetch); without this, "join workers" would wait for them until the
+        close timeout, and with none, forever.
+        """
+        while self.unstarted:
+            th = self.unstarted.pop()
+            th.run()  # the thread's own target (the worker loop), here; first_driver keeps it to one driver
 
     def _after_close(self) -> None:
         """Leave the registry of open prefetchers; remove the SIGINT wrapper if no open one asked for it."""

@@ -58,6 +58,21 @@ TERMINAL = (END, ERROR, CLOSED)
 DEFAULT: Any = type("_Default", (), {"__repr__": lambda self: "<the prefetcher's timeout>"})()
 
 
+def _owned(entry: tuple) -> tuple:
+    """``entry``, kept for a later call, with its batch in memory the prefetcher owns.
+
+    A ``copy_prefetched`` outcome's batch is in the caller's ``out`` only
+    (its slot was given back when it was copied): a caller whose call
+    raised may write ``out`` before its next call, which would then hand
+    out the caller's data as the batch. So a kept copy outcome keeps a copy
+    of ``out``, taken while it still holds the batch; the next call copies
+    from it (``_adapt``), whatever buffer that call passes.
+    """
+    if entry[0] is COPY:
+        return (COPY, True, entry[2], np.array(entry[3]), None)
+    return entry
+
+
 class ConsumerSide:
     """The consumer half of the core (a mixin of ``_Core``)."""
 
@@ -106,6 +121,8 @@ class ConsumerSide:
         except BaseException:
             if committed is not None:  # interrupted at the gate's exit, after the hand-out
                 self.unreturn(committed)
+            elif self.stash is not None:  # interrupted before the hand-out: the stash keeps it, in our memory
+                self.stash = _owned(self.stash)
             raise
 
     @protected
@@ -134,6 +151,7 @@ class ConsumerSide:
     def unreturn(self, entry: tuple) -> None:
         """Put back an outcome whose call is raising a deferred Ctrl-C instead: the next call returns it."""
         gate = self.gate
+        entry = _owned(entry)
         with (gate if wait_gate(gate, None) else NO_GATE):
             if entry[0] is LEASE and self.lease_out is entry[4]:
                 self.lease_out = None

@@ -38,6 +38,16 @@ __all__ = ["Core", "runtime_factory"]
 runtime_factory: list = [Runtime]
 
 
+
+def _read_only_alias(pool: np.ndarray) -> np.ndarray:
+    """The pool through a read-only buffer: a view of it cannot be made writeable (``as_strided``)."""
+    try:
+        return as_strided(pool, writeable=False)
+    except (TypeError, ValueError) as e:  # numpy cannot alias this dtype's buffer (StringDType, for one)
+        raise TypeError(f"batches of dtype {pool.dtype} are not supported: numpy cannot give the slots a read-only "
+                        f"alias for leases ({e}); use a fixed-width dtype (e.g. 'U16' for strings) or object"
+                        ) from None
+
 class Core(FetchSide, ConsumerSide, CloseSide):
     def __init__(self, *, machine: Any, pool: np.ndarray | None, shape: tuple[int, ...] | None, dtype: Any,
                  plan: np.ndarray | None, box: SourceBox, executor: Any, workers: int, close_timeout: float | None,
@@ -50,7 +60,7 @@ class Core(FetchSide, ConsumerSide, CloseSide):
         # leases are views of a read-only alias of it (their writeable flag cannot be set).
         self.pool = pool
         self.slot_views = [pool[k, ...] for k in range(pool.shape[0])] if pool is not None else []
-        ro = as_strided(pool, writeable=False) if pool is not None else None
+        ro = _read_only_alias(pool) if pool is not None else None
         self.ro_views = [ro[k, ...] for k in range(pool.shape[0])] if pool is not None else []
         self.shape, self.dtype = shape, dtype
         # -- the source
@@ -93,6 +103,8 @@ class Core(FetchSide, ConsumerSide, CloseSide):
         self.sigint = False                     # this prefetcher asked for the SIGINT wrapper
         self.threads: list[threading.Thread] = []
         self.worker_idents: set[int] = set()
+        self.unstarted: list[threading.Thread] = []  # workers whose thread never started (waits.start_threads)
+        self.drivers: dict[int, int] = {}           # model worker -> the thread driving it (waits.first_driver)
 
     def _index_machine(self, m: Any, workers: int) -> None:
         """The threads and fields the halves read, by the protocol's names (a rename fails here)."""

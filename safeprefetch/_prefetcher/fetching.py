@@ -22,6 +22,7 @@ from .._dsl.model import DONE
 from .._runtime.kernel import LiveError
 from ..models import _protocol as P
 from .sources import SourceBox, remote_item, stop_iteration_error
+from .waits import first_driver, start_threads
 
 __all__ = ["FetchSide", "worker_main"]
 
@@ -33,12 +34,9 @@ class FetchSide:
     """The worker half of the core (a mixin of ``_Core``)."""
 
     def start(self) -> None:
-        for w, t in enumerate(self.worker_ids):
-            th = threading.Thread(target=worker_main, args=(self, w, t), daemon=True,
-                                  name=f"safeprefetch-{self.name}-worker{w}")
-            self.threads.append(th)
-            th.start()
-            self.worker_idents.add(th.ident)
+        start_threads(self, [threading.Thread(target=worker_main, args=(self, w, t), daemon=True,
+                                              name=f"safeprefetch-{self.name}-worker{w}")
+                             for w, t in enumerate(self.worker_ids)])
 
     def _closing(self) -> bool:
         # A racy read is sound: ``closing`` only ever goes from False to True.
@@ -145,6 +143,8 @@ class FetchSide:
 
 def worker_main(core: Any, w: int, t: int) -> None:
     """A worker thread: drive model thread ``t`` to completion. Holds the core, never the Prefetcher."""
+    if not first_driver(core, t):
+        return  # close() is driving it out already (this thread's start had raised: waits.start_threads)
     rt = core.rt
     blocked = core.counts.blocked_seconds
     step, pc = rt.step, rt.pc

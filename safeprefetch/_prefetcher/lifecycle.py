@@ -45,6 +45,8 @@ import time
 import weakref
 from typing import Any
 
+from .args import deadline_after
+
 __all__ = ["REAPER_THREAD", "PrefetcherForked", "open_cores", "reaper", "register", "thread_count", "unregister"]
 
 #: The name of the process-wide reaper thread (started by the first Prefetcher, never joined).
@@ -127,7 +129,7 @@ class _Reaper:
                     core.begin_close()
                 except BaseException:  # noqa: BLE001 - the reaper must outlive any one close
                     pass
-                deadlines.append(time.monotonic() + core.close_timeout)
+                deadlines.append(deadline_after(core.close_timeout))  # None: close_timeout=inf, no bound
             for core, deadline in zip(batch, deadlines):
                 try:
                     core.finish_close(deadline)
@@ -169,7 +171,8 @@ def _close_all_at_exit() -> None:
             pass
     for core in cores:
         try:
-            core.finish_close(started + core.close_timeout)
+            # One shared start, so stuck prefetchers cost one close timeout in all; None (inf): no bound.
+            core.finish_close(None if core.close_timeout is None else started + core.close_timeout)
         except BaseException:  # noqa: BLE001
             pass
 

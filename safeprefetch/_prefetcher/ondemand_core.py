@@ -55,7 +55,7 @@ from .ondemand_serve import ServeSide
 from .ondemand_stats import OnDemandCounters, OnDemandStats
 from .predictors import Predictor
 from .sources import SourceBox, stop_iteration_error
-from .waits import Gate
+from .waits import Gate, first_driver, start_threads
 
 __all__ = ["OnDemandCore", "compile_predictive"]
 
@@ -119,6 +119,8 @@ class OnDemandCore(ServeSide, CloseSide):
         self.stuck: list[str] = []
         self.threads: list[threading.Thread] = []
         self.worker_idents: set[int] = set()
+        self.unstarted: list[threading.Thread] = []
+        self.drivers: dict[int, int] = {}
 
     def _index_machine(self, m: Any, workers: int) -> None:
         """Threads, fields and branch names, by the protocol's names (a rename fails here)."""
@@ -148,12 +150,9 @@ class OnDemandCore(ServeSide, CloseSide):
     # -- workers --------------------------------------------------------------
 
     def start(self) -> None:
-        for w, t in enumerate(self.worker_ids):
-            th = threading.Thread(target=_worker_main, args=(self, t), daemon=True,
-                                  name=f"safeprefetch-{self.name}-worker{w}")
-            self.threads.append(th)
-            th.start()
-            self.worker_idents.add(th.ident)
+        start_threads(self, [threading.Thread(target=_worker_main, args=(self, t), daemon=True,
+                                              name=f"safeprefetch-{self.name}-worker{w}")
+                             for w, t in enumerate(self.worker_ids)])
 
     def _closing(self) -> bool:
         return self.rt.state[self.i_closing]  # racy but sound: closing only goes from False to True
@@ -239,6 +238,8 @@ class OnDemandCore(ServeSide, CloseSide):
 
 def _worker_main(core: OnDemandCore, t: int) -> None:
     """A worker thread: drive model thread ``t`` to completion. Holds the core, never its owner."""
+    if not first_driver(core, t):
+        return  # close() is driving it out already (this thread's start had raised: waits.start_threads)
     rt = core.rt
     try:
         while rt.pc(t) != DONE:

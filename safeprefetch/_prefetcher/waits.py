@@ -16,9 +16,33 @@ from typing import Any
 from .._runtime.interrupts import deliver, guard, interruptible, interruptible_until_owned
 from .errors import PrefetchTimeout
 
-__all__ = ["Gate", "NO_GATE", "join_threads", "wait_event", "wait_gate"]
+__all__ = ["Gate", "NO_GATE", "first_driver", "join_threads", "start_threads", "wait_event", "wait_gate"]
 
 _TIMEOUT_MAX = threading.TIMEOUT_MAX
+
+
+def start_threads(core: Any, threads: list[threading.Thread]) -> None:
+    """Start the workers' threads in turn; any start may raise (no more threads: RuntimeError; Ctrl-C).
+
+    A thread whose start raised, and every one after it, stays in
+    ``core.unstarted``: nothing drives its model worker, whose exit the
+    closer's "join workers" waits for, so ``close()`` drives it out itself,
+    on its own thread (``retire_unstarted``). A start that raised after the
+    thread did start leaves two candidate drivers; :func:`first_driver`
+    lets exactly one of them drive.
+    """
+    core.unstarted = list(threads)
+    for th in threads:
+        core.threads.append(th)
+        th.start()
+        core.unstarted.remove(th)
+        core.worker_idents.add(th.ident)
+
+
+def first_driver(core: Any, t: int) -> bool:
+    """Whether the calling thread is the one to drive model thread ``t`` (the first to ask; atomic)."""
+    me = threading.get_ident()
+    return core.drivers.setdefault(t, me) == me
 
 
 @interruptible

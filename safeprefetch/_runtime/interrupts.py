@@ -34,7 +34,10 @@ Two layers, each sufficient against one interrupt, together against storms.
    The wrapper is installed only when the handler is a Python callable (the
    default ``default_int_handler``, or a user's), only from the main thread,
    and only while a Prefetcher is open; it is removed when the last one
-   closes if it is still the installed handler. (``asyncio.run`` installs its
+   closes if it is still the installed handler (a last close off the main
+   thread, where no handler can be changed, leaves it stale: it steps aside
+   at the next SIGINT or the next install or uninstall on the main thread,
+   and until then only passes SIGINT on). (``asyncio.run`` installs its
    own handler only when it finds the default one: a prefetcher opened before
    ``asyncio.run`` keeps asyncio from doing so.)
 
@@ -140,19 +143,28 @@ def is_protected(frame: FrameType | None) -> bool:
 class _Guard:
     """The process's SIGINT wrapper state (one per process; touched only on the main thread)."""
 
-    __slots__ = ("previous", "deferred")
+    __slots__ = ("previous", "deferred", "stale")
 
     def __init__(self) -> None:
         #: The handler we wrapped, called for every SIGINT we do not defer.
         self.previous: Callable[[int, FrameType | None], Any] | None = None
         #: A SIGINT arrived inside a protected frame and has not been delivered yet.
         self.deferred = False
+        #: Nothing needs the wrapper any more, but it was let go off the main thread, where a handler
+        #: cannot be changed: it restores the wrapped handler at its next chance on the main thread.
+        self.stale = False
 
 
 _guard = _Guard()
 
 
 def _on_sigint(signum: int, frame: FrameType | None) -> Any:
+    if _guard.stale:  # let go off the main thread: step aside now (a handler runs on the main thread)
+        uninstall()
+        previous = _guard.previous
+        if previous is None:
+            raise KeyboardInterrupt
+        return previous(signum, frame)
     decision = _decide(frame)
     if decision == "defer":
         _guard.deferred = True
@@ -175,9 +187,13 @@ def installed() -> bool:
 def install() -> bool:
     """Install the deferring SIGINT wrapper (main thread only). True when it is in place."""
     if threading.current_thread() is not threading.main_thread():
-        return installed()
+        if installed():
+            _guard.stale = False  # wanted again before it could step aside
+            return True
+        return False
     current = signal.getsignal(signal.SIGINT)
     if current is _on_sigint:
+        _guard.stale = False
         return True
     if not callable(current):  # SIG_IGN, SIG_DFL, or set from C: not ours to wrap
         return False
@@ -192,10 +208,17 @@ def uninstall() -> None:
     The caller decides when nothing needs the wrapper any more (no open
     prefetcher asked for it): that is a question about the registry of open
     prefetchers, which is recomputed, not a count that an interrupt could
-    leave wrong.
+    leave wrong. Off the main thread, where Python cannot change a signal
+    handler, the wrapper is marked stale instead: it restores the wrapped
+    handler itself at the next SIGINT (and passes that SIGINT on), or at
+    the next :func:`install` or :func:`uninstall` on the main thread.
+    Until then ``signal.getsignal`` still shows it.
     """
     if threading.current_thread() is not threading.main_thread():
+        if installed():
+            _guard.stale = True
         return
+    _guard.stale = False
     if signal.getsignal(signal.SIGINT) is _on_sigint and _guard.previous is not None:
         signal.signal(signal.SIGINT, _guard.previous)
 
