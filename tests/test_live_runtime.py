@@ -114,3 +114,65 @@ def test_run_command_on_the_reference_model_is_ok():
     p = _cli("run", "prefetcher", "--set", "close=on", "--set", "error=on", "--attempts", "5")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "live run of prefetcher: ok" in p.stdout
+
+
+class MaybeSpawn(Model):
+    """A helper thread that only a spawn step starts, and no step spawns it (``spawn=False``)."""
+
+    name = "maybe_spawn"
+    params = {"spawn": False}
+
+    def build(self, m, spawn, **_):
+        m.shared(x=0)
+
+        def work(s, me):
+            s.x += 1
+
+        main = m.program("main")
+        main.step("work", work, next="start helper" if spawn else DONE)
+        main.spawn("start helper", "helper", next=DONE)
+        helper = m.program("helper")
+        helper.step("help", work, next=DONE)
+        m.thread("main", main)
+        m.thread("helper", helper, start=False)
+
+
+@pytest.mark.parametrize("spawn", [False, True])
+@pytest.mark.parametrize("seed", range(3))
+def test_a_thread_nobody_spawns_counts_as_finished_live_as_in_the_checker(spawn, seed):
+    """Before: run_live said deadlock ("all threads blocked: ", nobody named) where check says ok."""
+    machine = MaybeSpawn.compile({"spawn": spawn})
+    assert check(MaybeSpawn, {"spawn": spawn}).verdict == "ok"
+    live = run_live(machine, seed=seed, timeout=10)
+    assert (live.verdict, live.conforms, live.steps) == ("ok", True, 3 if spawn else 1)
+
+
+def test_a_step_of_a_thread_nobody_can_spawn_any_more_raises_never_started():
+    from safeprefetch._runtime.errors import NeverStarted
+
+    machine = MaybeSpawn.compile({"spawn": False})
+    rt = Runtime(machine)
+    rt.run_thread(0)
+    with pytest.raises(NeverStarted, match="helper was never started, and the run is over"):
+        rt.step(1, timeout=10)
+
+
+def test_verify_record_rejects_thread_and_branch_numbers_the_model_does_not_have():
+    """Before: thread -1 and -2 aliased real threads (ok=True), thread 2 raised IndexError, and a successor
+    with True where the model has 1 passed (True == 1), the check then going on from the tampered state."""
+    machine = load_model("no_space_guard").compile()
+    record = list(_record(machine))
+    assert verify_record(machine, record).ok
+    n = len(machine.thread_names)
+    t, b, s = record[0]
+    for bad_t in (t - n, n, True if t == 1 else None, "0"):
+        report = verify_record(machine, [(bad_t, b, s)] + record[1:])
+        assert not report.ok and report.first_mismatch == 0 and "is not a thread" in report.message, bad_t
+    report = verify_record(machine, [(t, True if b == 1 else 1.0 * b, s)] + record[1:])
+    assert not report.ok and report.first_mismatch == 0
+    ints = [i for i, v in enumerate(s) if type(v) is int and v in (0, 1)]
+    assert ints, "the first successor has a 0 or 1 field to tamper with"
+    k = ints[0]
+    tampered = s[:k] + (bool(s[k]),) + s[k + 1:]
+    report = verify_record(machine, [(t, b, tampered)] + record[1:])
+    assert not report.ok and report.first_mismatch == 0

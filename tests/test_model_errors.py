@@ -13,7 +13,7 @@ from test_cli import run  # python -m safeprefetch ARGS -> (exit code, stdout, s
 from safeprefetch import check
 from safeprefetch._cli.live import cap_table
 from safeprefetch._dsl import specialize
-from safeprefetch.model import DONE, CheckError, Model, ModelError, StepError
+from safeprefetch.model import DONE, CheckError, Model, ModelError, StepError, violate
 from safeprefetch.testing import assert_verdict
 
 RAISER = '''
@@ -205,6 +205,55 @@ def test_a_symmetry_that_breaks_interchangeability_is_named():
     assert check(OwnerIndex, reduce="none").verdict == "ok"  # without the reduction nothing is wrong
 
 
+class NamedInvariant(Model):
+    """Two interchangeable workers, but an invariant that names one of them: "w1 never finishes first"."""
+
+    name = "named_invariant"
+
+    def build(self, m):
+        def go(s, me):
+            me.x = 1
+
+        p = m.program("w", x=0)
+        p.step("go", go, next=DONE)
+        m.thread("w0", p)
+        m.thread("w1", p)
+        m.symmetric("w0", "w1")
+        m.invariant("w0 first", lambda s, threads: not (threads["w1"].x == 1 and threads["w0"].x == 0))
+
+
+class NamedEndCheck(Model):
+    """The same with the check at the end: "w1 finished last" (each worker records when it finished)."""
+
+    name = "named_end_check"
+
+    def build(self, m):
+        def go(s, me):
+            me.order = s.count
+            s.count += 1
+
+        m.shared(count=0)
+        p = m.program("w", order=-1)
+        p.step("go", go, next=DONE)
+        m.thread("w0", p)
+        m.thread("w1", p)
+        m.symmetric("w0", "w1")
+        m.at_end(lambda s, threads: None if threads["w1"].order == 1 else ("invariant", "w0 finished last"))
+
+
+@pytest.mark.parametrize("model, which", [(NamedInvariant, "invariant 'w0 first'"), (NamedEndCheck, "an end check")])
+def test_a_symmetry_a_check_tells_apart_is_named_instead_of_hiding_the_violation(model, which):
+    """Before: reduce=symmetry (and the default, all) said ok, exhaustive; reduce=none finds the violation.
+    The reduced search judges one state of each swapped pair, so a check that names a thread is a
+    broken declaration, as a step that does is."""
+    from safeprefetch._check.symmetry_check import SymmetryError
+
+    assert check(model, reduce="none").verdict == "invariant"
+    for reduce in ("symmetry", "all"):
+        with pytest.raises(SymmetryError, match=rf"symmetric\(w0, w1\) is wrong: {which} judges"):
+            check(model, reduce=reduce)
+
+
 def test_every_catalog_symmetry_declaration_holds():
     from safeprefetch import catalog
     from safeprefetch._check.symmetry_check import symmetry_error
@@ -311,3 +360,143 @@ def test_run_of_a_model_that_never_ends_prints_a_capped_table(tmp_path):
     assert len(lines) == 1 + 2 + 20 + 1 + 1  # summary, header, rows, the omission, the verdict
     code, out, _ = run("run", str(path), "--attempts", "1", "--timeout", "0.5", "--force", "never", "--json")
     assert len(json.loads(out)["trace"]) > 20  # the JSON keeps the whole trace
+
+
+# -- determinism --------------------------------------------------------------------------------------
+
+
+class RandomStep(Model):
+    """The adversarial review's model: a step that draws from a seeded random.Random instead of branches=;
+    a violation is reachable (x == 3 when c runs with y == 2), yet some seeds gave "ok, exhaustive"."""
+
+    name = "random_step"
+    params = {"seed": 0, "deep": 0}
+
+    def build(self, m, seed, deep, **_):
+        import random
+
+        rng = random.Random(seed)
+        m.shared(x=0, y=0, n=0)
+
+        def count(s, me):
+            s.n += 1
+
+        def a(s, me):
+            s.x = rng.randint(0, 3) if s.n >= deep else 0
+
+        def c(s, me):
+            if s.x == 3 and s.y == 2:
+                violate("underflow", "boom")
+            s.y += 1
+
+        w = m.program("w")
+        w.step("count", count, guard=lambda s, me: s.n < deep, next="count")
+        r = m.program("r")
+        r.step("a", a, guard=lambda s, me: s.n >= deep, next="c")
+        r.step("c", c, next="a")
+        m.thread("w0", w)
+        m.thread("r0", r)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("store, engine", [("full", "plain"), ("full", "generated"), ("fingerprint", None)])
+def test_a_step_that_is_not_a_function_of_the_state_is_refused(seed, store, engine):
+    """Before: ok and exhaustive for seed 2, a raw RuntimeError for seeds 0, 1, 4 and 5."""
+    from safeprefetch._check.determinism import NondeterministicModel
+
+    with pytest.raises(NondeterministicModel, match=r"not deterministic.*\(r0's step 'a', "):
+        check(RandomStep, config={"seed": seed}, store=store, engine=engine, max_states=20_000)
+
+
+@pytest.mark.parametrize("engine", ["plain", "generated"])
+def test_a_step_that_changes_its_mind_deep_in_the_search_is_caught_by_the_sample(engine):
+    """The probe before the search sees only its first 256 states; past them, one state in 1024 is
+    expanded twice (plain), and the generated engines' audit against the machine restarts plain."""
+    from safeprefetch._check.determinism import NondeterministicModel
+
+    with pytest.raises(NondeterministicModel, match="not deterministic"):
+        check(RandomStep, config={"seed": 2, "deep": 3000}, engine=engine, reduce="none", max_states=200_000)
+
+
+# -- what the checker prints --------------------------------------------------------------------------
+
+
+_BIG_INT_MODEL = '''
+from safeprefetch.model import DONE, Model, violate
+
+class Big(Model):
+    name = "bigint"
+
+    def build(self, m):
+        m.shared(x=0)
+
+        def grow(s, me):
+            s.x = 10 ** 5000
+
+        def bad(s, me):
+            violate("underflow", "boom")
+
+        p = m.program("w")
+        p.step("grow", grow, next="bad")
+        p.step("bad", bad, next=DONE)
+        m.thread("w0", p)
+'''
+
+
+def test_a_trace_with_a_value_python_cannot_print_still_prints_its_violation(tmp_path):
+    """Before: "the model raised ValueError: Exceeds the limit (4300 digits)", exit 2 -- the trace table's
+    repr raised, not the model."""
+    path = tmp_path / "bigint.py"
+    path.write_text(_BIG_INT_MODEL)
+    code, out, err = run("check", str(path))
+    assert code == 1, err
+    assert "verdict: underflow" in out and "x=<int of 16610 bits>" in out
+
+
+@pytest.mark.parametrize("returned, message", [
+    ("f'lost {2 - s.got}'", r"end check returned 'lost 1': it must return None \(ok\) or \(kind, message\)"),
+    ("('lost', '1 item lost')", r"end check returned the kind 'lost': not a verdict kind.*did you mean 'lost_item'"),
+    ("('lost_item', 'x', 1)", r"end check returned \('lost_item', 'x', 1\): it must return None"),
+])
+def test_an_end_check_must_return_a_known_kind_and_a_message(returned, message):
+    """Before: a misspelled kind was reported as verdict 'lost' (exit 1); a bare string as "the model raised
+    ValueError: too many values to unpack"."""
+    end = eval(f"lambda s: None if s.got == 2 else {returned}")  # noqa: S307 - the test's own expressions
+
+    class AtEnd(Model):
+        name = "at_end_kind"
+
+        def build(self, m):
+            def take(s, me):
+                s.got += 1
+
+            m.shared(got=0)
+            p = m.program("w")
+            p.step("take", take, next=DONE)
+            m.thread("w0", p)
+            m.at_end(end)
+
+    with pytest.raises(ModelError, match=message):
+        check(AtEnd)
+
+
+def test_check_json_is_strict_json_whatever_the_configuration_holds(tmp_path):
+    """Before: a parameter of inf was written as the bare token Infinity, and a frozenset one failed with
+    "Object of type frozenset is not JSON serializable" (exit 2)."""
+    path = tmp_path / "params.py"
+    path.write_text(
+        "from safeprefetch.model import DONE, Model\n"
+        "class P(Model):\n"
+        "    name = 'params'\n"
+        "    params = {'deadline': float('inf'), 'names': frozenset({'b', 'a'}), 'pair': (1, 2)}\n"
+        "    def build(self, m, deadline, names, pair, **_):\n"
+        "        p = m.program('w'); p.step('a', next=DONE); m.thread('w0', p)\n")
+    code, out, err = run("check", str(path), "--json")
+    assert code == 0, err
+
+    def refuse(token):
+        raise ValueError(f"not JSON: {token}")
+
+    got = json.loads(out, parse_constant=refuse)
+    assert {k: got["config"][k] for k in ("deadline", "names", "pair")} == \
+        {"deadline": "inf", "names": ["a", "b"], "pair": [1, 2]}

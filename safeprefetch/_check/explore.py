@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Any, Callable, Mapping
 
 from .._dsl.model import Machine, Model, ModelError, StepError
+from . import determinism
 from .bitstate import BitstateExplorer
 from .budget import format_bytes, resident_bytes
 from .generated import ENGINES, default_engine
@@ -78,9 +79,11 @@ def explore(machine: Machine, *, strategy: str = "bfs", max_states: int = DEFAUL
     except RuntimeError as e:
         # A wrong symmetry declaration shows first as a path the explorer cannot walk back; name it.
         wrong = symmetry_error(machine, max_states) if machine.symmetry and reduce in ("symmetry", "all") else None
-        if wrong is None:
-            raise
-        raise wrong from e
+        if wrong is not None:
+            raise wrong from e
+        if "not deterministic" in str(e):  # the search could not walk its own path back: the model changed
+            raise determinism.error(machine, None) from e
+        raise
 
 
 def _explore(machine: Machine, strategy: str, max_states: int, progress: Callable | None, reduce: str,
@@ -97,6 +100,9 @@ def _explore(machine: Machine, strategy: str, max_states: int, progress: Callabl
         wrong = symmetry_error(machine, SYMMETRY_PROBE)
         if wrong is not None:
             raise wrong
+    changing = determinism.probe(machine)
+    if changing is not None:
+        raise changing
     if memory is not None:
         if memory <= 0:
             raise ModelError("memory must be a positive number of bytes")

@@ -62,6 +62,7 @@ from .._dsl.codegen import compile_transitions
 from .._dsl.model import Machine, ModelError, StepViolation
 from .budget import DictGrowth, MemoryBudget
 from .expand import Expander, check_max_states, counted_at_cut
+from .determinism import differs, error as determinism_error
 from .extension import Build
 from .generated import ENGINES, CompileUnavailable, Expansion, agrees, default_engine, expansion, start_build, why_not
 from .liveness import starvation
@@ -442,6 +443,7 @@ class Explorer:
                     return self._stopped(depth, transitions, True)
                 counter += 1
                 if not counter & _PROGRESS_MASK:
+                    self._still_deterministic(state, counter >> _PROGRESS_SHIFT)  # one in 1024 expanded twice
                     if pending and len(parents) >= AUTO_STATES:
                         pending, self.fast = False, self._expansion()
                         chunk = self.fast.chunk if self.fast is not None else None
@@ -458,6 +460,27 @@ class Explorer:
             depth += 1
         self.transitions = transitions
         return True
+
+    def _still_deterministic(self, state: tuple, k: int) -> None:
+        """Raise NondeterministicModel if two expansions of a sampled state differ (see :mod:`.determinism`).
+
+        The ``k``-th sample takes ``state``'s ancestor ``k % 7`` steps up: every 1024th state alone would
+        meet the same phase of a periodic search again and again (a loop of two steps, only one of them
+        random, was never sampled at its random step)."""
+        parents = self.parents
+        for _ in range(k % 7):
+            up = parents.get(state)
+            if up is None:
+                break
+            state = up
+        choice = differs(self.machine, state)
+        if choice is None:
+            return
+        try:
+            trace = self._trace(*self.path_to(state))
+        except RuntimeError:  # the path back changed too
+            trace = None
+        raise determinism_error(self.machine, choice, trace, state)
 
     def _background(self, stored: int) -> bool:
         """Under ``auto`` on the generated expansion: start the compiled one's build once ``stored`` reaches

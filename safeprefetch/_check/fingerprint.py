@@ -181,7 +181,10 @@ def fingerprinter(sample: tuple) -> Callable[[tuple], int]:
     ``0.0`` and ``-0.0``, a named int and its plain value) marshal
     differently, so a model that stores both in one field is counted with
     more states here than by the full store, which merges them by ``==``.
-    No verdict changes: each extra state is a real state.
+    Each extra state is a real state; where the model's own steps tell such
+    values apart (``is True``, ``type()``), the full store's merge hides
+    the difference and the two stores can disagree on the verdict (the
+    README asks a model to keep a field to one type).
     """
     slow = _interning(len(sample))
     refused = _refused_fields(sample)

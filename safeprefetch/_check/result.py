@@ -23,6 +23,7 @@ re-exports them, and :mod:`.explore` keeps them importable from there too.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -35,6 +36,24 @@ class TraceError(ValueError):
 
 class ReplayDivergence(Exception):
     """A recorded trace asks for a step the model does not offer at that point."""
+
+
+
+def json_value(value: Any) -> Any:
+    """``value`` as strict JSON (RFC 8259) can hold it: infinities and NaN as the strings Python prints
+    (``"inf"``, ``"-inf"``, ``"nan"``), sets sorted into lists, tuples as lists, anything else JSON has no
+    type for as its ``repr``. A configuration may hold any of these; ``--json`` must stay JSON."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, (list, tuple)):
+        return [json_value(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted((json_value(v) for v in value), key=repr)
+    if isinstance(value, dict):
+        return {str(k): json_value(v) for k, v in value.items()}
+    return repr(value)
 
 
 @dataclass(frozen=True)
@@ -193,7 +212,7 @@ class CheckResult:
         v = self.violation
         return {
             "model": self.model,
-            "config": dict(self.config),
+            "config": {k: json_value(v) for k, v in self.config.items()},
             "strategy": self.strategy,
             "exhaustive": self.exhaustive,
             "verdict": self.verdict,

@@ -15,7 +15,9 @@ plain breadth-first search reaches (up to a bound), for each pair of
 neighbouring threads of a group, it swaps them -- their program counters and
 locals, and their indices in mutex owners and condvar queues; a shared
 variable is left alone, which is the point -- and compares the successors of
-the swapped state with the swapped successors. The first difference is a
+the swapped state with the swapped successors, and the invariants' (and,
+at a terminal state, the end checks') judgement of the two states. The
+first difference is a
 :class:`SymmetryError` that names the threads, the step, the fields that
 differ and the schedule that reached the state.
 
@@ -33,6 +35,7 @@ from typing import Any
 from .._dsl.model import Machine, ModelError
 from .replay import trace_of
 from .steperror import path_from_parents
+from .verdict import end_violation
 
 __all__ = ["SYMMETRY_PROBE", "SymmetryError", "symmetry_error"]
 
@@ -69,6 +72,9 @@ def symmetry_error(machine: Machine, max_states: int) -> SymmetryError | None:
             bad = _mismatch(machine, state, succ, a, b)
             if bad is not None:
                 return _error(machine, parents, state, a, b, *bad)
+            judged = _judged_apart(machine, state, not succ, a, b)
+            if judged is not None:
+                return _judgement_error(machine, parents, state, a, b, judged)
         for (t, br), nxt in succ:
             if nxt.__class__ is tuple and nxt not in parents and len(parents) < max_states:
                 parents[nxt] = (state, (t, br))
@@ -108,11 +114,48 @@ def _mismatch(machine: Machine, state: tuple, succ: list, a: int, b: int) -> tup
     return None
 
 
+def _judged_apart(machine: Machine, state: tuple, stuck: bool, a: int, b: int) -> str | None:
+    """Which check -- an invariant, or at a terminal state the end checks -- judges ``state`` and its swap
+    differently (one fails, the other not, or they fail differently), or None.
+
+    The reduced search judges only the representative of each class of states, so a check that names
+    one of the threads (``threads["w1"].x``) would pass or fail depending on which member was stored."""
+    swapped = _swap(machine, state, a, b)
+    mine, theirs = machine.invariant_violation(state), machine.invariant_violation(swapped)
+    if mine != theirs:
+        return (mine or theirs)[1].replace(" fails", "")  # "invariant 'name'"
+    if stuck and machine.all_done(state):
+        mine, theirs = end_violation(machine, state), end_violation(machine, swapped)
+        if (mine is None) != (theirs is None) or (mine is not None and theirs is not None and mine[0] != theirs[0]):
+            return "an end check"
+    return None
+
+
+def _where(machine: Machine, parents: dict, state: tuple, a: int, b: int) -> tuple[Any, str, str]:
+    """The trace to ``state``, the declared group as written, and "N steps"."""
+    trace = trace_of(machine, *path_from_parents(parents, state))
+    group = next(g for g in machine.symmetry if a in g and b in g)
+    steps = f"{len(trace)} step{'' if len(trace) == 1 else 's'}"
+    return trace, ", ".join(machine.thread_names[t] for t in group), steps
+
+
+def _judgement_error(machine: Machine, parents: dict, state: tuple, a: int, b: int, check: str) -> SymmetryError:
+    from .trace import format_table
+
+    trace, declared, steps = _where(machine, parents, state, a, b)
+    names = machine.thread_names
+    message = (f"symmetric({declared}) is wrong: {check} judges the state after {steps} and the same state "
+               f"with {names[a]} and {names[b]} swapped differently, so the reduced search, which judges one of "
+               f"the two, could miss its violation. A check that names one of the threads (threads[{names[b]!r}]) "
+               f"breaks symmetry; state it for every thread of the group, or remove the declaration")
+    return SymmetryError(message, (names[a], names[b]), trace, format_table(machine, trace))
+
+
 def _error(machine: Machine, parents: dict, state: tuple, a: int, b: int, choice: tuple, want: Any,
            got: Any) -> SymmetryError:
     from .trace import format_table
 
-    trace = trace_of(machine, *path_from_parents(parents, state))
+    trace, declared, steps = _where(machine, parents, state, a, b)
     names = machine.thread_names
     info = machine.step_info(state, choice[0])
     label = info.label if info is not None else machine.pc(state, choice[0])
@@ -121,9 +164,6 @@ def _error(machine: Machine, parents: dict, state: tuple, a: int, b: int, choice
         what = "the swapped state differs in " + ", ".join(fields)
     else:
         what = "the step is enabled in one and not the other" if None in (want, got) else "the outcomes differ"
-    group = next(g for g in machine.symmetry if a in g and b in g)
-    declared = ", ".join(names[t] for t in group)
-    steps = f"{len(trace)} step{'' if len(trace) == 1 else 's'}"
     message = (f"symmetric({declared}) is wrong: {names[a]} and {names[b]} are not interchangeable. After "
                f"{steps}, {names[choice[0]]}'s step {label!r} does not carry over when the two "
                f"are swapped ({what}). A shared variable holding a thread's index or name, or a step that "

@@ -29,7 +29,24 @@ def format_value(machine: Machine, index: int, value: Any) -> str:
         return "[" + ", ".join(names[t] for t in value) + "]"
     if isinstance(value, str):
         return value
-    return repr(value)
+    return printable(value)
+
+
+def printable(value: Any) -> str:
+    """``repr(value)``, or what the value is where it cannot be printed: an int past Python's digit limit
+    (``sys.set_int_max_str_digits``), or an object whose ``__repr__`` raises. A trace table must not fail
+    where the model did not."""
+    try:
+        return repr(value)
+    except Exception as e:  # noqa: BLE001 - anything a repr raises: say what the value is instead
+        if isinstance(value, int):
+            return f"<int of {value.bit_length()} bits>"
+        if type(value) is tuple:
+            inner = ", ".join(printable(v) for v in value)
+            return f"({inner}{',' if len(value) == 1 else ''})"
+        if isinstance(value, frozenset):
+            return "frozenset({" + ", ".join(sorted(printable(v) for v in value)) + "})"
+        return f"<{type(value).__name__} whose repr raised {type(e).__name__}>"
 
 
 def changes(machine: Machine, before: Sequence, after: Sequence, thread: int | None = None) -> list[str]:

@@ -39,9 +39,10 @@ state with "notified since" flags, which would multiply the state space.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
-from .._dsl.model import DONE, Machine, ModelError
+from .._dsl.graph import did_you_mean
+from .._dsl.model import DONE, VIOLATION_KINDS, Machine, ModelError
 from .._dsl.usererror import check_error
 from .._dsl.program import NOT_STARTED
 
@@ -79,8 +80,21 @@ def end_violation(machine: Machine, state: tuple) -> tuple[str, str] | None:
             which = f" {k + 1} of {len(machine.end_checks)}" if len(machine.end_checks) > 1 else ""
             raise check_error(f"end check{which}", e, state, machine.shared_index) from e
         if found:
-            return found
+            return _as_end_verdict(machine, k, found)
     return None
+
+
+def _as_end_verdict(machine: Machine, k: int, found: Any) -> tuple[str, str]:
+    """An end check's ``(kind, message)``, checked as ``violate`` checks its kind: a typo in a kind, or a bare
+    message, is the model's mistake, named here rather than reported as a verdict nobody knows."""
+    which = f" {k + 1} of {len(machine.end_checks)}" if len(machine.end_checks) > 1 else ""
+    if not (isinstance(found, tuple) and len(found) == 2 and isinstance(found[1], str)):
+        raise ModelError(f"end check{which} returned {found!r}: it must return None (ok) or (kind, message), "
+                         f"a kind from {', '.join(sorted(VIOLATION_KINDS))}")
+    if found[0] not in VIOLATION_KINDS:
+        raise ModelError(f"end check{which} returned the kind {found[0]!r}: not a verdict kind "
+                         f"(known: {', '.join(sorted(VIOLATION_KINDS))})" + did_you_mean(str(found[0]), VIOLATION_KINDS))
+    return found
 
 
 def terminal(machine: Machine, state: tuple) -> tuple[str, str] | _Hang | None:

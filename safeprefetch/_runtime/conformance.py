@@ -15,7 +15,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .._check.result import Trace
 from .._check.verdict import end_violation
@@ -39,12 +39,24 @@ class ConformanceReport:
     message: str = ""
 
 
+def _identical(a: Any, b: Any) -> bool:
+    """Equal, and of the same types all the way down: ``True`` is not the state's ``1`` (``True == 1``)."""
+    if type(a) is not type(b):
+        return False
+    if type(a) is tuple:
+        return len(a) == len(b) and all(_identical(x, y) for x, y in zip(a, b))
+    return a == b or (a != a and b != b)  # NaN is NaN
+
+
 def verify_record(machine: Machine, record: Sequence[tuple[int, int, tuple]]) -> ConformanceReport:
     """Check that every recorded live step is a valid transition of the model from the previous state."""
     state = machine.init
+    n = len(machine.thread_names)
     for i, (t, b, nxt) in enumerate(record):
+        if type(t) is not int or not 0 <= t < n:
+            return ConformanceReport(i, False, i, f"step {i}: {t!r} is not a thread of {machine.name} (0..{n - 1})")
         options = dict(machine.fire(state, t))
-        if b not in options:
+        if type(b) is not int or b not in options:
             return ConformanceReport(i, False, i, f"step {i}: {machine.thread_names[t]} had no branch {b} enabled")
         expected = options[b]
         if isinstance(nxt, StepViolation) or isinstance(expected, StepViolation):
@@ -53,10 +65,10 @@ def verify_record(machine: Machine, record: Sequence[tuple[int, int, tuple]]) ->
             if not same:
                 return ConformanceReport(i, False, i, f"step {i}: violation mismatch")
             return ConformanceReport(len(record), True)
-        if expected != nxt:
+        if not _identical(expected, nxt):
             return ConformanceReport(i, False, i, f"step {i}: {machine.thread_names[t]}'s recorded successor "
                                                   "differs from the model's")
-        state = nxt
+        state = expected
     return ConformanceReport(len(record), True)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from .._check.replay import choice_step
 from .._check.result import Trace
 from .._dsl.model import DONE
+from .errors import NeverStarted
 
 __all__ = ["Driving"]
 
@@ -69,4 +70,7 @@ class Driving:
                             branch = choice_step(m, self._state, (t, rng.choice(opts)[0])).branch
             if jitter and rng is not None:
                 time.sleep(rng.random() * jitter)
-            self.step(t, branch)
+            try:
+                self.step(t, branch)
+            except NeverStarted:
+                return  # nobody spawned it, and the run is over: finished, as the model counts it

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["LiveDeadlock", "LiveError", "LiveViolation", "StepTimeout"]
+__all__ = ["LiveDeadlock", "LiveError", "LiveViolation", "NeverStarted", "StepTimeout"]
 
 
 class LiveError(Exception):
@@ -24,6 +24,13 @@ class LiveDeadlock(LiveError):
 
 class LiveViolation(LiveError):
     """A step raised a model violation, or a state broke an invariant, on real threads."""
+
+
+class NeverStarted(Exception):
+    """The run is over and this thread was never started (no step spawned it): it has nothing left to do.
+
+    Raised by ``Runtime.step`` for such a thread once every other thread is done; the model counts it
+    as finished (``Machine.all_done``), and so does ``run_thread``."""
 
 
 class StepTimeout(Exception):

@@ -89,7 +89,7 @@ from .._dsl.model import DONE, Machine
 from .._dsl.codegen import Broken, CompiledMachine
 from .driving import Driving
 from .entries import GENERIC, ActionContext, Entry, generated_entry, never
-from .errors import LiveDeadlock, LiveError, LiveViolation, StepTimeout
+from .errors import LiveDeadlock, LiveError, LiveViolation, NeverStarted, StepTimeout
 
 #: What an interrupted step owes when its footprint is unknown: a test of every parked thread.
 _EVERYTHING: Any = object()
@@ -101,6 +101,7 @@ __all__ = [
     "LiveDeadlock",
     "LiveError",
     "LiveViolation",
+    "NeverStarted",
     "Runtime",
     "StepTimeout",
 ]
@@ -148,6 +149,7 @@ class Runtime(Driving):
         self._want: list[str | None] = [None] * n  # the branch a parked thread waits for
         self._parked_pc: list[Any] = [None] * n    # its program counter when it parked
         self._failure: LiveError | None = None
+        self._ended = False                 # every thread done, but for never-started ones: the run is over
         self._check_invariants = check_invariants and bool(machine.invariants)
         self._invariant_violation = machine.invariant_violation
         # The invariants as plain predicates over the state tuple, when every one of them
@@ -336,13 +338,13 @@ class Runtime(Driving):
         them, is skipped without testing: nothing it depends on changed since it
         last found itself disabled. (Its own locals only it writes; a notify that
         moves it changes its program counter, which forces the test.) After a
-        failure every parked thread is woken, to raise it.
+        failure, or the run's end, every parked thread is woken, to raise it.
         """
         woke = False
         state = self._state
         pci = self._pci
         parked = self._parked
-        failed = self._failure is not None
+        failed = self._failure is not None or self._ended
         for u in range(len(parked)):
             if not parked[u]:
                 continue
@@ -390,6 +392,10 @@ class Runtime(Driving):
         for t, parked in enumerate(self._parked):
             if not parked and state[self._pci[t]] != DONE:
                 return  # someone can still act
+        if m.all_done(state):  # the parked are threads no step spawned (and none can now): they leave
+            self._ended = True  # with NeverStarted, as the checker counts them finished
+            self._wake_enabled(None)
+            return
         if self._schedule is not None and self._pos < len(self._schedule):
             # The forced order is stuck: the trace asks for a step that is not enabled.
             turn = self._schedule[self._pos]
@@ -432,6 +438,8 @@ class Runtime(Driving):
             raise
         if self._failure is not None:
             raise self._failure
+        if self._ended:
+            raise NeverStarted(f"{self.machine.thread_names[t]} was never started, and the run is over")
         if not got and deadline is not None and time.monotonic() >= deadline:
             e = self._entries[t].get(self._state[self._pci[t]])
             if e is None or not self._options(t, e, branch):

@@ -61,6 +61,7 @@ from typing import Any, Mapping
 
 from .._check.expand import Expander
 from .._check.explore import CheckResult, check
+from .._check.result import json_value
 from .._check.replay import choice_step, replay_choices
 from .._check.trace import format_value
 from .._check.verdict import HANG, terminal
@@ -107,17 +108,6 @@ def difficulty(result: CheckResult) -> str:
     return "hard"
 
 
-def _json_value(value: Any) -> Any:
-    """A state value as JSON: tuples and frozensets become lists (sorted, for sets)."""
-    if isinstance(value, (tuple, list)):
-        return [_json_value(v) for v in value]
-    if isinstance(value, (set, frozenset)):
-        return sorted((_json_value(v) for v in value), key=repr)
-    if isinstance(value, dict):
-        return {str(k): _json_value(v) for k, v in value.items()}
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return repr(value)
 
 
 #: How a pc says more than its program step: a thread waiting on a condvar (the compiler's
@@ -251,7 +241,7 @@ def _state_record(machine: Machine, expander: Expander, state: tuple,
                   index: Mapping[tuple, int]) -> dict[str, Any]:
     """One exported state: fields, places, moves, and its verdict as far as the state decides it."""
     record: dict[str, Any] = {
-        "values": [_json_value(v) for v in state],
+        "values": [json_value(v) for v in state],
         "shown": [format_value(machine, i, v) for i, v in enumerate(state)],
         "holds": _holds(machine, state),
         "moves": [],
@@ -329,7 +319,7 @@ def export_graph(machine: Machine, *, max_states: int = MAX_STATES,
     return {
         "format": FORMAT,
         "model": machine.name,
-        "config": _json_value(dict(machine.config)),
+        "config": json_value(dict(machine.config)),
         "threads": [{"name": n, "role": r} for n, r in zip(machine.thread_names, machine.thread_roles)],
         "programs": {role: [{"label": s.label, "kind": s.kind, "objects": list(s.objects), "to": list(s.targets)}
                             for s in steps.values()] for role, steps in machine.graph.items()},

@@ -1,0 +1,96 @@
+"""Checking that the model is a function of its state, before a search trusts it.
+
+What it guarantees
+------------------
+Every search stores a state once and expands it once: it assumes that the
+same state always has the same successors. A step, guard or helper that
+reads anything else -- ``random``, the clock, ``id()``, a module global it
+changes -- breaks that, and a search then explores some graph other than the
+model's: a seeded ``random.randint`` in a step made a model with a reachable
+violation come out "ok, exhaustive" (the adversarial review's repro), or the
+search failed at the end, unable to walk its own path back.
+
+:func:`probe` expands each of the first states a breadth-first search
+reaches twice and compares the two expansions; :func:`differs` does it for
+one state (the explorer samples one in every 1024 states it expands
+plainly; the generated engines' own audit, ``generated.agrees``, compares
+against the machine on the same schedule). A difference is a
+:class:`NondeterministicModel` that names the thread, the step and the
+schedule to the state. That is a check, not a proof: a step that changes
+its mind rarely, or only in states past the sample, goes unseen.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from .._dsl.model import Machine, ModelError
+from .replay import trace_of
+from .steperror import path_from_parents
+
+__all__ = ["DETERMINISM_PROBE", "NondeterministicModel", "differs", "probe"]
+
+#: States expanded twice before every search: a few milliseconds, and random draws show at once.
+DETERMINISM_PROBE = 256
+
+
+class NondeterministicModel(ModelError):
+    """The same state gave different successors on two expansions."""
+
+    def __init__(self, message: str, trace: Any = None):
+        super().__init__(message)
+        #: The schedule that reached the state (None when it is not known).
+        self.trace = trace
+
+
+def _outcomes(succ: list) -> dict:
+    return {c: (n if n.__class__ is tuple else (type(n).__name__, getattr(n, "kind", None), str(n)))
+            for c, n in succ}
+
+
+def differs(machine: Machine, state: tuple) -> tuple[int, str] | None:
+    """``(thread, branch)`` of the first move whose outcome differs between two expansions of ``state``."""
+    first, again = _outcomes(machine.successors(state)), _outcomes(machine.successors(state))
+    for c in sorted(set(first) | set(again), key=repr):
+        if first.get(c) != again.get(c):
+            return c
+    return None
+
+
+def error(machine: Machine, choice: tuple[int, Any] | None, trace: Any = None,
+          state: tuple | None = None) -> NondeterministicModel:
+    """The error for a model whose successors changed (``choice``: the move where they did, in ``state``)."""
+    where = ""
+    if choice is not None:
+        info = machine.step_info(state, choice[0]) if state is not None else None
+        step = f"'s step {info.label!r}" if info is not None else ""
+        where = f" ({machine.thread_names[choice[0]]}{step}"
+        if trace is not None:
+            steps = len(trace)
+            where += ", in the initial state" if not steps else f", after {steps} step{'' if steps == 1 else 's'}"
+        where += ")"
+    return NondeterministicModel(
+        f"the model is not deterministic: one state gave different successors on two expansions{where}. Steps, "
+        "guards and helpers must be functions of the state alone (no random, clock, id() or module state they "
+        "change); a choice the model makes belongs in branches=, where the search tries every one", trace)
+
+
+def probe(machine: Machine, max_states: int = DETERMINISM_PROBE) -> NondeterministicModel | None:
+    """Expand each of the first ``max_states`` states of a BFS twice; the first difference, or None."""
+    parents: dict[tuple, Any] = {machine.init: None}
+    queue = deque([machine.init])
+    seen = 0
+    while queue and seen < max_states:
+        state = queue.popleft()
+        seen += 1
+        if machine.invariant_violation(state):
+            continue  # an error state: the search reports it and never expands it
+        choice = differs(machine, state)
+        if choice is not None:
+            return error(machine, choice, trace_of(machine, *path_from_parents(parents, state)), state)
+        for c, nxt in machine.successors(state):
+            if nxt.__class__ is tuple and nxt not in parents:
+                parents[nxt] = (state, c)
+                queue.append(nxt)
+    return None
