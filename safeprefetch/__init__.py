@@ -30,6 +30,8 @@ from ._check.result import Violation as Violation
 from ._check.explore import check as check
 from ._check.explore import explore as explore
 from ._check.replay import replay as replay
+from ._check.determinism import NondeterministicModel as NondeterministicModel
+from ._check.symmetry_check import SymmetryError as SymmetryError
 from ._dsl.model import Model as Model
 from ._dsl.model import ModelError as ModelError
 from ._prefetcher.api import Prefetcher as Prefetcher
@@ -64,6 +66,7 @@ __all__ = [
     "MarkovPredictor",
     "Model",
     "ModelError",
+    "NondeterministicModel",
     "NpyFiles",
     "OnDemandPrefetcher",
     "OnDemandStats",
@@ -78,6 +81,7 @@ __all__ = [
     "ReplayDivergence",
     "SequentialPredictor",
     "StridePredictor",
+    "SymmetryError",
     "Trace",
     "TraceError",
     "TraceStep",

@@ -14,7 +14,12 @@ private modules behind it may move. (trio keeps its own such surface in
 * **The runtime:** :class:`Runtime` runs any compiled model on real threads
   (one kernel lock, parking, exact wakeups, external steps outside the lock);
   :func:`run_live` runs every thread of a model live; :func:`verify_record`
-  checks a recorded live run against the model, step by step.
+  checks a recorded live run against the model, step by step. A model
+  thread is driven by one OS thread at a time: an external step's action
+  runs on that thread, outside the lock, and must not take steps itself
+  (its own thread's recurses; another's makes two drivers of one thread).
+  A thread nobody spawned leaves its ``step`` with :class:`NeverStarted`
+  once every other thread is done.
 * **Interrupt injection:** :func:`record_points` lists every point where
   CPython can raise an asynchronous exception in your own code (function
   entry, the return of a call into C, a loop's back-edge), and
@@ -57,6 +62,7 @@ from ._runtime.entries import ActionContext as ActionContext
 from ._runtime.errors import LiveDeadlock as LiveDeadlock
 from ._runtime.errors import LiveError as LiveError
 from ._runtime.errors import LiveViolation as LiveViolation
+from ._runtime.errors import NeverStarted as NeverStarted
 from ._runtime.errors import StepTimeout as StepTimeout
 from ._runtime.kernel import Runtime as Runtime
 
@@ -71,6 +77,7 @@ __all__ = [
     "LiveError",
     "LiveRunResult",
     "LiveViolation",
+    "NeverStarted",
     "Runtime",
     "SigintUnavailable",
     "StepTimeout",

@@ -44,6 +44,7 @@ def run_python(code: str, timeout: float = 60.0) -> dict:
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"the subprocess hung (no exit within {timeout} s); output so far:\n{e.stdout}\n{e.stderr}")
     assert p.returncode == 0, p.stderr
+    assert "Exception in thread" not in p.stderr, p.stderr  # no thread died of what the test did
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 

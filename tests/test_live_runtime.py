@@ -148,7 +148,7 @@ def test_a_thread_nobody_spawns_counts_as_finished_live_as_in_the_checker(spawn,
 
 
 def test_a_step_of_a_thread_nobody_can_spawn_any_more_raises_never_started():
-    from safeprefetch._runtime.errors import NeverStarted
+    from safeprefetch.lowlevel import NeverStarted
 
     machine = MaybeSpawn.compile({"spawn": False})
     rt = Runtime(machine)

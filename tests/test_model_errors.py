@@ -402,7 +402,7 @@ class RandomStep(Model):
 @pytest.mark.parametrize("store, engine", [("full", "plain"), ("full", "generated"), ("fingerprint", None)])
 def test_a_step_that_is_not_a_function_of_the_state_is_refused(seed, store, engine):
     """Before: ok and exhaustive for seed 2, a raw RuntimeError for seeds 0, 1, 4 and 5."""
-    from safeprefetch._check.determinism import NondeterministicModel
+    from safeprefetch import NondeterministicModel
 
     with pytest.raises(NondeterministicModel, match=r"not deterministic.*\(r0's step 'a', "):
         check(RandomStep, config={"seed": seed}, store=store, engine=engine, max_states=20_000)
@@ -412,7 +412,7 @@ def test_a_step_that_is_not_a_function_of_the_state_is_refused(seed, store, engi
 def test_a_step_that_changes_its_mind_deep_in_the_search_is_caught_by_the_sample(engine):
     """The probe before the search sees only its first 256 states; past them, one state in 1024 is
     expanded twice (plain), and the generated engines' audit against the machine restarts plain."""
-    from safeprefetch._check.determinism import NondeterministicModel
+    from safeprefetch import NondeterministicModel
 
     with pytest.raises(NondeterministicModel, match="not deterministic"):
         check(RandomStep, config={"seed": 2, "deep": 3000}, engine=engine, reduce="none", max_states=200_000)
@@ -500,3 +500,75 @@ def test_check_json_is_strict_json_whatever_the_configuration_holds(tmp_path):
     got = json.loads(out, parse_constant=refuse)
     assert {k: got["config"][k] for k in ("deadline", "names", "pair")} == \
         {"deadline": "inf", "names": ["a", "b"], "pair": [1, 2]}
+
+
+# -- declarations that could never mean what they say ---------------------------------------------------
+
+
+def _model(declare):
+    class Declared(Model):
+        name = "declared"
+
+        def build(self, m):
+            declare(m)
+            if not m.threads:
+                p = m.program("w")
+                p.step("a", next=DONE)
+                m.thread("w0", p)
+
+    return Declared
+
+
+def _external_no_branches(m):
+    p = m.program("w")
+    p.external("fetch", "fetch", next=DONE, branches=())
+    m.thread("w0", p)
+
+
+def _step_no_branches(m):
+    p = m.program("w")
+    p.step("choose", next=DONE, branches=())
+    m.thread("w0", p)
+
+
+def _duplicate_branch(m):
+    p = m.program("w")
+    p.step("choose", next=DONE, branches=("left", "left"))
+    m.thread("w0", p)
+
+
+def _unhashable_local(m):
+    p = m.program("w", seen=[])
+    p.step("a", next=DONE)
+    m.thread("w0", p)
+
+
+def _unhashable_thread_local(m):
+    p = m.program("w", seen=())
+    p.step("a", next=DONE)
+    m.thread("w0", p, seen={1: 2})
+
+
+@pytest.mark.parametrize("declare, message", [
+    (_external_no_branches, r"step 'fetch': branches=\(\) names no outcome"),
+    (_step_no_branches, r"step 'choose': branches=\(\) names no outcome"),
+    (_duplicate_branch, r"step 'choose': branch 'left' is named twice"),
+    (lambda m: m.semaphore("sem", -1), r"semaphore 'sem': the initial count must be an int >= 0, not -1"),
+    (lambda m: m.semaphore("sem", 3, bound=2), r"semaphore 'sem': the bound must be an int >= the initial count 3"),
+    (_unhashable_local, r"program 'w': local 'seen': its initial value \[\] is not hashable"),
+    (_unhashable_thread_local, r"thread 'w0': local 'seen': its initial value \{1: 2\} is not hashable"),
+])
+def test_a_declaration_that_could_never_mean_what_it_says_is_refused_by_name(declare, message):
+    """Before: an external step with no branches was silently never enabled (a deadlock verdict), a step with
+    none silently had none, a branch named twice was accepted, a semaphore could start at -1 or above its
+    bound, and an unhashable local raised a bare TypeError."""
+    with pytest.raises(ModelError, match=message):
+        _model(declare).compile()
+
+
+def test_a_nan_step_timeout_is_refused_instead_of_waiting_forever():
+    from safeprefetch.lowlevel import Runtime
+
+    rt = Runtime(_model(lambda m: None).compile())
+    with pytest.raises(ValueError, match="not nan"):
+        rt.step(0, timeout=float("nan"))

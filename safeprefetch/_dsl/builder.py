@@ -48,6 +48,15 @@ def reads_threads(check: Callable) -> bool:
     return len(positional) == 2
 
 
+
+def _hashable(what: str, name: str, value: Any) -> None:
+    """A state holds only hashable values: say which declaration broke that, instead of a bare TypeError."""
+    try:
+        hash(value)
+    except TypeError as e:
+        raise ModelError(f"{what} {name!r}: its initial value {value!r} is not hashable ({e}); a state holds "
+                         "tuples and frozensets, not lists, dicts or sets") from None
+
 class Builder:
     """Collects the shared variables, primitives, threads and checks of a model."""
 
@@ -81,7 +90,7 @@ class Builder:
     def shared(self, **variables: Any) -> None:
         """Declare shared variables with their initial (hashable) values."""
         for name, value in variables.items():
-            hash(value)
+            _hashable("shared variable", name, value)
             self.shared_vars[self._name(name)] = value
 
     def mutex(self, name: str) -> None:
@@ -92,6 +101,11 @@ class Builder:
 
     def semaphore(self, name: str, initial: int, bound: int | None = None) -> None:
         """A counting semaphore; releasing past ``bound`` is an overflow."""
+        if type(initial) is not int or initial < 0:
+            raise ModelError(f"semaphore {name!r}: the initial count must be an int >= 0, not {initial!r}")
+        if bound is not None and (type(bound) is not int or bound < initial):
+            raise ModelError(f"semaphore {name!r}: the bound must be an int >= the initial count {initial}, "
+                             f"not {bound!r}")
         self.semaphores[self._name(name)] = (initial, bound)
 
     def flag(self, name: str, initial: bool = False) -> None:
@@ -101,6 +115,8 @@ class Builder:
         """A new program (a role) whose threads have these locals and defaults."""
         if role in self.programs:
             raise ModelError(f"program {role!r} declared twice")
+        for name, value in locals.items():
+            _hashable(f"program {role!r}: local", name, value)
         p = Program(role, locals)
         self.programs[role] = p
         return p
@@ -117,6 +133,8 @@ class Builder:
         unknown = set(locals) - set(program.locals)
         if unknown:
             raise ModelError(f"thread {name!r}: unknown locals {sorted(unknown)}")
+        for local, value in locals.items():
+            _hashable(f"thread {name!r}: local", local, value)
         values = {**program.locals, **locals}
         for v in values.values():
             hash(v)

@@ -124,6 +124,15 @@ class Program:
         if spec.label in (DONE, NOT_STARTED) or any(x in spec.label for x in (ASLEEP, WOKEN, TIMED_OUT)):
             raise ModelError(f"program {self.role!r}: reserved step label {spec.label!r}")
         spec.to = _targets_arg(self.role, spec.label, to)
+        if spec.branches is not None:
+            where = f"program {self.role!r}, step {spec.label!r}"
+            if not spec.branches:
+                raise ModelError(f"{where}: branches=() names no outcome, so the step could never be taken")
+            if not all(isinstance(b, str) for b in spec.branches):
+                raise ModelError(f"{where}: branch names must be strings, got {list(spec.branches)!r}")
+            if len(set(spec.branches)) != len(spec.branches):
+                dup = sorted({b for b in spec.branches if spec.branches.count(b) > 1})
+                raise ModelError(f"{where}: branch {dup[0]!r} is named twice")
         self.specs[spec.label] = spec
         return self
 
@@ -139,7 +148,7 @@ class Program:
         ``guard`` and ``effect`` take the branch name as a third argument.
         """
         return self._add(StepSpec(label, "step", next=next, fn=effect, guard=guard,
-                                  branches=tuple(branches) if branches else None), to)
+                                  branches=None if branches is None else tuple(branches)), to)
 
     def external(self, label: str, action: str, effect: Callable | None = None, *,
                  next: Any = None, branches: Sequence[str] = ("ok",),

@@ -134,8 +134,8 @@ class CloseSide:
         close timeout, and with none, forever.
         """
         while self.unstarted:
-            th = self.unstarted.pop()
-            th.run()  # the thread's own target (the worker loop), here; first_driver keeps it to one driver
+            target, args = self.unstarted.pop()
+            target(*args)  # the worker loop, here; first_driver keeps each model worker to one driver
 
     def _after_close(self) -> None:
         """Leave the registry of open prefetchers; remove the SIGINT wrapper if no open one asked for it."""

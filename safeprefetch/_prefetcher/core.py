@@ -103,7 +103,7 @@ class Core(FetchSide, ConsumerSide, CloseSide):
         self.sigint = False                     # this prefetcher asked for the SIGINT wrapper
         self.threads: list[threading.Thread] = []
         self.worker_idents: set[int] = set()
-        self.unstarted: list[threading.Thread] = []  # workers whose thread never started (waits.start_threads)
+        self.unstarted: list[tuple] = []            # (target, args) of workers whose thread never started
         self.drivers: dict[int, int] = {}           # model worker -> the thread driving it (waits.first_driver)
 
     def _index_machine(self, m: Any, workers: int) -> None:

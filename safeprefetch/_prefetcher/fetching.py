@@ -34,8 +34,7 @@ class FetchSide:
     """The worker half of the core (a mixin of ``_Core``)."""
 
     def start(self) -> None:
-        start_threads(self, [threading.Thread(target=worker_main, args=(self, w, t), daemon=True,
-                                              name=f"safeprefetch-{self.name}-worker{w}")
+        start_threads(self, [(f"safeprefetch-{self.name}-worker{w}", worker_main, (self, w, t))
                              for w, t in enumerate(self.worker_ids)])
 
     def _closing(self) -> bool:

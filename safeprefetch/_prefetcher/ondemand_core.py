@@ -119,7 +119,7 @@ class OnDemandCore(ServeSide, CloseSide):
         self.stuck: list[str] = []
         self.threads: list[threading.Thread] = []
         self.worker_idents: set[int] = set()
-        self.unstarted: list[threading.Thread] = []
+        self.unstarted: list[tuple] = []
         self.drivers: dict[int, int] = {}
 
     def _index_machine(self, m: Any, workers: int) -> None:
@@ -150,8 +150,7 @@ class OnDemandCore(ServeSide, CloseSide):
     # -- workers --------------------------------------------------------------
 
     def start(self) -> None:
-        start_threads(self, [threading.Thread(target=_worker_main, args=(self, t), daemon=True,
-                                              name=f"safeprefetch-{self.name}-worker{w}")
+        start_threads(self, [(f"safeprefetch-{self.name}-worker{w}", _worker_main, (self, t))
                              for w, t in enumerate(self.worker_ids)])
 
     def _closing(self) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from .._runtime.interrupts import deliver, guard, interruptible, interruptible_until_owned
 from .errors import PrefetchTimeout
@@ -21,21 +21,23 @@ __all__ = ["Gate", "NO_GATE", "first_driver", "join_threads", "start_threads", "
 _TIMEOUT_MAX = threading.TIMEOUT_MAX
 
 
-def start_threads(core: Any, threads: list[threading.Thread]) -> None:
-    """Start the workers' threads in turn; any start may raise (no more threads: RuntimeError; Ctrl-C).
+def start_threads(core: Any, workers: list[tuple[str, Callable[..., None], tuple]]) -> None:
+    """Start one daemon thread per ``(name, target, args)`` in turn; any start may raise (no more threads:
+    RuntimeError; Ctrl-C).
 
-    A thread whose start raised, and every one after it, stays in
-    ``core.unstarted``: nothing drives its model worker, whose exit the
-    closer's "join workers" waits for, so ``close()`` drives it out itself,
-    on its own thread (``retire_unstarted``). A start that raised after the
-    thread did start leaves two candidate drivers; :func:`first_driver`
-    lets exactly one of them drive.
+    A worker whose start raised, and every one after it, stays in
+    ``core.unstarted`` as its ``(target, args)``: nothing drives its model
+    worker, whose exit the closer's "join workers" waits for, so ``close()``
+    calls the target itself, on its own thread (``_retire_unstarted``). A
+    start that raised after the thread did start leaves two candidate
+    drivers; :func:`first_driver` lets exactly one of them drive.
     """
-    core.unstarted = list(threads)
-    for th in threads:
+    core.unstarted = [(target, args) for _name, target, args in workers]
+    for name, target, args in workers:
+        th = threading.Thread(target=target, args=args, daemon=True, name=name)
         core.threads.append(th)
         th.start()
-        core.unstarted.remove(th)
+        core.unstarted.remove((target, args))
         core.worker_idents.add(th.ident)
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-__all__ = ["GENERIC", "ActionContext", "Entry", "generated_entry", "never"]
+__all__ = ["GENERIC", "ActionContext", "Entry", "generated_entry", "never", "seconds"]
 
 #: What ``Entry.choose`` returns for a branch request only the kernel's generic path can serve.
 GENERIC: Any = type("_Generic", (), {"__repr__": lambda self: "GENERIC"})()
@@ -54,6 +54,13 @@ class ActionContext:
 
 def never(state: tuple) -> bool:
     return False
+
+
+def seconds(timeout: float) -> float:
+    """A step's timeout, refused where it would mean a silent wait forever (NaN compares false)."""
+    if timeout != timeout:
+        raise ValueError("timeout must be a number of seconds (or None), not nan")
+    return timeout
 
 
 def _any_branch(enabled_one: Callable, nb: int, state: tuple) -> bool:

@@ -88,7 +88,7 @@ from .interrupts import deliver, guard, interruptible, outermost, protected
 from .._dsl.model import DONE, Machine
 from .._dsl.codegen import Broken, CompiledMachine
 from .driving import Driving
-from .entries import GENERIC, ActionContext, Entry, generated_entry, never
+from .entries import GENERIC, ActionContext, Entry, generated_entry, never, seconds
 from .errors import LiveDeadlock, LiveError, LiveViolation, NeverStarted, StepTimeout
 
 #: What an interrupted step owes when its footprint is unknown: a test of every parked thread.
@@ -501,7 +501,7 @@ class Runtime(Driving):
         leaving and re-entering the kernel first: the woken thread finds the
         interpreter free instead of waking twice.
         """
-        deadline = None if timeout is None or timeout == _INF else time.monotonic() + timeout
+        deadline = None if timeout is None or timeout == _INF else time.monotonic() + seconds(timeout)
         lock = self._lock
         if lock._is_owned():
             self._reentered()
