@@ -161,9 +161,9 @@ def _join(self: threading.Thread, timeout: float | None = None) -> None:
     if target is vt:
         raise RuntimeError("cannot join current thread")
     blocks, deadline = deadline_of(ex, True, timeout) if timeout is not None else (True, None)
-    ready = until(ex, lambda: target.finished, deadline if blocks else ex.clock)
-    ex.point(vt, Op("join", self, (("thread", target.index),), enabled=ready,
-                    deadline=deadline if blocks else None, write=False, where=where(2), label=f"join {self.name}"))
+    ready = until(ex, lambda: target.finished, deadline) if blocks else None  # join(timeout=0): never blocks
+    ex.point(vt, Op("join", self, (("thread", target.index),), enabled=ready, deadline=deadline, write=False,
+                    where=where(2), label=f"join {self.name}"))
 
 
 def _is_alive(self: threading.Thread) -> bool:

@@ -1,0 +1,129 @@
+"""Bugs an adversarial tester found in the code checker, each pinned by a test that failed before its fix.
+
+Each test states the behaviour of real ``threading`` the checker got wrong
+-- a schedule it never tried (a false "ok"), a schedule real Python cannot
+take (a false violation), or state it left behind -- and checks it on the
+smallest body that showed it. Where the fix is in the explorer's reduction,
+the test also compares DPOR against plain DFS on a few small programs of the
+same shape: the two must reach the same verdicts and the same outcomes.
+"""
+
+import threading
+import time
+
+import pytest
+from _threads import run
+
+from safeprefetch import interleavings
+from safeprefetch._interleave.check import outcomes
+
+pytestmark = pytest.mark.timeout(120)
+
+
+# -- a failed try-lock is a schedule of its own (DPOR missed it) ------------------------------------
+
+TRY_LOCKS = {
+    "blocking=False": lambda lock: lock.acquire(blocking=False),
+    "timeout=0": lambda lock: lock.acquire(timeout=0),
+}
+
+
+def _dropped_work(kind, try_lock, hold=lambda: None):
+    """A worker that drops its work when its try-lock fails, while ``main`` takes the lock once."""
+    def body():
+        lock = getattr(threading, kind)()  # looked up in the body: the check patches it in
+        done = []
+
+        def worker():
+            if try_lock(lock):
+                try:
+                    done.append(1)
+                finally:
+                    lock.release()
+
+        t = threading.Thread(target=worker, name="worker")
+        t.start()
+        with lock:
+            hold()
+        t.join()
+        assert done == [1], "the worker's try-lock failed: its work was dropped"
+
+    return body
+
+
+@pytest.mark.parametrize("kind", ["Lock", "RLock"])
+@pytest.mark.parametrize("try_name", sorted(TRY_LOCKS))
+def test_a_try_lock_that_fails_while_another_thread_holds_the_lock_is_found_by_dpor(kind, try_name):
+    body = _dropped_work(kind, TRY_LOCKS[try_name])
+    r = interleavings.check(body)
+    assert r.verdict == "assertion", interleavings.render(r)
+    assert "dropped" in r.violation.message
+    assert interleavings.check(body, reduce="none").verdict == "assertion"
+
+
+def test_a_timed_acquire_that_times_out_while_the_lock_is_held_is_found_by_dpor():
+    body = _dropped_work("Lock", lambda lock: lock.acquire(timeout=0.5), hold=lambda: time.sleep(1))
+    r = interleavings.check(body)
+    assert r.verdict == "assertion", interleavings.render(r)
+
+
+def _two_try_lockers():
+    lock = threading.Lock()
+    got = []
+
+    def worker():
+        if lock.acquire(blocking=False):
+            got.append(threading.current_thread().name)
+            lock.release()
+
+    run(threading.Thread(target=worker, name="a"), threading.Thread(target=worker, name="b"))
+    assert len(got) == 2, f"only {got} got the lock"
+
+
+def _try_lock_against_a_semaphore_guarded_holder():
+    lock = threading.RLock()
+    sem = threading.Semaphore(1)
+
+    def holder():
+        with sem:
+            with lock:
+                pass
+
+    def trier():
+        if lock.acquire(timeout=0):
+            with sem:
+                pass
+            lock.release()
+        else:
+            raise RuntimeError("the try-lock failed")
+
+    run(threading.Thread(target=holder, name="holder"), threading.Thread(target=trier, name="trier"))
+
+
+def _try_lock_then_a_blocking_lock():
+    lock = threading.Lock()
+    tried = []
+
+    def worker():
+        tried.append(lock.acquire(False))
+        if tried[-1]:
+            lock.release()
+        with lock:
+            pass
+
+    t = threading.Thread(target=worker, name="worker")
+    t.start()
+    with lock:
+        pass
+    t.join()
+    assert tried == [True]
+
+
+@pytest.mark.parametrize("body", [_dropped_work("Lock", TRY_LOCKS["blocking=False"]), _two_try_lockers,
+                                  _try_lock_against_a_semaphore_guarded_holder, _try_lock_then_a_blocking_lock],
+                         ids=["dropped_work", "two_try_lockers", "semaphore_guarded_holder", "try_then_block"])
+def test_dpor_and_plain_dfs_agree_on_try_lock_programs(body):
+    assert interleavings.check(body).verdict == interleavings.check(body, reduce="none").verdict != "ok"
+    full, _ = outcomes(body, reduce="none")
+    reduced, _ = outcomes(body, reduce="dpor")
+    assert reduced == full
