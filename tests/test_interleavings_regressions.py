@@ -127,3 +127,65 @@ def test_dpor_and_plain_dfs_agree_on_try_lock_programs(body):
     full, _ = outcomes(body, reduce="none")
     reduced, _ = outcomes(body, reduce="dpor")
     assert reduced == full
+
+
+# -- a timed-out condition wait takes its lock back only once it is free ----------------------------
+
+def _timed_wait_under_a_held_lock(wait):
+    """``waiter`` times out on a condition while ``main`` holds its lock, asleep, for a whole second; every
+    schedule must see the wait return False, after main let the lock go."""
+    def body():
+        seen = {}
+        cond = threading.Condition()
+        inside = []
+
+        def waiter():
+            with cond:
+                seen["woke"] = wait(cond)
+                seen["at"] = time.monotonic()
+                inside.append("waiter")
+                assert inside == ["waiter"], f"two threads inside the lock: {inside}"
+                inside.remove("waiter")
+
+        t = threading.Thread(target=waiter, name="waiter")
+        t.start()
+        time.sleep(0.05)  # virtual: the waiter is asleep on cond by now
+        with cond:
+            inside.append("main")
+            time.sleep(1.0)  # the waiter's 0.1 s timeout passes while main holds the lock
+            assert inside == ["main"], f"two threads inside the lock: {inside}"
+            inside.remove("main")
+            seen["released"] = time.monotonic()
+        t.join()
+        assert seen["woke"] is False, "the wait did not say it timed out"
+        assert seen["at"] >= seen["released"], "the waiter returned before main let the lock go"
+
+    return body
+
+
+@pytest.mark.parametrize("wait", [lambda c: c.wait(0.1), lambda c: c.wait_for(lambda: False, timeout=0.1)],
+                         ids=["wait", "wait_for"])
+def test_a_condition_wait_that_times_out_waits_for_the_lock_before_returning(wait):
+    r = interleavings.check(_timed_wait_under_a_held_lock(wait))
+    assert r.verdict == "ok" and r.exhaustive, interleavings.render(r)
+
+
+def test_a_timed_out_waiter_whose_lock_is_never_released_is_a_deadlock_on_the_lock():
+    def body():
+        cond = threading.Condition()
+        never = threading.Event()
+
+        def waiter():
+            with cond:
+                cond.wait(0.1)
+
+        t = threading.Thread(target=waiter, name="waiter")
+        t.start()
+        time.sleep(0.05)
+        with cond:
+            never.wait()
+        t.join()
+
+    r = interleavings.check(body)
+    assert r.verdict == "deadlock", interleavings.render(r)
+    assert "waiter waits for" in r.violation.message and "held by main" in r.violation.message

@@ -290,7 +290,8 @@ class VCondition(_Prim):
         return "[" + ", ".join(w.vt.name for w in self._waiters) + "]"
 
     def _ilv_blocked(self, vt: VThread, op: Op) -> str:
-        if any(w.vt is vt for w in self._waiters):
+        timed_out = op.deadline is not None and self._ilv_ex.clock >= op.deadline
+        if any(w.vt is vt for w in self._waiters) and not timed_out:
             return f"asleep on {self._ilv_name}"
         return self._lock._ilv_blocked(vt, op)
 
