@@ -189,3 +189,33 @@ def test_a_timed_out_waiter_whose_lock_is_never_released_is_a_deadlock_on_the_lo
     r = interleavings.check(body)
     assert r.verdict == "deadlock", interleavings.render(r)
     assert "waiter waits for" in r.violation.message and "held by main" in r.violation.message
+
+
+# -- line mode splits a one-line check-then-delete --------------------------------------------------
+#
+# Each check and its delete share one line, so no line event falls between them; the call in the check
+# is where CPython may switch threads. Only a point before the delete lets the other thread delete first.
+
+class _Box:
+    pass
+
+
+def _delete_item(d):
+    if "k" in d: del d[str("k")]  # noqa: E701 - one line on purpose
+
+
+def _delete_attribute(box):
+    if hasattr(box, "k"): del box.k  # noqa: E701
+
+
+@pytest.mark.parametrize("what", ["item", "attribute"])
+def test_line_mode_puts_a_point_before_a_delete_so_a_one_line_check_then_delete_races(what):
+    def body():
+        d, box = {"k": 1}, _Box()
+        box.k = 1
+        worker = {"item": lambda: _delete_item(d), "attribute": lambda: _delete_attribute(box)}[what]
+        run(threading.Thread(target=worker, name="a"), threading.Thread(target=worker, name="b"))
+
+    r = interleavings.check(body, lines=True, preemption_bound=1)
+    assert r.verdict == "uncaught_exception", interleavings.render(r)
+    assert ("KeyError" if what == "item" else "AttributeError") in r.violation.message

@@ -16,7 +16,7 @@ The modules, in the order they build on each other:
 * ``scheduler`` -- one execution: threads, batons, scheduling points,
   virtual time, the verdicts of a run;
 * ``primitives``, ``queues`` -- the drop-ins for ``threading`` and ``queue``;
-* ``lines`` -- line mode (points at line events and before stores);
+* ``lines`` -- line mode (points at line events, stores and deletes);
 * ``patching`` -- putting the drop-ins in place for a check;
 * ``runner`` -- running the body once under a controller;
 * ``explore`` -- DFS with DPOR, the samplers, replay;

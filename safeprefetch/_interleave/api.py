@@ -61,7 +61,7 @@ def check(fn: Callable[[], Any], *, strategy: str = "dfs", preemption_bound: int
       thread at any of its scheduling points (a signal handler, a finalizer).
     * ``notify`` (``fifo``/``any``) and ``spurious`` (``off``/``on``): the
       condition-variable semantics, as for models.
-    * ``lines``: also schedule at line events and before stores (data races).
+    * ``lines``: also schedule at line events and before stores and deletes (data races).
     * ``lock_release="any"``: Python's own rule for ``Lock`` (any thread may
       release it); by default a release by a non-owner is a violation.
     * ``allow_alive``: thread names that may outlive the test body.
@@ -141,7 +141,7 @@ def register(sub: Any) -> dict[str, Callable[[Any], int]]:
     p.add_argument("--seed", type=int, help="seed for the sampling strategies")
     p.add_argument("--notify", choices=["fifo", "any"])
     p.add_argument("--spurious", choices=["off", "on"])
-    p.add_argument("--lines", action="store_true", help="also schedule at line events and before stores")
+    p.add_argument("--lines", action="store_true", help="also schedule at line events and before stores and deletes")
     p.add_argument("--reduce", choices=["dpor", "none"])
     p.add_argument("--time-budget", type=float, metavar="S", help="stop the search after S seconds")
     p.add_argument("--json", action="store_true")
