@@ -219,3 +219,123 @@ def test_line_mode_puts_a_point_before_a_delete_so_a_one_line_check_then_delete_
     r = interleavings.check(body, lines=True, preemption_bound=1)
     assert r.verdict == "uncaught_exception", interleavings.render(r)
     assert ("KeyError" if what == "item" else "AttributeError") in r.violation.message
+
+
+# -- a primitive made lazily during a check: adopted by later runs, real after the check ------------
+
+_lazy: dict = {}
+
+
+def _lazily(kind, make):
+    """``make()`` the first time a check's body asks for ``kind``, as a lazily initialized library does."""
+    if kind not in _lazy:
+        _lazy[kind] = make()
+    return _lazy[kind]
+
+
+def _lazy_body(kind, make, use):
+    def body():
+        obj = _lazily(kind, make)
+        run(*[threading.Thread(target=use, args=(obj,), name=f"t{i}") for i in range(2)])
+
+    return body
+
+
+def _hold(lock):
+    with lock:
+        pass
+
+
+def _notify_self(cond):
+    with cond:
+        cond.notify_all()
+        cond.wait(0.1)
+
+
+def _pass_through(q):
+    q.put(1)
+    q.get()
+
+
+LAZY = {
+    "Lock": (lambda: threading.Lock(), _hold),
+    "RLock": (lambda: threading.RLock(), _hold),
+    "Condition": (lambda: threading.Condition(), _notify_self),
+    "Semaphore": (lambda: threading.Semaphore(1), _hold),
+    "Event": (lambda: threading.Event(), lambda e: (e.set(), e.wait())),
+    "Queue": (lambda: __import__("queue").Queue(), _pass_through),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(LAZY))
+def test_a_primitive_made_lazily_in_the_warm_up_is_adopted_by_every_counted_run(kind):
+    _lazy.pop(kind, None)
+    r = interleavings.check(_lazy_body(kind, *LAZY[kind]))
+    assert r.verdict == "ok" and r.exhaustive, interleavings.render(r)
+
+
+def _check_making_it_lazily(kind):
+    _lazy.pop(kind, None)
+    r = interleavings.check(_lazy_body(kind, *LAZY[kind]))
+    assert r.verdict == "ok", interleavings.render(r)
+    return _lazy[kind]
+
+
+def _in_a_real_thread(fn):
+    out = []
+    t = threading.Thread(target=lambda: out.append(fn()))
+    t.start()
+    t.join()
+    return out[0]
+
+
+@pytest.mark.parametrize("kind", ["Lock", "RLock", "Semaphore"])
+def test_after_the_check_a_lazily_made_lock_excludes_real_threads(kind):
+    lock = _check_making_it_lazily(kind)
+    assert lock.acquire()
+    try:
+        assert _in_a_real_thread(lambda: lock.acquire(blocking=False)) is False
+        assert _in_a_real_thread(lambda: lock.acquire(timeout=0.01)) is False
+    finally:
+        lock.release()
+    assert _in_a_real_thread(lambda: (lock.acquire(blocking=False), lock.release())[0]) is True
+
+
+def test_after_the_check_a_lazily_made_condition_event_and_queue_work_between_real_threads():
+    cond, event, q = (_check_making_it_lazily(k) for k in ("Condition", "Event", "Queue"))
+    event.clear()
+    woke = []
+
+    def waiter():
+        with cond:
+            woke.append(cond.wait_for(event.is_set, timeout=30))
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    with cond:
+        event.set()
+        cond.notify_all()  # or the waiter sees the event set before it waits
+    t.join()
+    assert woke == [True]
+    q.put("x")
+    assert _in_a_real_thread(q.get) == "x"
+    assert q.qsize() == 0
+
+
+def test_a_lazily_made_lock_has_the_fork_hook_of_a_real_one():
+    lock = _check_making_it_lazily("Lock")
+    lock.acquire()
+    lock._at_fork_reinit()  # what os.register_at_fork runs in a child
+    assert lock.acquire(blocking=False)
+    lock.release()
+
+
+def test_a_lazily_made_lock_left_held_by_an_ended_run_is_a_clear_error():
+    _lazy.pop("held", None)
+
+    def body():
+        _lazily("held", threading.Lock).acquire()  # never released: the next run cannot start the same
+
+    r = interleavings.check(body)
+    assert r.verdict == "uncaught_exception", interleavings.render(r)
+    assert "held by main" in r.violation.message and "Fresh(factory)" in r.violation.message

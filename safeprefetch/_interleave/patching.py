@@ -52,7 +52,9 @@ import threading
 import time as _time
 from typing import Any, Callable
 
-from .primitives import VBarrier, VBoundedSemaphore, VCondition, VEvent, VLock, VRLock, VSemaphore, deadline_of, until
+from .barrier import VBarrier
+from .belonging import deadline_of, until
+from .primitives import VBoundedSemaphore, VCondition, VEvent, VLock, VRLock, VSemaphore
 from .queues import ShutDown, VLifoQueue, VPriorityQueue, VQueue, VSimpleQueue
 from .scheduler import _ACTIVE, Execution, Op, VThread, current, where
 

@@ -49,7 +49,7 @@ def run_once(fn: Callable[[], Any], controller: Any, settings: Settings, interru
     finally:
         ex.left_behind = ex.abort_all(UNWIND_SECONDS)
         _ACTIVE[0] = None
-        # The run's garbage goes now, on this uncontrolled thread, where its objects are inert: a
+        # The run's garbage goes now, on this uncontrolled thread, where its objects act as real ones: a
         # finalizer of this run must not fire inside the next one, at a point no schedule chose. The
         # collector is paused during a check (patching.py), so nothing was promoted past generation 1
         # since the last run: collecting the young generations is enough, and cheap.
