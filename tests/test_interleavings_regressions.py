@@ -339,3 +339,32 @@ def test_a_lazily_made_lock_left_held_by_an_ended_run_is_a_clear_error():
     r = interleavings.check(body)
     assert r.verdict == "uncaught_exception", interleavings.render(r)
     assert "held by main" in r.violation.message and "Fresh(factory)" in r.violation.message
+
+
+# -- the body's threads are non-daemon unless asked ------------------------------------------------
+
+def test_threads_the_body_creates_are_non_daemon_by_default_as_in_real_python():
+    def body():
+        seen = {}
+        plain = threading.Thread(target=lambda: seen.setdefault("inner", threading.current_thread().daemon))
+        asked = threading.Thread(target=lambda: None, daemon=True)
+        run(plain, asked)
+        assert (plain.daemon, asked.daemon, seen["inner"]) == (False, True, False), (plain.daemon, seen)
+        assert not threading.current_thread().daemon
+
+    r = interleavings.check(body)
+    assert r.verdict == "ok" and r.exhaustive, interleavings.render(r)
+
+
+def test_shutdown_code_that_joins_only_non_daemon_threads_is_judged_as_in_real_python():
+    def body():
+        done = threading.Event()
+        worker = threading.Thread(target=done.wait, name="worker")
+        worker.start()
+        done.set()
+        for t in [worker]:
+            if not t.daemon:  # daemon threads are left to die with the process
+                t.join()
+
+    r = interleavings.check(body)
+    assert r.verdict == "ok", interleavings.render(r)

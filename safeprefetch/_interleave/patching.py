@@ -17,7 +17,11 @@ and ``time`` and gets the controlled versions:
 * ``threading.Thread`` keeps its class (subclasses defined before the check
   still work), and its ``start``, ``join`` and ``is_alive`` are replaced by
   controlled versions: ``start`` runs the thread under the scheduler, with
-  ``threading.current_thread()`` returning the Thread object as usual.
+  ``threading.current_thread()`` returning the Thread object as usual; the
+  test body runs as the non-daemon thread ``main``. It is not
+  ``threading.main_thread()``: it runs on another OS thread than the
+  interpreter's main one, where ``signal.signal`` would fail, so code that
+  does main-thread-only work must take its other path.
 
 Every replacement checks who calls it. A thread the scheduler controls gets
 the controlled behaviour; any other thread (pytest's, the garbage
