@@ -10,6 +10,7 @@ same shape: the two must reach the same verdicts and the same outcomes.
 
 import threading
 import time
+import types
 
 import pytest
 from _threads import run
@@ -368,3 +369,79 @@ def test_shutdown_code_that_joins_only_non_daemon_threads_is_judged_as_in_real_p
 
     r = interleavings.check(body)
     assert r.verdict == "ok", interleavings.render(r)
+
+
+# -- a result replays with the settings it was found with ------------------------------------------
+
+def _poller():
+    stop = threading.Event()
+
+    def worker():
+        while not stop.is_set():  # nobody sets it: a hang, in virtual time or in steps
+            time.sleep(1.0)
+
+    t = threading.Thread(target=worker, name="worker")
+    t.start()
+    t.join()
+
+
+@pytest.mark.parametrize("limit", [{"time_limit": 10.0}, {"max_steps": 50}])
+def test_a_hang_found_under_a_limit_replays_from_its_json_alone(limit):
+    import json
+
+    r = interleavings.check(_poller, **limit)
+    assert r.verdict == "hang"
+    again = interleavings.replay(_poller, json.loads(json.dumps(r.to_json())))
+    assert again.verdict == "hang" and again.trace == r.trace
+    assert interleavings.replay(_poller, r.to_json(), **limit).verdict == "hang"  # explicit: the same
+
+
+_Shared = types.ModuleType("_shared")  # a module whose LOCK was made before the check: a real lock
+_Shared.LOCK = threading.Lock()
+
+
+def _fresh_lock():
+    return threading.Lock()
+
+
+def _worker_first():
+    done = []
+
+    def worker():
+        with _Shared.LOCK:
+            done.append(1)
+
+    t = threading.Thread(target=worker, name="worker")
+    t.start()
+    with _Shared.LOCK:
+        assert not done, "worker ran first"
+    t.join()
+
+
+def test_a_result_found_with_patch_globals_replays_with_them_and_says_so_without():
+    swap = {(_Shared, "LOCK"): interleavings.Fresh(_fresh_lock)}
+    r = interleavings.check(_worker_first, patch_globals=swap)
+    assert r.verdict == "assertion"
+    assert interleavings.replay(_worker_first, r.to_json(), patch_globals=swap).verdict == "assertion"
+    with pytest.raises(ValueError, match=r"patch_globals \(_shared\.LOCK\)"):
+        interleavings.replay(_worker_first, r.to_json())
+
+
+def test_check_code_replays_a_trace_of_a_test_whose_decorator_sets_a_time_limit(tmp_path, capsys):
+    from safeprefetch._cli.main import main
+
+    f = tmp_path / "test_poll.py"
+    f.write_text("import threading, time\nfrom safeprefetch import interleavings\n\n"
+                 "@interleavings.test(expect='hang', time_limit=10.0)\ndef test_poll():\n"
+                 "    stop = threading.Event()\n    t = threading.Thread(target=lambda: [time.sleep(1) for _ in "
+                 "iter(stop.is_set, True)])\n    t.start()\n    t.join()\n")
+    assert main(["check-code", f"{f}::test_poll", "--json"]) == 1
+    (tmp_path / "t.json").write_text(capsys.readouterr().out)
+    assert main(["check-code", f"{f}::test_poll", "--replay", str(tmp_path / "t.json")]) == 1
+    assert "hang" in capsys.readouterr().out
+
+
+def test_fresh_is_exported_where_the_docs_say():
+    from safeprefetch._interleave.check import Fresh
+
+    assert interleavings.Fresh is Fresh and "Fresh" in interleavings.__all__

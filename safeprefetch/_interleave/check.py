@@ -37,7 +37,7 @@ from .runner import run_once
 from .scheduler import Execution, Settings, VThread
 
 __all__ = ["DEFAULT_SAMPLES", "Fresh", "Interrupt", "SHRINK_SCHEDULES", "STRATEGIES", "check_code", "fingerprint",
-           "outcomes", "replay_code", "settings_of", "warm_up"]
+           "outcomes", "recorded_settings", "replay_code", "settings_of", "warm_up"]
 
 STRATEGIES = ("dfs", "pct", "random", "hypothesis")
 #: Runs a sampling strategy makes when ``max_schedules`` is not given.
@@ -162,6 +162,7 @@ def check_code(fn: Callable[[], Any], *, strategy: str = "dfs", preemption_bound
             raise TypeError(f"interrupts must be Interrupt values, not {i!r}")
     name = name or getattr(fn, "__qualname__", None) or repr(fn)
     stats = _Stats()
+    record = recorded_settings(settings, interrupts, patch_globals)
     fn, patch_globals = _with_fresh(fn, patch_globals)
     with patched(patch_globals):
         warm_up(fn, settings, interrupts)
@@ -173,7 +174,17 @@ def check_code(fn: Callable[[], Any], *, strategy: str = "dfs", preemption_bound
             shrunk_from = len(found.events)
             found = _minimize(fn, found, interrupts, settings, reduce, time_budget)
     return _result(name, fn, strategy, preemption_bound, seed, settings, reduce, stats, found, covered,
-                   shrunk_from, interrupts)
+                   shrunk_from, record)
+
+
+def recorded_settings(settings: Settings, interrupts: Sequence[Interrupt], patch_globals: dict | None) -> dict:
+    """What a replay of this check needs, as JSON: the run settings, and the names of the ``patch_globals``
+    and interrupts it must be given again (their values are code)."""
+    return {"notify": settings.notify, "spurious": settings.spurious, "lines": settings.lines,
+            "lock_release": settings.lock_release, "allow_alive": list(settings.allow_alive),
+            "max_steps": settings.max_steps, "time_limit": settings.time_limit,
+            "wall_timeout": settings.wall_timeout, "interrupts": [i.name for i in interrupts],
+            "patch_globals": sorted(f"{getattr(m, '__name__', 'globals')}.{a}" for m, a in (patch_globals or {}))}
 
 
 def _with_fresh(fn: Callable[[], Any], extra: dict | None) -> tuple[Callable[[], Any], dict | None]:
@@ -321,11 +332,11 @@ def _trace_of(ex: Execution) -> tuple[Trace, tuple[StepDetail, ...]]:
 
 def _result(name: str, fn: Any, strategy: str, bound: int | None, seed: int, settings: Settings, reduce: str,
             stats: _Stats, found: Execution | None, covered: tuple[bool, bool], shrunk_from: int | None,
-            interrupts: tuple) -> CodeCheckResult:
+            record: dict) -> CodeCheckResult:
     complete, cut = covered
     reduce = reduce if bound is None else "none"  # a bounded search is plain DFS (explore.py)
     config = {"strategy": strategy, "preemption_bound": bound, "reduce": reduce, "notify": settings.notify,
-              "spurious": settings.spurious, "lines": settings.lines, "interrupts": len(interrupts)}
+              "spurious": settings.spurious, "lines": settings.lines, "interrupts": len(record["interrupts"])}
     if found is None:
         exhaustive = strategy == "dfs" and complete and not cut
         bound_covered = strategy == "dfs" and complete
@@ -336,7 +347,7 @@ def _result(name: str, fn: Any, strategy: str, bound: int | None, seed: int, set
                                states=stats.schedules, transitions=stats.transitions, seconds=stats.elapsed(),
                                max_depth=stats.depth, pruned=stats.pruned,
                                seed=None if strategy == "dfs" else seed, preemption_bound=bound,
-                               bound_covered=bound_covered, note=note)
+                               bound_covered=bound_covered, note=note, settings=record)
     trace, details = _trace_of(found)
     violation = Violation(found.outcome, found.message, trace)
     exc = None
@@ -349,7 +360,7 @@ def _result(name: str, fn: Any, strategy: str, bound: int | None, seed: int, set
         preemption_bound=bound, bound_covered=False, preemptions=sum(1 for e in found.events if e.preempt),
         schedules_to_bug=stats.to_bug, seconds_to_bug=stats.t_bug, shrunk_from=shrunk_from, details=details,
         threads=tuple(vt.name for vt in found.threads), stuck=tuple(found.stuck), exception=exc,
-        note=f"{strategy}: {found.outcome} in schedule {stats.to_bug:,}")
+        note=f"{strategy}: {found.outcome} in schedule {stats.to_bug:,}", settings=record)
 
 
 def replay_code(fn: Callable[[], Any], trace: Trace | Any, *, interrupts: Sequence[Interrupt] = (),
@@ -360,6 +371,7 @@ def replay_code(fn: Callable[[], Any], trace: Trace | Any, *, interrupts: Sequen
         trace = Trace.from_json(trace)
     settings = settings or Settings()
     stats = _Stats()
+    record = recorded_settings(settings, interrupts, patch_globals)
     fn, patch_globals = _with_fresh(fn, patch_globals)
     with patched(patch_globals):
         warm_up(fn, settings, tuple(interrupts))
@@ -367,7 +379,7 @@ def replay_code(fn: Callable[[], Any], trace: Trace | Any, *, interrupts: Sequen
     stats.add(ex)
     found = ex if ex.outcome not in ("ok", "pruned") else None
     return _result(name or getattr(fn, "__qualname__", repr(fn)), fn, "replay", None, 0, settings, "none", stats,
-                   found, (False, False), None, tuple(interrupts))
+                   found, (False, False), None, record)
 
 
 def fingerprint(ex: Execution) -> tuple:

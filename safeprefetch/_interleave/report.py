@@ -24,7 +24,7 @@ execution did.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +84,9 @@ class CodeCheckResult(CheckResult):
     exception: str | None = None
     #: One line on what was searched and what that means.
     note: str = ""
+    #: The run settings a replay needs (``notify``, ``time_limit``, ...), and the ``patch_globals`` names
+    #: and interrupts it must be given again (their values are code, not JSON).
+    settings: dict = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         d = super().to_json()
@@ -102,6 +105,7 @@ class CodeCheckResult(CheckResult):
         }
         for entry, det in zip(d["trace"], self.details):
             entry.update(det.to_json())
+        d["settings"] = dict(self.settings)
         d["threads"] = list(self.threads)
         d["stuck"] = [{"thread": t, "reason": r} for t, r in self.stuck]
         return d
