@@ -445,3 +445,16 @@ def test_fresh_is_exported_where_the_docs_say():
     from safeprefetch._interleave.check import Fresh
 
     assert interleavings.Fresh is Fresh and "Fresh" in interleavings.__all__
+
+
+# -- a violation is not "exhaustive": the search stopped at it ------------------------------------
+
+@pytest.mark.parametrize("strategy", ["random", "dfs"])
+def test_a_found_violation_is_not_reported_as_an_exhaustive_search(strategy):
+    from safeprefetch._harness import code_bugs
+
+    r = interleavings.check(code_bugs.if_not_while, strategy=strategy, seed=7, max_schedules=300)
+    assert r.verdict == "uncaught_exception"
+    assert r.exhaustive is False and r.to_json()["exhaustive"] is False
+    header = interleavings.render(r).splitlines()[1]
+    assert "exhaustive" not in header and "stopped at this violation" in header, header

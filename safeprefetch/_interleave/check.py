@@ -8,7 +8,8 @@ and whose ``exhaustive`` is True only if that covers every schedule: a
 ``dfs`` that ran to completion with no preemption bound cutting anything. A
 bounded ``dfs`` that ran to completion says ``bound_covered``: every
 schedule with at most that many preemptions was run. Sampling strategies
-(``random``, ``pct``, ``hypothesis``) are never exhaustive.
+(``random``, ``pct``, ``hypothesis``) are never exhaustive, and neither is a
+result with a violation: every search stops at the first one it meets.
 
 A violation is reported with a **minimized** trace: first the fewest
 preemptions -- a preemption-bounded ``dfs`` with bounds 0, 1, ... up to the
@@ -354,7 +355,7 @@ def _result(name: str, fn: Any, strategy: str, bound: int | None, seed: int, set
     if found.exception is not None:
         exc = f"{type(found.exception).__name__}: {found.exception}"
     return CodeCheckResult(
-        model=name, config=config, strategy=strategy, exhaustive=True, verdict=found.outcome,
+        model=name, config=config, strategy=strategy, exhaustive=False, verdict=found.outcome,
         states=stats.schedules, transitions=stats.transitions, seconds=stats.elapsed(), violation=violation,
         max_depth=stats.depth, pruned=stats.pruned, seed=None if strategy == "dfs" else seed,
         preemption_bound=bound, bound_covered=False, preemptions=sum(1 for e in found.events if e.preempt),

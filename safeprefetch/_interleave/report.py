@@ -56,7 +56,9 @@ class CodeCheckResult(CheckResult):
 
     For a code check ``states`` counts complete schedules (there is no stored
     state), ``transitions`` the scheduling decisions taken over all of them,
-    and ``max_depth`` the longest schedule.
+    and ``max_depth`` the longest schedule. ``exhaustive`` means every schedule
+    was run, so it is False for a result with a violation (the search stopped
+    there), unlike a model's result, where it also covers a violation found.
     """
 
     #: Runs cut short because every choice left had been explored elsewhere (sleep sets).
@@ -186,8 +188,13 @@ def render_text(result: CodeCheckResult) -> str:
     """The verdict, what was searched, and the counterexample as the checker's trace table."""
     cfg = " ".join(f"{k}={v}" for k, v in result.config.items())
     lines = [f"code {result.model} ({cfg})"]
-    scope = "exhaustive" if result.exhaustive else (
-        f"every schedule within {result.preemption_bound} preemption(s)" if result.bound_covered else "NOT exhaustive")
+    if result.violation is not None:
+        scope = "stopped at this violation"
+    elif result.exhaustive:
+        scope = "exhaustive"
+    else:
+        scope = (f"every schedule within {result.preemption_bound} preemption(s)" if result.bound_covered
+                 else "NOT exhaustive")
     lines.append(f"verdict: {result.verdict}; {result.states:,} schedules ({result.pruned:,} pruned), "
                  f"{result.transitions:,} transitions, {result.seconds:.3f} s, {scope}")
     if result.note:
