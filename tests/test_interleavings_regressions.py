@@ -458,3 +458,35 @@ def test_a_found_violation_is_not_reported_as_an_exhaustive_search(strategy):
     assert r.exhaustive is False and r.to_json()["exhaustive"] is False
     header = interleavings.render(r).splitlines()[1]
     assert "exhaustive" not in header and "stopped at this violation" in header, header
+
+
+# -- bad arguments are named before the body runs -------------------------------------------------
+
+BAD_ARGUMENTS = [
+    ("preemption_bound", "2", TypeError), ("max_schedules", "5", TypeError), ("reduce", "bogus", ValueError),
+    ("time_budget", "x", TypeError), ("time_budget", 0, ValueError), ("depth", "3", TypeError),
+    ("max_steps", 2.5, TypeError), ("allow_alive", 5, TypeError), ("patch_globals", [1], TypeError),
+    ("patch_globals", {(int, "x"): 1}, TypeError), ("wall_timeout", "1", TypeError), ("lines", "no", TypeError),
+    ("minimize", "no", TypeError), ("seed", 1.5, TypeError), ("interrupts", "Interrupt", TypeError),
+]
+
+
+@pytest.mark.parametrize("option, value, error", BAD_ARGUMENTS, ids=[f"{o}={v!r}" for o, v, _ in BAD_ARGUMENTS])
+def test_a_bad_argument_is_named_before_the_body_runs(option, value, error):
+    ran = []
+    if value == "Interrupt":
+        value = interleavings.Interrupt(lambda: None)  # one, not a sequence of them
+    with pytest.raises(error, match=option):
+        interleavings.check(lambda: ran.append(1), **{option: value})
+    assert ran == []
+
+
+def test_an_interrupt_with_bad_threads_and_a_body_that_needs_arguments_are_refused_up_front():
+    with pytest.raises(TypeError, match="Interrupt.threads"):
+        interleavings.Interrupt(lambda: None, threads=5)
+
+    def needs(x):
+        pass
+
+    with pytest.raises(TypeError, match="zero-argument callable.*needs"):
+        interleavings.check(needs)

@@ -22,6 +22,7 @@ The modules, in the order they build on each other:
 * ``runner`` -- running the body once under a controller;
 * ``explore`` -- DFS with DPOR, the samplers, replay;
 * ``report`` -- the frozen result and its rendering;
+* ``arguments`` -- checking a check's arguments up front;
 * ``check`` -- searches, minimization; ``api`` -- ``check``, ``replay``,
   ``@test``, the ``check-code`` command.
 

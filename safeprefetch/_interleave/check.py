@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from .._check.result import Trace, TraceStep, Violation
+from . import arguments
+from .arguments import whole
 from .explore import DFS, PCT, RandomWalk, Replay, Scripted, alt_text
 from .patching import patched
 from .report import CodeCheckResult, StepDetail
@@ -79,8 +81,9 @@ class Interrupt:
     def __post_init__(self) -> None:
         if not callable(self.callback):
             raise TypeError(f"Interrupt needs a callable, not {self.callback!r}")
-        if self.times < 1:
-            raise ValueError("Interrupt.times must be at least 1")
+        whole("Interrupt.times", self.times, 1)
+        if not isinstance(self.threads, str):
+            object.__setattr__(self, "threads", arguments.names("Interrupt.threads", self.threads))
         if not self.name:
             object.__setattr__(self, "name", getattr(self.callback, "__name__", "interrupt"))
 
@@ -94,18 +97,16 @@ class Interrupt:
 def settings_of(notify: str = "fifo", spurious: str = "off", lines: bool = False, lock_release: str = "owner",
                 allow_alive: Sequence[str] = (), max_steps: int = 20_000, time_limit: float = 3600.0,
                 wall_timeout: float = 20.0) -> Settings:
-    """Checked :class:`Settings` (a ``ValueError`` names the bad argument)."""
-    if notify not in ("fifo", "any"):
-        raise ValueError(f"notify must be 'fifo' or 'any', not {notify!r}")
-    if spurious not in ("off", "on"):
-        raise ValueError(f"spurious must be 'off' or 'on', not {spurious!r}")
-    if lock_release not in ("owner", "any"):
-        raise ValueError(f"lock_release must be 'owner' or 'any', not {lock_release!r}")
-    if max_steps < 1 or time_limit <= 0 or wall_timeout <= 0:
-        raise ValueError("max_steps, time_limit and wall_timeout must be positive")
-    if isinstance(allow_alive, str):
-        allow_alive = (allow_alive,)
-    return Settings(notify=notify, spurious=spurious, lines=bool(lines), lock_release=lock_release,
+    """Checked :class:`Settings` (a ``ValueError`` or ``TypeError`` names the bad argument)."""
+    arguments.choice("notify", notify, ("fifo", "any"))
+    arguments.choice("spurious", spurious, ("off", "on"))
+    arguments.choice("lock_release", lock_release, ("owner", "any"))
+    arguments.flag("lines", lines)
+    whole("max_steps", max_steps, 1)
+    arguments.seconds("time_limit", time_limit)
+    arguments.seconds("wall_timeout", wall_timeout)
+    allow_alive = arguments.names("allow_alive", allow_alive)
+    return Settings(notify=notify, spurious=spurious, lines=lines, lock_release=lock_release,
                     allow_alive=tuple(allow_alive), max_steps=max_steps, time_limit=time_limit,
                     wall_timeout=wall_timeout)
 
@@ -146,21 +147,19 @@ def check_code(fn: Callable[[], Any], *, strategy: str = "dfs", preemption_bound
                time_budget: float | None = None, minimize: bool = True, name: str | None = None,
                patch_globals: dict | None = None) -> CodeCheckResult:
     """Run ``fn`` under the schedules of ``strategy`` and judge every run (see the module essay)."""
-    if not callable(fn):
-        raise TypeError(f"check needs a zero-argument callable, not {fn!r}")
+    arguments.body(fn)
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
-    if preemption_bound is not None and preemption_bound < 0:
-        raise ValueError("preemption_bound must be None or at least 0")
-    if max_schedules is not None and max_schedules < 1:
-        raise ValueError("max_schedules must be None or at least 1")
-    if depth < 1:
-        raise ValueError("depth must be at least 1")
+    whole("preemption_bound", preemption_bound, 0, optional=True)
+    whole("max_schedules", max_schedules, 1, optional=True)
+    whole("depth", depth, 1)
+    whole("seed", seed, None)
+    arguments.choice("reduce", reduce, ("dpor", "none"))
+    arguments.seconds("time_budget", time_budget, optional=True)
+    arguments.flag("minimize", minimize)
+    arguments.patch_table(patch_globals)
     settings = settings or Settings()
-    interrupts = tuple(interrupts)
-    for i in interrupts:
-        if not isinstance(i, Interrupt):
-            raise TypeError(f"interrupts must be Interrupt values, not {i!r}")
+    interrupts = _interrupts(interrupts)
     name = name or getattr(fn, "__qualname__", None) or repr(fn)
     stats = _Stats()
     record = recorded_settings(settings, interrupts, patch_globals)
@@ -186,6 +185,16 @@ def recorded_settings(settings: Settings, interrupts: Sequence[Interrupt], patch
             "max_steps": settings.max_steps, "time_limit": settings.time_limit,
             "wall_timeout": settings.wall_timeout, "interrupts": [i.name for i in interrupts],
             "patch_globals": sorted(f"{getattr(m, '__name__', 'globals')}.{a}" for m, a in (patch_globals or {}))}
+
+
+def _interrupts(interrupts: Any) -> tuple[Interrupt, ...]:
+    if isinstance(interrupts, Interrupt):
+        raise TypeError("interrupts must be a sequence of Interrupt values: write interrupts=(Interrupt(...),)")
+    out = tuple(interrupts)
+    for i in out:
+        if not isinstance(i, Interrupt):
+            raise TypeError(f"interrupts must be Interrupt values, not {i!r}")
+    return out
 
 
 def _with_fresh(fn: Callable[[], Any], extra: dict | None) -> tuple[Callable[[], Any], dict | None]:
@@ -368,6 +377,9 @@ def replay_code(fn: Callable[[], Any], trace: Trace | Any, *, interrupts: Sequen
                 settings: Settings | None = None, name: str | None = None,
                 patch_globals: dict | None = None) -> CodeCheckResult:
     """Run ``fn`` once under the schedule ``trace`` (a Trace, its JSON, or a result's JSON)."""
+    arguments.body(fn)
+    arguments.patch_table(patch_globals)
+    interrupts = _interrupts(interrupts)
     if not isinstance(trace, Trace):
         trace = Trace.from_json(trace)
     settings = settings or Settings()
