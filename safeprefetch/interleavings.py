@@ -21,6 +21,7 @@ from ._interleave.api import InterleavingFailure as InterleavingFailure
 from ._interleave.api import check as check
 from ._interleave.api import replay as replay
 from ._interleave.api import test as test
+from ._interleave.check import Fresh as Fresh
 from ._interleave.check import Interrupt as Interrupt
 from ._interleave.explore import Nondeterministic as Nondeterministic
 from ._interleave.queues import ShutDown as ShutDown
@@ -33,6 +34,7 @@ from ._interleave.scheduler import SchedulerStuck as SchedulerStuck
 
 __all__ = [
     "CodeCheckResult",
+    "Fresh",
     "InterleavingFailure",
     "Interrupt",
     "Nondeterministic",

@@ -13,18 +13,12 @@ import time
 from threading import Lock as DirectLock
 
 import pytest
+from _threads import run
 
 from safeprefetch import interleavings
 from safeprefetch.interleavings import Interrupt
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def run(*threads):
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
 
 
 # -- the drop-ins ---------------------------------------------------------------------------------

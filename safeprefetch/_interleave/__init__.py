@@ -15,12 +15,14 @@ The modules, in the order they build on each other:
 * ``ops`` -- the vocabulary: operations, choices, steps, settings;
 * ``scheduler`` -- one execution: threads, batons, scheduling points,
   virtual time, the verdicts of a run;
-* ``primitives``, ``queues`` -- the drop-ins for ``threading`` and ``queue``;
-* ``lines`` -- line mode (points at line events and before stores);
+* ``belonging`` -- which execution a drop-in belongs to, and what it is outside one;
+* ``primitives``, ``barrier``, ``queues`` -- the drop-ins for ``threading`` and ``queue``;
+* ``lines`` -- line mode (points at line events, stores and deletes);
 * ``patching`` -- putting the drop-ins in place for a check;
 * ``runner`` -- running the body once under a controller;
 * ``explore`` -- DFS with DPOR, the samplers, replay;
 * ``report`` -- the frozen result and its rendering;
+* ``arguments`` -- checking a check's arguments up front;
 * ``check`` -- searches, minimization; ``api`` -- ``check``, ``replay``,
   ``@test``, the ``check-code`` command.
 

@@ -61,7 +61,7 @@ def check(fn: Callable[[], Any], *, strategy: str = "dfs", preemption_bound: int
       thread at any of its scheduling points (a signal handler, a finalizer).
     * ``notify`` (``fifo``/``any``) and ``spurious`` (``off``/``on``): the
       condition-variable semantics, as for models.
-    * ``lines``: also schedule at line events and before stores (data races).
+    * ``lines``: also schedule at line events and before stores and deletes (data races).
     * ``lock_release="any"``: Python's own rule for ``Lock`` (any thread may
       release it); by default a release by a non-owner is a violation.
     * ``allow_alive``: thread names that may outlive the test body.
@@ -78,19 +78,34 @@ def check(fn: Callable[[], Any], *, strategy: str = "dfs", preemption_bound: int
                       time_budget=time_budget, minimize=minimize, name=name, patch_globals=patch_globals)
 
 
-def replay(fn: Callable[[], Any], trace: Trace | Any, *, interrupts: Sequence[Interrupt] = (), notify: str = "fifo",
-           spurious: str = "off", lines: bool = False, lock_release: str = "owner",
-           allow_alive: Sequence[str] = (), name: str | None = None) -> CodeCheckResult:
+def replay(fn: Callable[[], Any], trace: Trace | Any, *, interrupts: Sequence[Interrupt] = (),
+           notify: str | None = None, spurious: str | None = None, lines: bool | None = None,
+           lock_release: str | None = None, allow_alive: Sequence[str] | None = None, max_steps: int | None = None,
+           time_limit: float | None = None, wall_timeout: float | None = None, patch_globals: dict | None = None,
+           name: str | None = None) -> CodeCheckResult:
     """Run ``fn`` once under a recorded schedule: a Trace, its JSON, or a result's ``to_json()``.
 
-    The settings must be those of the check that recorded it. Raises
-    ``ReplayDivergence`` when the code does something else under that schedule.
+    A result's JSON records the check's settings (``notify``, ``time_limit``, ...), and the replay uses
+    them; a keyword given here overrides one. ``patch_globals`` and ``interrupts`` are code, so they are
+    given again: replaying a result recorded with some, without them, is a ``ValueError`` naming them.
+    Raises ``ReplayDivergence`` when the code does something else under that schedule.
     """
-    settings = settings_of(notify, spurious, lines, lock_release, allow_alive)
-    return replay_code(fn, trace, interrupts=interrupts, settings=settings, name=name)
+    recorded = trace.get("settings", {}) if isinstance(trace, dict) else {}
+    given = {"notify": notify, "spurious": spurious, "lines": lines, "lock_release": lock_release,
+             "allow_alive": allow_alive, "max_steps": max_steps, "time_limit": time_limit,
+             "wall_timeout": wall_timeout}
+    chosen = {k: v if v is not None else recorded[k] for k, v in given.items() if v is not None or k in recorded}
+    for option, value in (("patch_globals", patch_globals), ("interrupts", interrupts)):
+        if recorded.get(option) and not value:
+            raise ValueError(f"the trace was recorded with {option} ({', '.join(recorded[option])}): pass the "
+                             f"same {option}= to replay it")
+    settings = settings_of(**chosen)
+    return replay_code(fn, trace, interrupts=interrupts, settings=settings, name=name, patch_globals=patch_globals)
 
 
 _CHECK_OPTIONS = set(inspect.signature(check).parameters) - {"fn"}
+#: The options of a check that a replay of it takes (the rest choose schedules, which a replay is given).
+_REPLAY_OPTIONS = set(inspect.signature(replay).parameters) - {"fn", "trace", "name"}
 
 
 def test(*, expect: str = "ok", **options: Any) -> Callable[[Callable[..., Any]], Callable[..., None]]:
@@ -141,7 +156,7 @@ def register(sub: Any) -> dict[str, Callable[[Any], int]]:
     p.add_argument("--seed", type=int, help="seed for the sampling strategies")
     p.add_argument("--notify", choices=["fifo", "any"])
     p.add_argument("--spurious", choices=["off", "on"])
-    p.add_argument("--lines", action="store_true", help="also schedule at line events and before stores")
+    p.add_argument("--lines", action="store_true", help="also schedule at line events and before stores and deletes")
     p.add_argument("--reduce", choices=["dpor", "none"])
     p.add_argument("--time-budget", type=float, metavar="S", help="stop the search after S seconds")
     p.add_argument("--json", action="store_true")
@@ -166,8 +181,7 @@ def _cmd_check_code(args: Any) -> int:
     try:
         if args.replay:
             trace = _read_json(args.replay, UsageError)
-            keep = {k: options[k] for k in ("interrupts", "notify", "spurious", "lines", "lock_release",
-                                             "allow_alive") if k in options}
+            keep = {k: v for k, v in options.items() if k in _REPLAY_OPTIONS}
             result = replay(fn, trace, name=args.target, **keep)
         else:
             result = check(fn, name=args.target, **options)

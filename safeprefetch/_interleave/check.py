@@ -8,7 +8,8 @@ and whose ``exhaustive`` is True only if that covers every schedule: a
 ``dfs`` that ran to completion with no preemption bound cutting anything. A
 bounded ``dfs`` that ran to completion says ``bound_covered``: every
 schedule with at most that many preemptions was run. Sampling strategies
-(``random``, ``pct``, ``hypothesis``) are never exhaustive.
+(``random``, ``pct``, ``hypothesis``) are never exhaustive, and neither is a
+result with a violation: every search stops at the first one it meets.
 
 A violation is reported with a **minimized** trace: first the fewest
 preemptions -- a preemption-bounded ``dfs`` with bounds 0, 1, ... up to the
@@ -30,6 +31,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from .._check.result import Trace, TraceStep, Violation
+from . import arguments
+from .arguments import whole
 from .explore import DFS, PCT, RandomWalk, Replay, Scripted, alt_text
 from .patching import patched
 from .report import CodeCheckResult, StepDetail
@@ -37,7 +40,7 @@ from .runner import run_once
 from .scheduler import Execution, Settings, VThread
 
 __all__ = ["DEFAULT_SAMPLES", "Fresh", "Interrupt", "SHRINK_SCHEDULES", "STRATEGIES", "check_code", "fingerprint",
-           "outcomes", "replay_code", "settings_of", "warm_up"]
+           "outcomes", "recorded_settings", "replay_code", "settings_of", "warm_up"]
 
 STRATEGIES = ("dfs", "pct", "random", "hypothesis")
 #: Runs a sampling strategy makes when ``max_schedules`` is not given.
@@ -78,8 +81,9 @@ class Interrupt:
     def __post_init__(self) -> None:
         if not callable(self.callback):
             raise TypeError(f"Interrupt needs a callable, not {self.callback!r}")
-        if self.times < 1:
-            raise ValueError("Interrupt.times must be at least 1")
+        whole("Interrupt.times", self.times, 1)
+        if not isinstance(self.threads, str):
+            object.__setattr__(self, "threads", arguments.names("Interrupt.threads", self.threads))
         if not self.name:
             object.__setattr__(self, "name", getattr(self.callback, "__name__", "interrupt"))
 
@@ -93,18 +97,16 @@ class Interrupt:
 def settings_of(notify: str = "fifo", spurious: str = "off", lines: bool = False, lock_release: str = "owner",
                 allow_alive: Sequence[str] = (), max_steps: int = 20_000, time_limit: float = 3600.0,
                 wall_timeout: float = 20.0) -> Settings:
-    """Checked :class:`Settings` (a ``ValueError`` names the bad argument)."""
-    if notify not in ("fifo", "any"):
-        raise ValueError(f"notify must be 'fifo' or 'any', not {notify!r}")
-    if spurious not in ("off", "on"):
-        raise ValueError(f"spurious must be 'off' or 'on', not {spurious!r}")
-    if lock_release not in ("owner", "any"):
-        raise ValueError(f"lock_release must be 'owner' or 'any', not {lock_release!r}")
-    if max_steps < 1 or time_limit <= 0 or wall_timeout <= 0:
-        raise ValueError("max_steps, time_limit and wall_timeout must be positive")
-    if isinstance(allow_alive, str):
-        allow_alive = (allow_alive,)
-    return Settings(notify=notify, spurious=spurious, lines=bool(lines), lock_release=lock_release,
+    """Checked :class:`Settings` (a ``ValueError`` or ``TypeError`` names the bad argument)."""
+    arguments.choice("notify", notify, ("fifo", "any"))
+    arguments.choice("spurious", spurious, ("off", "on"))
+    arguments.choice("lock_release", lock_release, ("owner", "any"))
+    arguments.flag("lines", lines)
+    whole("max_steps", max_steps, 1)
+    arguments.seconds("time_limit", time_limit)
+    arguments.seconds("wall_timeout", wall_timeout)
+    allow_alive = arguments.names("allow_alive", allow_alive)
+    return Settings(notify=notify, spurious=spurious, lines=lines, lock_release=lock_release,
                     allow_alive=tuple(allow_alive), max_steps=max_steps, time_limit=time_limit,
                     wall_timeout=wall_timeout)
 
@@ -145,23 +147,22 @@ def check_code(fn: Callable[[], Any], *, strategy: str = "dfs", preemption_bound
                time_budget: float | None = None, minimize: bool = True, name: str | None = None,
                patch_globals: dict | None = None) -> CodeCheckResult:
     """Run ``fn`` under the schedules of ``strategy`` and judge every run (see the module essay)."""
-    if not callable(fn):
-        raise TypeError(f"check needs a zero-argument callable, not {fn!r}")
+    arguments.body(fn)
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
-    if preemption_bound is not None and preemption_bound < 0:
-        raise ValueError("preemption_bound must be None or at least 0")
-    if max_schedules is not None and max_schedules < 1:
-        raise ValueError("max_schedules must be None or at least 1")
-    if depth < 1:
-        raise ValueError("depth must be at least 1")
+    whole("preemption_bound", preemption_bound, 0, optional=True)
+    whole("max_schedules", max_schedules, 1, optional=True)
+    whole("depth", depth, 1)
+    whole("seed", seed, None)
+    arguments.choice("reduce", reduce, ("dpor", "none"))
+    arguments.seconds("time_budget", time_budget, optional=True)
+    arguments.flag("minimize", minimize)
+    arguments.patch_table(patch_globals)
     settings = settings or Settings()
-    interrupts = tuple(interrupts)
-    for i in interrupts:
-        if not isinstance(i, Interrupt):
-            raise TypeError(f"interrupts must be Interrupt values, not {i!r}")
+    interrupts = _interrupts(interrupts)
     name = name or getattr(fn, "__qualname__", None) or repr(fn)
     stats = _Stats()
+    record = recorded_settings(settings, interrupts, patch_globals)
     fn, patch_globals = _with_fresh(fn, patch_globals)
     with patched(patch_globals):
         warm_up(fn, settings, interrupts)
@@ -173,7 +174,27 @@ def check_code(fn: Callable[[], Any], *, strategy: str = "dfs", preemption_bound
             shrunk_from = len(found.events)
             found = _minimize(fn, found, interrupts, settings, reduce, time_budget)
     return _result(name, fn, strategy, preemption_bound, seed, settings, reduce, stats, found, covered,
-                   shrunk_from, interrupts)
+                   shrunk_from, record)
+
+
+def recorded_settings(settings: Settings, interrupts: Sequence[Interrupt], patch_globals: dict | None) -> dict:
+    """What a replay of this check needs, as JSON: the run settings, and the names of the ``patch_globals``
+    and interrupts it must be given again (their values are code)."""
+    return {"notify": settings.notify, "spurious": settings.spurious, "lines": settings.lines,
+            "lock_release": settings.lock_release, "allow_alive": list(settings.allow_alive),
+            "max_steps": settings.max_steps, "time_limit": settings.time_limit,
+            "wall_timeout": settings.wall_timeout, "interrupts": [i.name for i in interrupts],
+            "patch_globals": sorted(f"{getattr(m, '__name__', 'globals')}.{a}" for m, a in (patch_globals or {}))}
+
+
+def _interrupts(interrupts: Any) -> tuple[Interrupt, ...]:
+    if isinstance(interrupts, Interrupt):
+        raise TypeError("interrupts must be a sequence of Interrupt values: write interrupts=(Interrupt(...),)")
+    out = tuple(interrupts)
+    for i in out:
+        if not isinstance(i, Interrupt):
+            raise TypeError(f"interrupts must be Interrupt values, not {i!r}")
+    return out
 
 
 def _with_fresh(fn: Callable[[], Any], extra: dict | None) -> tuple[Callable[[], Any], dict | None]:
@@ -321,11 +342,11 @@ def _trace_of(ex: Execution) -> tuple[Trace, tuple[StepDetail, ...]]:
 
 def _result(name: str, fn: Any, strategy: str, bound: int | None, seed: int, settings: Settings, reduce: str,
             stats: _Stats, found: Execution | None, covered: tuple[bool, bool], shrunk_from: int | None,
-            interrupts: tuple) -> CodeCheckResult:
+            record: dict) -> CodeCheckResult:
     complete, cut = covered
     reduce = reduce if bound is None else "none"  # a bounded search is plain DFS (explore.py)
     config = {"strategy": strategy, "preemption_bound": bound, "reduce": reduce, "notify": settings.notify,
-              "spurious": settings.spurious, "lines": settings.lines, "interrupts": len(interrupts)}
+              "spurious": settings.spurious, "lines": settings.lines, "interrupts": len(record["interrupts"])}
     if found is None:
         exhaustive = strategy == "dfs" and complete and not cut
         bound_covered = strategy == "dfs" and complete
@@ -336,30 +357,34 @@ def _result(name: str, fn: Any, strategy: str, bound: int | None, seed: int, set
                                states=stats.schedules, transitions=stats.transitions, seconds=stats.elapsed(),
                                max_depth=stats.depth, pruned=stats.pruned,
                                seed=None if strategy == "dfs" else seed, preemption_bound=bound,
-                               bound_covered=bound_covered, note=note)
+                               bound_covered=bound_covered, note=note, settings=record)
     trace, details = _trace_of(found)
     violation = Violation(found.outcome, found.message, trace)
     exc = None
     if found.exception is not None:
         exc = f"{type(found.exception).__name__}: {found.exception}"
     return CodeCheckResult(
-        model=name, config=config, strategy=strategy, exhaustive=True, verdict=found.outcome,
+        model=name, config=config, strategy=strategy, exhaustive=False, verdict=found.outcome,
         states=stats.schedules, transitions=stats.transitions, seconds=stats.elapsed(), violation=violation,
         max_depth=stats.depth, pruned=stats.pruned, seed=None if strategy == "dfs" else seed,
         preemption_bound=bound, bound_covered=False, preemptions=sum(1 for e in found.events if e.preempt),
         schedules_to_bug=stats.to_bug, seconds_to_bug=stats.t_bug, shrunk_from=shrunk_from, details=details,
         threads=tuple(vt.name for vt in found.threads), stuck=tuple(found.stuck), exception=exc,
-        note=f"{strategy}: {found.outcome} in schedule {stats.to_bug:,}")
+        note=f"{strategy}: {found.outcome} in schedule {stats.to_bug:,}", settings=record)
 
 
 def replay_code(fn: Callable[[], Any], trace: Trace | Any, *, interrupts: Sequence[Interrupt] = (),
                 settings: Settings | None = None, name: str | None = None,
                 patch_globals: dict | None = None) -> CodeCheckResult:
     """Run ``fn`` once under the schedule ``trace`` (a Trace, its JSON, or a result's JSON)."""
+    arguments.body(fn)
+    arguments.patch_table(patch_globals)
+    interrupts = _interrupts(interrupts)
     if not isinstance(trace, Trace):
         trace = Trace.from_json(trace)
     settings = settings or Settings()
     stats = _Stats()
+    record = recorded_settings(settings, interrupts, patch_globals)
     fn, patch_globals = _with_fresh(fn, patch_globals)
     with patched(patch_globals):
         warm_up(fn, settings, tuple(interrupts))
@@ -367,7 +392,7 @@ def replay_code(fn: Callable[[], Any], trace: Trace | Any, *, interrupts: Sequen
     stats.add(ex)
     found = ex if ex.outcome not in ("ok", "pruned") else None
     return _result(name or getattr(fn, "__qualname__", repr(fn)), fn, "replay", None, 0, settings, "none", stats,
-                   found, (False, False), None, tuple(interrupts))
+                   found, (False, False), None, record)
 
 
 def fingerprint(ex: Execution) -> tuple:

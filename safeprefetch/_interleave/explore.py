@@ -136,14 +136,21 @@ def _after(clock: list[int], t: int, i: int) -> bool:
 
 
 def _coenabled(done: Op, later: Op) -> bool:
-    """False when the two cannot be enabled together: a release and an acquire of one lock, a thread's
-    exit and a join of it."""
+    """False when the two cannot be enabled together: a release and a *blocking* acquire of one lock, a
+    thread's exit and a *blocking* join of it.
+
+    A try-lock (``acquire(blocking=False)``, ``timeout=0``) is always enabled, and a timed acquire or join
+    is enabled once its deadline passes: either can run, and fail, while the lock is held or the thread
+    alive, so it races with the release or the exit like any other dependent pair."""
     if done.obj is not None and done.obj is later.obj:
         kinds = {done.kind, later.kind}
+        waiting = done if done.kind in ("acquire", "join") else later
+        if waiting.enabled is None or waiting.deadline is not None:
+            return True
         if kinds == {"exit", "join"}:
             return False
         if kinds == {"acquire", "release"} and getattr(done.obj, "_ilv_kind", "") in ("lock", "rlock"):
-            return False  # a lock is released by its holder, so nobody else's acquire is enabled then
+            return False  # a lock is released by its holder, so nobody else's blocking acquire is enabled then
     return True
 
 

@@ -1,4 +1,4 @@
-"""Line mode: scheduling points at line events and before stores, for data races on plain attributes.
+"""Line mode: scheduling points at line events, stores and deletes, for data races on plain attributes.
 
 What it adds
 ------------
@@ -7,9 +7,12 @@ operations runs atomically, so a data race on a plain attribute is invisible:
 ``self.count += 1`` in two threads always adds two. With ``lines=True`` the
 scheduler also stops each controlled thread at every line event of the
 code under test, and right before every store instruction (``STORE_ATTR``,
-``STORE_SUBSCR``, ``STORE_GLOBAL``, ``STORE_DEREF``, ``STORE_NAME``), so the
-read and the write of ``x += 1`` can be separated by another thread: the
-lost update is then one of the schedules.
+``STORE_SUBSCR``, ``STORE_GLOBAL``, ``STORE_DEREF``, ``STORE_NAME``) and
+every delete of the same kinds (``DELETE_ATTR``, ``DELETE_SUBSCR``, ...), so
+the read and the write of ``x += 1``, or the check and the delete of ``if k
+in d: del d[k]``, can be separated by another thread: the lost update, or
+the ``KeyError``, is then one of the schedules. Locals (``STORE_FAST``,
+``DELETE_FAST``) are the frame's own and get no point.
 
 Which code is traced: every file that is not part of the standard library,
 of an installed package's ``site-packages``, or of the scheduler itself. A line step
@@ -29,11 +32,13 @@ from typing import Any
 
 from .scheduler import Op, current
 
-__all__ = ["STORES", "trace_current_thread", "traced_file"]
+__all__ = ["DELETES", "STORES", "trace_current_thread", "traced_file"]
 
+_SHARED = ("ATTR", "SUBSCR", "GLOBAL", "DEREF", "NAME")  # what another thread can see, unlike a FAST local
 #: The opcodes a store point precedes.
-STORES = frozenset(dis.opmap[n] for n in ("STORE_ATTR", "STORE_SUBSCR", "STORE_GLOBAL", "STORE_DEREF", "STORE_NAME")
-                   if n in dis.opmap)
+STORES = frozenset(dis.opmap[f"STORE_{n}"] for n in _SHARED if f"STORE_{n}" in dis.opmap)
+#: The opcodes a delete point precedes.
+DELETES = frozenset(dis.opmap[f"DELETE_{n}"] for n in _SHARED if f"DELETE_{n}" in dis.opmap)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _LIBS = tuple({os.path.abspath(p) for k in ("stdlib", "platstdlib", "purelib", "platlib")
@@ -54,8 +59,14 @@ def traced_file(filename: str) -> bool:
 def _local(frame: Any, event: str, arg: Any) -> Any:
     if event == "line":
         kind = "line"
-    elif event == "opcode" and frame.f_code.co_code[frame.f_lasti] in STORES:
-        kind = "store"
+    elif event == "opcode":
+        opcode = frame.f_code.co_code[frame.f_lasti]
+        if opcode in STORES:
+            kind = "store"
+        elif opcode in DELETES:
+            kind = "delete"
+        else:
+            return _local
     else:
         return _local
     c = current()

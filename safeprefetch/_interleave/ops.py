@@ -57,7 +57,7 @@ class Settings:
     lock_release: str = "owner"
     #: Thread names that may still be alive when the test body returns (not a leak).
     allow_alive: tuple[str, ...] = ()
-    #: Scheduling points at line events and before stores, in the files under test.
+    #: Scheduling points at line events and before stores and deletes, in the files under test.
     lines: bool = False
 
 

@@ -17,7 +17,11 @@ and ``time`` and gets the controlled versions:
 * ``threading.Thread`` keeps its class (subclasses defined before the check
   still work), and its ``start``, ``join`` and ``is_alive`` are replaced by
   controlled versions: ``start`` runs the thread under the scheduler, with
-  ``threading.current_thread()`` returning the Thread object as usual.
+  ``threading.current_thread()`` returning the Thread object as usual; the
+  test body runs as the non-daemon thread ``main``. It is not
+  ``threading.main_thread()``: it runs on another OS thread than the
+  interpreter's main one, where ``signal.signal`` would fail, so code that
+  does main-thread-only work must take its other path.
 
 Every replacement checks who calls it. A thread the scheduler controls gets
 the controlled behaviour; any other thread (pytest's, the garbage
@@ -52,7 +56,9 @@ import threading
 import time as _time
 from typing import Any, Callable
 
-from .primitives import VBarrier, VBoundedSemaphore, VCondition, VEvent, VLock, VRLock, VSemaphore, deadline_of, until
+from .barrier import VBarrier
+from .belonging import deadline_of, until
+from .primitives import VBoundedSemaphore, VCondition, VEvent, VLock, VRLock, VSemaphore
 from .queues import ShutDown, VLifoQueue, VPriorityQueue, VQueue, VSimpleQueue
 from .scheduler import _ACTIVE, Execution, Op, VThread, current, where
 
@@ -161,9 +167,9 @@ def _join(self: threading.Thread, timeout: float | None = None) -> None:
     if target is vt:
         raise RuntimeError("cannot join current thread")
     blocks, deadline = deadline_of(ex, True, timeout) if timeout is not None else (True, None)
-    ready = until(ex, lambda: target.finished, deadline if blocks else ex.clock)
-    ex.point(vt, Op("join", self, (("thread", target.index),), enabled=ready,
-                    deadline=deadline if blocks else None, write=False, where=where(2), label=f"join {self.name}"))
+    ready = until(ex, lambda: target.finished, deadline) if blocks else None  # join(timeout=0): never blocks
+    ex.point(vt, Op("join", self, (("thread", target.index),), enabled=ready, deadline=deadline, write=False,
+                    where=where(2), label=f"join {self.name}"))
 
 
 def _is_alive(self: threading.Thread) -> bool:

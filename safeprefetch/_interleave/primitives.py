@@ -4,7 +4,7 @@ What they guarantee
 -------------------
 Each class here has the interface and the semantics of its ``threading``
 namesake -- ``Lock``, ``RLock``, ``Condition`` (Mesa), ``Semaphore``,
-``BoundedSemaphore``, ``Event``, ``Barrier`` -- with every operation that
+``BoundedSemaphore``, ``Event`` (and, in :mod:`.barrier`, ``Barrier``) -- with every operation that
 another thread could observe made a *scheduling point* of the controlled
 scheduler (:mod:`.scheduler`): the thread announces the operation, the
 scheduler decides who goes next, and the operation takes effect only when
@@ -31,11 +31,9 @@ Where each one differs from a real one, and why
   ``release``, are not scheduling points: no other thread can tell them
   apart from doing nothing.
 
-A primitive belongs to the execution that created it. Used from a thread
-the scheduler does not control, or by a later execution (a module-level
-singleton created lazily during a check), it raises a clear
-``RuntimeError``; once its execution is over, a thread the scheduler does not
-control (the garbage collector, after the check) finds it inert.
+A primitive belongs to the execution that created it; a later execution
+adopts one left at rest, and outside every execution it acts as the real
+object (:mod:`.belonging`).
 """
 
 from __future__ import annotations
@@ -43,74 +41,17 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-from .scheduler import Aborted, Execution, Op, VThread, current, where
+from .belonging import Prim, context, deadline_of, stand_in, until
+from .scheduler import Aborted, Execution, Op, VThread, where
 
-__all__ = ["VBarrier", "VBoundedSemaphore", "VCondition", "VEvent", "VLock", "VRLock", "VSemaphore", "context",
-           "until"]
+__all__ = ["VBoundedSemaphore", "VCondition", "VEvent", "VLock", "VRLock", "VSemaphore"]
 
-_BrokenBarrierError = threading.BrokenBarrierError
-
-
-def context(obj: Any) -> tuple[Execution, VThread] | None:
-    """The caller's execution and thread, checked against ``obj``'s; None when ``obj`` is inert."""
-    c = current()
-    ex = obj._ilv_ex
-    if c is not None and c[0] is ex:
-        return c
-    if ex.over and c is None:
-        return None
-    if c is not None:
-        raise RuntimeError(f"{type(obj).__name__} {obj._ilv_name!r} was created by an earlier schedule and is used "
-                           "in this one: the code under test keeps synchronization objects across runs (a "
-                           "module-level singleton?); create them inside the test body")
-    raise RuntimeError(f"{type(obj).__name__} {obj._ilv_name!r} is used by a thread the scheduler does not control "
-                       "(started with _thread, or outside the check)")
+#: The real classes, as they are before any check patches them: what a primitive becomes outside one.
+_REAL = {name: getattr(threading, name) for name in ("Lock", "RLock", "Condition", "Semaphore", "BoundedSemaphore",
+                                                     "Event")}
 
 
-def until(ex: Execution, ready: Callable[[], bool], deadline: float | None) -> Callable[[], bool]:
-    """Enabled when ``ready()``, or once virtual time reaches ``deadline``."""
-    if deadline is None:
-        return ready
-    return lambda: ready() or ex.clock >= deadline
-
-
-def deadline_of(ex: Execution, blocking: bool, timeout: float | None) -> tuple[bool, float | None]:
-    """(blocks at all, deadline): ``threading``'s argument rules for ``acquire``/``wait``-like calls."""
-    if timeout is not None and timeout < 0 and timeout != -1:
-        raise ValueError("timeout value must be a non-negative number")
-    if not blocking or timeout == 0:
-        return False, None
-    if timeout is None or timeout == -1:
-        return True, None
-    return True, ex.clock + timeout
-
-
-class _Prim:
-    """What every primitive shares: its execution, its name, its dependency key."""
-
-    _ilv_kind = "object"
-
-    def __init__(self) -> None:
-        c = current()
-        if c is None:
-            raise RuntimeError(f"a controlled {self._ilv_kind} can only be created by a controlled thread")
-        self._ilv_ex = c[0]
-        self._ilv_name = ""
-        c[0].name_object(self, self._ilv_kind, where(3))
-
-    def _point(self, ex: Execution, vt: VThread, kind: str, *, enabled: Callable[[], bool] | None = None,
-               deadline: float | None = None, write: bool = True, keys: tuple = (), alts: Any = None):
-        return ex.point(vt, Op(kind, self, (id(self),) + keys, write=write, enabled=enabled, deadline=deadline,
-                               alts=alts, where=where(3)))
-
-    def __repr__(self) -> str:
-        return f"<controlled {self._ilv_kind} {self._ilv_name} ({self._ilv_state()})>"
-
-    def _ilv_state(self) -> str:
-        return ""
-
-
-class VLock(_Prim):
+class VLock(Prim):
     """``threading.Lock``."""
 
     _ilv_kind = "lock"
@@ -131,12 +72,21 @@ class VLock(_Prim):
     def lock_free_for(self, vt: VThread) -> bool:
         return not self._held
 
+    def _ilv_busy(self) -> str:
+        return f"held by {self._owner.name if self._owner is not None else '?'}" if self._held else ""
+
+    def _ilv_make_real(self) -> Any:
+        real = _REAL["Lock"]()
+        if self._held:
+            real.acquire()  # a Lock may be released by any thread: its holder's release still works
+        return real
+
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         if not blocking and timeout != -1:
             raise ValueError("can't specify a timeout for a non-blocking call")
         c = context(self)
         if c is None:
-            return True
+            return stand_in(self).acquire(blocking, timeout)
         ex, vt = c
         blocks, deadline = deadline_of(ex, blocking, timeout)
         enabled = until(ex, lambda: not self._held, deadline) if blocks else None
@@ -149,7 +99,7 @@ class VLock(_Prim):
     def release(self) -> None:
         c = context(self)
         if c is None:
-            return
+            return stand_in(self).release()
         ex, vt = c
         self._point(ex, vt, "release")
         if not self._held:
@@ -163,13 +113,28 @@ class VLock(_Prim):
     def locked(self) -> bool:
         c = context(self)
         if c is None:
-            return self._held
+            return stand_in(self).locked()
         self._point(c[0], c[1], "locked", write=False)
         return self._held
 
     def _is_owned(self) -> bool:
-        c = current()
-        return self._held and c is not None and self._owner is c[1]
+        c = context(self)
+        if c is None:
+            real = stand_in(self)
+            if hasattr(real, "_is_owned"):
+                return real._is_owned()
+            if real.acquire(False):  # threading.Condition's own test, for a plain Lock
+                real.release()
+                return False
+            return True
+        return self._held and self._owner is c[1]
+
+    def _at_fork_reinit(self) -> None:
+        """After a fork, in the child: free, as the real locks' own hook leaves them."""
+        self._held, self._owner = False, None
+        real = self.__dict__.get("_ilv_real")
+        if real is not None:
+            real._at_fork_reinit()
 
     # Condition's protocol: give the lock up entirely, and take it back.
     def _release_all(self, vt: VThread) -> Any:
@@ -211,7 +176,7 @@ class VRLock(VLock):
             raise ValueError("can't specify a timeout for a non-blocking call")
         c = context(self)
         if c is None:
-            return True
+            return stand_in(self).acquire(blocking, timeout)
         ex, vt = c
         if self._held and self._owner is vt:
             self._count += 1
@@ -229,7 +194,7 @@ class VRLock(VLock):
     def release(self) -> None:
         c = context(self)
         if c is None:
-            return
+            return stand_in(self).release()
         ex, vt = c
         if not self._held or self._owner is not vt:
             self._point(ex, vt, "release")
@@ -242,6 +207,13 @@ class VRLock(VLock):
         self._point(ex, vt, "release")
         self._held, self._owner, self._count = False, None, 0
 
+    def _ilv_make_real(self) -> Any:
+        return _REAL["RLock"]()  # its holder (a thread of the ended run) is gone: it starts free
+
+    def _at_fork_reinit(self) -> None:
+        super()._at_fork_reinit()
+        self._count = 0
+
     def _release_all(self, vt: VThread) -> Any:
         n = self._count
         self._held, self._owner, self._count = False, None, 0
@@ -252,13 +224,14 @@ class VRLock(VLock):
 
     # The names threading.Condition uses on a lock.
     def _release_save(self) -> Any:
-        c = current()
-        return self._release_all(c[1]) if c is not None else None
+        c = context(self)
+        return self._release_all(c[1]) if c is not None else stand_in(self)._release_save()
 
     def _acquire_restore(self, saved: Any) -> None:
-        c = current()
-        if c is not None:
-            self._restore(c[1], saved)
+        c = context(self)
+        if c is None:
+            return stand_in(self)._acquire_restore(saved)
+        self._restore(c[1], saved)
 
 
 class _Waiter:
@@ -269,7 +242,7 @@ class _Waiter:
         self.notified = False
 
 
-class VCondition(_Prim):
+class VCondition(Prim):
     """``threading.Condition`` (Mesa): ``wait`` releases the lock and sleeps; woken, it takes the lock back."""
 
     _ilv_kind = "condition"
@@ -290,12 +263,27 @@ class VCondition(_Prim):
         return "[" + ", ".join(w.vt.name for w in self._waiters) + "]"
 
     def _ilv_blocked(self, vt: VThread, op: Op) -> str:
-        if any(w.vt is vt for w in self._waiters):
+        timed_out = op.deadline is not None and self._ilv_ex.clock >= op.deadline
+        if any(w.vt is vt for w in self._waiters) and not timed_out:
             return f"asleep on {self._ilv_name}"
         return self._lock._ilv_blocked(vt, op)
 
     def lock_free_for(self, vt: VThread) -> bool:
         return self._lock.lock_free_for(vt)
+
+    def _ilv_busy(self) -> str:
+        if self._waiters:
+            return "waited on by " + ", ".join(w.vt.name for w in self._waiters)
+        # A lock the adopting execution already adopted has that execution's state, not a left-over one.
+        return self._lock._ilv_busy() if self._lock._ilv_ex is self._ilv_ex else ""
+
+    def _ilv_make_real(self) -> Any:
+        return _REAL["Condition"](stand_in(self._lock))
+
+    def _context(self) -> tuple[Execution, VThread] | None:
+        if "_ilv_real" in self._lock.__dict__:
+            return None  # its lock has gone real (belonging.py): so does the condition
+        return context(self)
 
     def __enter__(self) -> bool:
         return self._lock.__enter__()
@@ -307,9 +295,9 @@ class VCondition(_Prim):
         return self._lock._is_owned()
 
     def wait(self, timeout: float | None = None) -> bool:
-        c = context(self)
+        c = self._context()
         if c is None:
-            return True
+            return stand_in(self).wait(timeout)
         ex, vt = c
         if not self._lock._is_owned():
             raise RuntimeError("cannot wait on un-acquired lock")
@@ -336,13 +324,15 @@ class VCondition(_Prim):
         return w.notified or choice.alt == -1
 
     def wait_for(self, predicate: Callable[[], Any], timeout: float | None = None) -> Any:
-        c = context(self)
-        ex = c[0] if c is not None else None
+        c = self._context()
+        if c is None:
+            return stand_in(self).wait_for(predicate, timeout)
+        ex = c[0]
         endtime = None
         waittime = timeout
         result = predicate()
         while not result:
-            if waittime is not None and ex is not None:
+            if waittime is not None:
                 if endtime is None:
                     endtime = ex.clock + waittime
                 else:
@@ -354,9 +344,9 @@ class VCondition(_Prim):
         return result
 
     def notify(self, n: int = 1) -> None:
-        c = context(self)
+        c = self._context()
         if c is None:
-            return
+            return stand_in(self).notify(n)
         ex, vt = c
         if not self._lock._is_owned():
             raise RuntimeError("cannot notify on un-acquired lock")
@@ -367,9 +357,9 @@ class VCondition(_Prim):
         self._wake(ex, vt, n, choice.alt if choice.alt > 0 else 0)
 
     def notify_all(self) -> None:
-        c = context(self)
+        c = self._context()
         if c is None:
-            return
+            return stand_in(self).notify_all()
         ex, vt = c
         if not self._lock._is_owned():
             raise RuntimeError("cannot notify on un-acquired lock")
@@ -391,7 +381,7 @@ class VCondition(_Prim):
         ex.events[-1].note = "woke " + ", ".join(w.vt.name for w in chosen)
 
 
-class VSemaphore(_Prim):
+class VSemaphore(Prim):
     """``threading.Semaphore``."""
 
     _ilv_kind = "semaphore"
@@ -408,12 +398,15 @@ class VSemaphore(_Prim):
     def _ilv_blocked(self, vt: VThread, op: Op) -> str:
         return f"waits for {self._ilv_name} (count 0)"
 
+    def _ilv_make_real(self) -> Any:
+        return _REAL["Semaphore"](self._value)
+
     def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
         if not blocking and timeout is not None:
             raise ValueError("can't specify timeout for non-blocking acquire")
         c = context(self)
         if c is None:
-            return True
+            return stand_in(self).acquire(blocking, timeout)
         ex, vt = c
         blocks, deadline = deadline_of(ex, blocking, timeout)
         enabled = until(ex, lambda: self._value > 0, deadline) if blocks else None
@@ -430,7 +423,7 @@ class VSemaphore(_Prim):
             raise ValueError("n must be one or more")
         c = context(self)
         if c is None:
-            return
+            return stand_in(self).release(n)
         ex, vt = c
         self._point(ex, vt, "release")
         self._release(n)
@@ -451,13 +444,18 @@ class VBoundedSemaphore(VSemaphore):
         super().__init__(value)
         self._initial_value = value
 
+    def _ilv_make_real(self) -> Any:
+        real = _REAL["BoundedSemaphore"](self._initial_value)
+        real._value = self._value
+        return real
+
     def _release(self, n: int) -> None:
         if self._value + n > self._initial_value:
             raise ValueError("Semaphore released too many times")
         self._value += n
 
 
-class VEvent(_Prim):
+class VEvent(Prim):
     """``threading.Event``."""
 
     _ilv_kind = "event"
@@ -472,35 +470,33 @@ class VEvent(_Prim):
     def _ilv_blocked(self, vt: VThread, op: Op) -> str:
         return f"waits for {self._ilv_name} to be set"
 
+    def _ilv_make_real(self) -> Any:
+        real = _REAL["Event"]()
+        if self._flag:
+            real.set()
+        return real
+
     def is_set(self) -> bool:
         c = context(self)
         if c is None:
-            return self._flag
+            return stand_in(self).is_set()
         self._point(c[0], c[1], "is_set", write=False)
         return self._flag
 
     isSet = is_set
 
     def set(self) -> None:
-        c = context(self)
-        if c is None:
+        if self._step("set"):
             self._flag = True
-            return
-        self._point(c[0], c[1], "set")
-        self._flag = True
 
     def clear(self) -> None:
-        c = context(self)
-        if c is None:
+        if self._step("clear"):
             self._flag = False
-            return
-        self._point(c[0], c[1], "clear")
-        self._flag = False
 
     def wait(self, timeout: float | None = None) -> bool:
         c = context(self)
         if c is None:
-            return self._flag
+            return stand_in(self).wait(timeout)
         ex, vt = c
         blocks, deadline = deadline_of(ex, True, timeout) if timeout is not None else (True, None)
         if not blocks:
@@ -509,90 +505,3 @@ class VEvent(_Prim):
             enabled = until(ex, lambda: self._flag, deadline)
         self._point(ex, vt, "wait", enabled=enabled, deadline=deadline, write=False)
         return self._flag
-
-
-class VBarrier(_Prim):
-    """``threading.Barrier``: ``parties`` threads meet; the last to arrive runs ``action`` and lets all go."""
-
-    _ilv_kind = "barrier"
-
-    def __init__(self, parties: int, action: Callable[[], Any] | None = None, timeout: float | None = None) -> None:
-        if parties < 1:
-            raise ValueError("parties must be >= 1")
-        super().__init__()
-        self._parties = parties
-        self._action = action
-        self._timeout = timeout
-        self._count = 0
-        self._gen = 0
-        self._broken = False
-        self._reset_gens: set[int] = set()
-
-    def _ilv_state(self) -> str:
-        return "broken" if self._broken else f"{self._count}/{self._parties} waiting"
-
-    def _ilv_blocked(self, vt: VThread, op: Op) -> str:
-        return f"waits at {self._ilv_name} ({self._count}/{self._parties} arrived)"
-
-    def wait(self, timeout: float | None = None) -> int:
-        c = context(self)
-        if c is None:
-            raise _BrokenBarrierError
-        ex, vt = c
-        if timeout is None:
-            timeout = self._timeout
-        self._point(ex, vt, "arrive")
-        if self._broken:
-            raise _BrokenBarrierError
-        index = self._count
-        self._count += 1
-        if self._count == self._parties:
-            try:
-                if self._action is not None:
-                    self._action()
-            except BaseException:
-                self._broken = True
-                raise
-            self._count = 0
-            self._gen += 1
-            return index
-        gen = self._gen
-        _b, deadline = deadline_of(ex, True, timeout) if timeout is not None else (True, None)
-        enabled = until(ex, lambda: self._gen != gen or self._broken, deadline)
-        self._point(ex, vt, "pass", enabled=enabled, deadline=deadline)
-        if self._broken or gen in self._reset_gens:
-            raise _BrokenBarrierError
-        if self._gen == gen:  # timed out: the barrier breaks for everyone
-            self._broken = True
-            raise _BrokenBarrierError
-        return index
-
-    def reset(self) -> None:
-        c = context(self)
-        if c is None:
-            return
-        self._point(c[0], c[1], "reset")
-        if self._count:
-            self._reset_gens.add(self._gen)
-            self._gen += 1
-        self._count = 0
-        self._broken = False
-
-    def abort(self) -> None:
-        c = context(self)
-        if c is None:
-            return
-        self._point(c[0], c[1], "abort")
-        self._broken = True
-
-    @property
-    def parties(self) -> int:
-        return self._parties
-
-    @property
-    def n_waiting(self) -> int:
-        return self._count
-
-    @property
-    def broken(self) -> bool:
-        return self._broken

@@ -15,7 +15,8 @@ timeout is a virtual deadline.
 
 The storage hooks are the standard library's (``_init``, ``_qsize``,
 ``_put``, ``_get``), so a subclass that overrides them -- as ``LifoQueue``
-and ``PriorityQueue`` do -- keeps working.
+and ``PriorityQueue`` do -- keeps working. Outside every execution a queue
+is a real one of its kind, holding the items it held (:mod:`.belonging`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import queue as _queue
 from collections import deque
 from typing import Any
 
-from .primitives import _Prim, context, deadline_of, until
+from .belonging import Prim, context, deadline_of, stand_in, until
 from .scheduler import Op, VThread
 
 __all__ = ["ShutDown", "VLifoQueue", "VPriorityQueue", "VQueue", "VSimpleQueue"]
@@ -40,6 +41,9 @@ class _ShutDown(Exception):
 
 #: The standard library's class where it exists (3.13+), so ``except queue.ShutDown`` catches ours.
 ShutDown: type[Exception] = getattr(_queue, "ShutDown", _ShutDown)
+#: The real classes, as they are before any check patches them: what a queue becomes outside one.
+_REAL = {"queue": _queue.Queue, "lifo": _queue.LifoQueue, "priority": _queue.PriorityQueue,
+         "simple": _queue.SimpleQueue}
 
 
 def _short(items: Any) -> str:
@@ -53,7 +57,7 @@ def _short(items: Any) -> str:
     return f"{len(seq)} items"
 
 
-class VQueue(_Prim):
+class VQueue(Prim):
     """``queue.Queue``."""
 
     _ilv_kind = "queue"
@@ -91,10 +95,21 @@ class VQueue(_Prim):
     def _full(self) -> bool:
         return 0 < self.maxsize <= self._qsize()
 
+    _ilv_real_kind = "queue"
+
+    def _ilv_make_real(self) -> Any:
+        real = _REAL[self._ilv_real_kind](self.maxsize)
+        for item in list(self.queue):  # a copy: racing makers must each see every item
+            real._put(item)
+        real.unfinished_tasks = self.unfinished_tasks
+        if self.is_shutdown and hasattr(real, "shutdown"):  # before 3.13 a real queue cannot be shut down
+            real.shutdown()
+        return real
+
     def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
         c = context(self)
         if c is None:
-            return
+            return stand_in(self).put(item, block, timeout)
         ex, vt = c
         blocks, deadline = deadline_of(ex, block, timeout) if (block and timeout is not None) else (block, None)
         enabled = until(ex, lambda: not self._full() or self.is_shutdown, deadline) if blocks else None
@@ -109,7 +124,7 @@ class VQueue(_Prim):
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
         c = context(self)
         if c is None:
-            raise Empty
+            return stand_in(self).get(block, timeout)
         ex, vt = c
         blocks, deadline = deadline_of(ex, block, timeout) if (block and timeout is not None) else (block, None)
         enabled = until(ex, lambda: self._qsize() > 0 or self.is_shutdown, deadline) if blocks else None
@@ -129,7 +144,7 @@ class VQueue(_Prim):
     def task_done(self) -> None:
         c = context(self)
         if c is None:
-            return
+            return stand_in(self).task_done()
         self._point(c[0], c[1], "task_done")
         if self.unfinished_tasks <= 0:
             raise ValueError("task_done() called too many times")
@@ -138,13 +153,14 @@ class VQueue(_Prim):
     def join(self) -> None:
         c = context(self)
         if c is None:
-            return
+            return stand_in(self).join()
         self._point(c[0], c[1], "join", enabled=lambda: self.unfinished_tasks == 0, write=False)
 
     def qsize(self) -> int:
         c = context(self)
-        if c is not None:
-            self._point(c[0], c[1], "qsize", write=False)
+        if c is None:
+            return stand_in(self).qsize()
+        self._point(c[0], c[1], "qsize", write=False)
         return self._qsize()
 
     def empty(self) -> bool:
@@ -152,15 +168,16 @@ class VQueue(_Prim):
 
     def full(self) -> bool:
         c = context(self)
-        if c is not None:
-            self._point(c[0], c[1], "full", write=False)
+        if c is None:
+            return stand_in(self).full()
+        self._point(c[0], c[1], "full", write=False)
         return self._full()
 
     def shutdown(self, immediate: bool = False) -> None:
         """Python 3.13's shutdown: puts raise ShutDown; gets drain what is left (all of it if ``immediate``)."""
         c = context(self)
         if c is None:
-            return
+            return stand_in(self).shutdown(immediate)
         self._point(c[0], c[1], "shutdown")
         self.is_shutdown = True
         if immediate:
@@ -173,6 +190,8 @@ class VQueue(_Prim):
 class VLifoQueue(VQueue):
     """``queue.LifoQueue``."""
 
+    _ilv_real_kind = "lifo"
+
     def _init(self, maxsize: int) -> None:
         self.queue = []
 
@@ -182,6 +201,8 @@ class VLifoQueue(VQueue):
 
 class VPriorityQueue(VQueue):
     """``queue.PriorityQueue``."""
+
+    _ilv_real_kind = "priority"
 
     def _init(self, maxsize: int) -> None:
         self.queue = []
@@ -193,7 +214,7 @@ class VPriorityQueue(VQueue):
         return heapq.heappop(self.queue)
 
 
-class VSimpleQueue(_Prim):
+class VSimpleQueue(Prim):
     """``queue.SimpleQueue``: unbounded, no task tracking; ``put`` never blocks."""
 
     _ilv_kind = "simple_queue"
@@ -208,11 +229,16 @@ class VSimpleQueue(_Prim):
     def _ilv_blocked(self, vt: VThread, op: Op) -> str:
         return f"waits for an item in {self._ilv_name} (empty)"
 
+    def _ilv_make_real(self) -> Any:
+        real = _REAL["simple"]()
+        for item in list(self._queue):
+            real.put(item)
+        return real
+
     def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
         c = context(self)
         if c is None:
-            self._queue.append(item)
-            return
+            return stand_in(self).put(item, block, timeout)
         self._point(c[0], c[1], "put")
         self._queue.append(item)
 
@@ -221,7 +247,7 @@ class VSimpleQueue(_Prim):
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
         c = context(self)
         if c is None:
-            raise Empty
+            return stand_in(self).get(block, timeout)
         ex, vt = c
         blocks, deadline = deadline_of(ex, block, timeout) if (block and timeout is not None) else (block, None)
         enabled = until(ex, lambda: bool(self._queue), deadline) if blocks else None
@@ -238,6 +264,7 @@ class VSimpleQueue(_Prim):
 
     def qsize(self) -> int:
         c = context(self)
-        if c is not None:
-            self._point(c[0], c[1], "qsize", write=False)
+        if c is None:
+            return stand_in(self).qsize()
+        self._point(c[0], c[1], "qsize", write=False)
         return len(self._queue)

@@ -24,7 +24,7 @@ execution did.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,9 @@ class CodeCheckResult(CheckResult):
 
     For a code check ``states`` counts complete schedules (there is no stored
     state), ``transitions`` the scheduling decisions taken over all of them,
-    and ``max_depth`` the longest schedule.
+    and ``max_depth`` the longest schedule. ``exhaustive`` means every schedule
+    was run, so it is False for a result with a violation (the search stopped
+    there), unlike a model's result, where it also covers a violation found.
     """
 
     #: Runs cut short because every choice left had been explored elsewhere (sleep sets).
@@ -84,6 +86,9 @@ class CodeCheckResult(CheckResult):
     exception: str | None = None
     #: One line on what was searched and what that means.
     note: str = ""
+    #: The run settings a replay needs (``notify``, ``time_limit``, ...), and the ``patch_globals`` names
+    #: and interrupts it must be given again (their values are code, not JSON).
+    settings: dict = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         d = super().to_json()
@@ -102,6 +107,7 @@ class CodeCheckResult(CheckResult):
         }
         for entry, det in zip(d["trace"], self.details):
             entry.update(det.to_json())
+        d["settings"] = dict(self.settings)
         d["threads"] = list(self.threads)
         d["stuck"] = [{"thread": t, "reason": r} for t, r in self.stuck]
         return d
@@ -182,8 +188,13 @@ def render_text(result: CodeCheckResult) -> str:
     """The verdict, what was searched, and the counterexample as the checker's trace table."""
     cfg = " ".join(f"{k}={v}" for k, v in result.config.items())
     lines = [f"code {result.model} ({cfg})"]
-    scope = "exhaustive" if result.exhaustive else (
-        f"every schedule within {result.preemption_bound} preemption(s)" if result.bound_covered else "NOT exhaustive")
+    if result.violation is not None:
+        scope = "stopped at this violation"
+    elif result.exhaustive:
+        scope = "exhaustive"
+    else:
+        scope = (f"every schedule within {result.preemption_bound} preemption(s)" if result.bound_covered
+                 else "NOT exhaustive")
     lines.append(f"verdict: {result.verdict}; {result.states:,} schedules ({result.pruned:,} pruned), "
                  f"{result.transitions:,} transitions, {result.seconds:.3f} s, {scope}")
     if result.note:

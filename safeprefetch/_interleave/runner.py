@@ -34,7 +34,9 @@ UNWIND_SECONDS = 2.0
 def run_once(fn: Callable[[], Any], controller: Any, settings: Settings, interrupts: tuple = ()) -> Execution:
     """One execution of ``fn`` under ``controller``; the drop-ins must already be in place."""
     ex = Execution(controller, settings, interrupts, tracer=trace_current_thread)
-    root_obj = threading.Thread(name="main", daemon=True)  # never started: the identity of the test body's thread
+    # Never started: the identity of the test body's thread, non-daemon as a main thread is, so that the
+    # threads the body creates are non-daemon unless asked (Thread inherits its creator's flag).
+    root_obj = threading.Thread(name="main")
     _ACTIVE[0] = ex
     try:
         root = ex.add_thread("main", fn, obj=root_obj)
@@ -49,7 +51,7 @@ def run_once(fn: Callable[[], Any], controller: Any, settings: Settings, interru
     finally:
         ex.left_behind = ex.abort_all(UNWIND_SECONDS)
         _ACTIVE[0] = None
-        # The run's garbage goes now, on this uncontrolled thread, where its objects are inert: a
+        # The run's garbage goes now, on this uncontrolled thread, where its objects act as real ones: a
         # finalizer of this run must not fire inside the next one, at a point no schedule chose. The
         # collector is paused during a check (patching.py), so nothing was promoted past generation 1
         # since the last run: collecting the young generations is enough, and cheap.

@@ -319,7 +319,9 @@ class Execution:
             op = vt.op
             if vt.finished or op is None:
                 continue
-            ok = op.enabled is None or op.enabled() or (op.deadline is not None and self.clock >= op.deadline)
+            # A deadline is part of ``enabled`` (primitives.until): a timed-out condition wait still needs
+            # its lock back, so a passed deadline alone does not enable an operation.
+            ok = op.enabled is None or op.enabled()
             if ok:
                 if op.alts is not None:
                     out.extend(Choice(vt.index, a) for a in op.alts())
@@ -342,16 +344,9 @@ class Execution:
         if self.steps > self.settings.max_steps:
             self.end("hang", f"{self.settings.max_steps:,} transitions without the test ending")
             return None
-        opts = self.choices()
-        if not any(c.alt != -1 for c in opts):
-            deadlines = [vt.op.deadline for vt in self.threads
-                         if not vt.finished and vt.op is not None and vt.op.deadline is not None]
-            if deadlines:
-                self.clock = max(self.clock, min(deadlines))
-                if self.clock > self.settings.time_limit:
-                    self.end("hang", f"virtual time passed {self.settings.time_limit:g} s without the test ending")
-                    return None
-                opts = self.choices()
+        opts = self._advance_clock()
+        if opts is None:
+            return None
         if not any(c.alt != -1 for c in opts):
             if self.root_done:
                 self.end("ok", "")
@@ -376,6 +371,23 @@ class Execution:
         self._record(vt, c, opts)
         self.last = c.t
         return vt
+
+    def _advance_clock(self) -> list[Choice] | None:
+        """The choices of the current state, after moving virtual time on while no thread can move:
+        to the next deadline, again and again (a timed-out wait may still need a lock whose holder
+        sleeps past it). None when time passed ``time_limit`` (the execution has ended, a hang)."""
+        opts = self.choices()
+        while not any(c.alt != -1 for c in opts):
+            deadlines = [vt.op.deadline for vt in self.threads if not vt.finished and vt.op is not None
+                         and vt.op.deadline is not None and vt.op.deadline > self.clock]
+            if not deadlines:
+                break
+            self.clock = min(deadlines)
+            if self.clock > self.settings.time_limit:
+                self.end("hang", f"virtual time passed {self.settings.time_limit:g} s without the test ending")
+                return None
+            opts = self.choices()
+        return opts
 
     # -- the record, with happens-before clocks ---------------------------------
 
@@ -465,7 +477,8 @@ class Execution:
             else:
                 reason = f"blocked at {vt.op.describe()}"
             stuck.append((vt.name, reason))
-            if vt.op.kind == "wake" and id(vt.op.obj) in self.lost_notifies:
+            timed_out = vt.op.deadline is not None and self.clock >= vt.op.deadline  # it waits for the lock
+            if vt.op.kind == "wake" and id(vt.op.obj) in self.lost_notifies and not timed_out:
                 lost.append(f"{vt.name} sleeps on {vt.op.obj._ilv_name}, whose notify at "
                             f"{self.lost_notifies[id(vt.op.obj)]} woke nobody")
         self.stuck = stuck

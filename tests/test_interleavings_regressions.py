@@ -1,0 +1,492 @@
+"""Bugs an adversarial tester found in the code checker, each pinned by a test that failed before its fix.
+
+Each test states the behaviour of real ``threading`` the checker got wrong
+-- a schedule it never tried (a false "ok"), a schedule real Python cannot
+take (a false violation), or state it left behind -- and checks it on the
+smallest body that showed it. Where the fix is in the explorer's reduction,
+the test also compares DPOR against plain DFS on a few small programs of the
+same shape: the two must reach the same verdicts and the same outcomes.
+"""
+
+import threading
+import time
+import types
+
+import pytest
+from _threads import run
+
+from safeprefetch import interleavings
+from safeprefetch._interleave.check import outcomes
+
+pytestmark = pytest.mark.timeout(120)
+
+
+# -- a failed try-lock is a schedule of its own (DPOR missed it) ------------------------------------
+
+TRY_LOCKS = {
+    "blocking=False": lambda lock: lock.acquire(blocking=False),
+    "timeout=0": lambda lock: lock.acquire(timeout=0),
+}
+
+
+def _dropped_work(kind, try_lock, hold=lambda: None):
+    """A worker that drops its work when its try-lock fails, while ``main`` takes the lock once."""
+    def body():
+        lock = getattr(threading, kind)()  # looked up in the body: the check patches it in
+        done = []
+
+        def worker():
+            if try_lock(lock):
+                try:
+                    done.append(1)
+                finally:
+                    lock.release()
+
+        t = threading.Thread(target=worker, name="worker")
+        t.start()
+        with lock:
+            hold()
+        t.join()
+        assert done == [1], "the worker's try-lock failed: its work was dropped"
+
+    return body
+
+
+@pytest.mark.parametrize("kind", ["Lock", "RLock"])
+@pytest.mark.parametrize("try_name", sorted(TRY_LOCKS))
+def test_a_try_lock_that_fails_while_another_thread_holds_the_lock_is_found_by_dpor(kind, try_name):
+    body = _dropped_work(kind, TRY_LOCKS[try_name])
+    r = interleavings.check(body)
+    assert r.verdict == "assertion", interleavings.render(r)
+    assert "dropped" in r.violation.message
+    assert interleavings.check(body, reduce="none").verdict == "assertion"
+
+
+def test_a_timed_acquire_that_times_out_while_the_lock_is_held_is_found_by_dpor():
+    body = _dropped_work("Lock", lambda lock: lock.acquire(timeout=0.5), hold=lambda: time.sleep(1))
+    r = interleavings.check(body)
+    assert r.verdict == "assertion", interleavings.render(r)
+
+
+def _two_try_lockers():
+    lock = threading.Lock()
+    got = []
+
+    def worker():
+        if lock.acquire(blocking=False):
+            got.append(threading.current_thread().name)
+            lock.release()
+
+    run(threading.Thread(target=worker, name="a"), threading.Thread(target=worker, name="b"))
+    assert len(got) == 2, f"only {got} got the lock"
+
+
+def _try_lock_against_a_semaphore_guarded_holder():
+    lock = threading.RLock()
+    sem = threading.Semaphore(1)
+
+    def holder():
+        with sem:
+            with lock:
+                pass
+
+    def trier():
+        if lock.acquire(timeout=0):
+            with sem:
+                pass
+            lock.release()
+        else:
+            raise RuntimeError("the try-lock failed")
+
+    run(threading.Thread(target=holder, name="holder"), threading.Thread(target=trier, name="trier"))
+
+
+def _try_lock_then_a_blocking_lock():
+    lock = threading.Lock()
+    tried = []
+
+    def worker():
+        tried.append(lock.acquire(False))
+        if tried[-1]:
+            lock.release()
+        with lock:
+            pass
+
+    t = threading.Thread(target=worker, name="worker")
+    t.start()
+    with lock:
+        pass
+    t.join()
+    assert tried == [True]
+
+
+@pytest.mark.parametrize("body", [_dropped_work("Lock", TRY_LOCKS["blocking=False"]), _two_try_lockers,
+                                  _try_lock_against_a_semaphore_guarded_holder, _try_lock_then_a_blocking_lock],
+                         ids=["dropped_work", "two_try_lockers", "semaphore_guarded_holder", "try_then_block"])
+def test_dpor_and_plain_dfs_agree_on_try_lock_programs(body):
+    assert interleavings.check(body).verdict == interleavings.check(body, reduce="none").verdict != "ok"
+    full, _ = outcomes(body, reduce="none")
+    reduced, _ = outcomes(body, reduce="dpor")
+    assert reduced == full
+
+
+# -- a timed-out condition wait takes its lock back only once it is free ----------------------------
+
+def _timed_wait_under_a_held_lock(wait):
+    """``waiter`` times out on a condition while ``main`` holds its lock, asleep, for a whole second; every
+    schedule must see the wait return False, after main let the lock go."""
+    def body():
+        seen = {}
+        cond = threading.Condition()
+        inside = []
+
+        def waiter():
+            with cond:
+                seen["woke"] = wait(cond)
+                seen["at"] = time.monotonic()
+                inside.append("waiter")
+                assert inside == ["waiter"], f"two threads inside the lock: {inside}"
+                inside.remove("waiter")
+
+        t = threading.Thread(target=waiter, name="waiter")
+        t.start()
+        time.sleep(0.05)  # virtual: the waiter is asleep on cond by now
+        with cond:
+            inside.append("main")
+            time.sleep(1.0)  # the waiter's 0.1 s timeout passes while main holds the lock
+            assert inside == ["main"], f"two threads inside the lock: {inside}"
+            inside.remove("main")
+            seen["released"] = time.monotonic()
+        t.join()
+        assert seen["woke"] is False, "the wait did not say it timed out"
+        assert seen["at"] >= seen["released"], "the waiter returned before main let the lock go"
+
+    return body
+
+
+@pytest.mark.parametrize("wait", [lambda c: c.wait(0.1), lambda c: c.wait_for(lambda: False, timeout=0.1)],
+                         ids=["wait", "wait_for"])
+def test_a_condition_wait_that_times_out_waits_for_the_lock_before_returning(wait):
+    r = interleavings.check(_timed_wait_under_a_held_lock(wait))
+    assert r.verdict == "ok" and r.exhaustive, interleavings.render(r)
+
+
+def test_a_timed_out_waiter_whose_lock_is_never_released_is_a_deadlock_on_the_lock():
+    def body():
+        cond = threading.Condition()
+        never = threading.Event()
+
+        def waiter():
+            with cond:
+                cond.wait(0.1)
+
+        t = threading.Thread(target=waiter, name="waiter")
+        t.start()
+        time.sleep(0.05)
+        with cond:
+            never.wait()
+        t.join()
+
+    r = interleavings.check(body)
+    assert r.verdict == "deadlock", interleavings.render(r)
+    assert "waiter waits for" in r.violation.message and "held by main" in r.violation.message
+
+
+# -- line mode splits a one-line check-then-delete --------------------------------------------------
+#
+# Each check and its delete share one line, so no line event falls between them; the call in the check
+# is where CPython may switch threads. Only a point before the delete lets the other thread delete first.
+
+class _Box:
+    pass
+
+
+def _delete_item(d):
+    if "k" in d: del d[str("k")]  # noqa: E701 - one line on purpose
+
+
+def _delete_attribute(box):
+    if hasattr(box, "k"): del box.k  # noqa: E701
+
+
+@pytest.mark.parametrize("what", ["item", "attribute"])
+def test_line_mode_puts_a_point_before_a_delete_so_a_one_line_check_then_delete_races(what):
+    def body():
+        d, box = {"k": 1}, _Box()
+        box.k = 1
+        worker = {"item": lambda: _delete_item(d), "attribute": lambda: _delete_attribute(box)}[what]
+        run(threading.Thread(target=worker, name="a"), threading.Thread(target=worker, name="b"))
+
+    r = interleavings.check(body, lines=True, preemption_bound=1)
+    assert r.verdict == "uncaught_exception", interleavings.render(r)
+    assert ("KeyError" if what == "item" else "AttributeError") in r.violation.message
+
+
+# -- a primitive made lazily during a check: adopted by later runs, real after the check ------------
+
+_lazy: dict = {}
+
+
+def _lazily(kind, make):
+    """``make()`` the first time a check's body asks for ``kind``, as a lazily initialized library does."""
+    if kind not in _lazy:
+        _lazy[kind] = make()
+    return _lazy[kind]
+
+
+def _lazy_body(kind, make, use):
+    def body():
+        obj = _lazily(kind, make)
+        run(*[threading.Thread(target=use, args=(obj,), name=f"t{i}") for i in range(2)])
+
+    return body
+
+
+def _hold(lock):
+    with lock:
+        pass
+
+
+def _notify_self(cond):
+    with cond:
+        cond.notify_all()
+        cond.wait(0.1)
+
+
+def _pass_through(q):
+    q.put(1)
+    q.get()
+
+
+LAZY = {
+    "Lock": (lambda: threading.Lock(), _hold),
+    "RLock": (lambda: threading.RLock(), _hold),
+    "Condition": (lambda: threading.Condition(), _notify_self),
+    "Semaphore": (lambda: threading.Semaphore(1), _hold),
+    "Event": (lambda: threading.Event(), lambda e: (e.set(), e.wait())),
+    "Queue": (lambda: __import__("queue").Queue(), _pass_through),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(LAZY))
+def test_a_primitive_made_lazily_in_the_warm_up_is_adopted_by_every_counted_run(kind):
+    _lazy.pop(kind, None)
+    r = interleavings.check(_lazy_body(kind, *LAZY[kind]))
+    assert r.verdict == "ok" and r.exhaustive, interleavings.render(r)
+
+
+def _check_making_it_lazily(kind):
+    _lazy.pop(kind, None)
+    r = interleavings.check(_lazy_body(kind, *LAZY[kind]))
+    assert r.verdict == "ok", interleavings.render(r)
+    return _lazy[kind]
+
+
+def _in_a_real_thread(fn):
+    out = []
+    t = threading.Thread(target=lambda: out.append(fn()))
+    t.start()
+    t.join()
+    return out[0]
+
+
+@pytest.mark.parametrize("kind", ["Lock", "RLock", "Semaphore"])
+def test_after_the_check_a_lazily_made_lock_excludes_real_threads(kind):
+    lock = _check_making_it_lazily(kind)
+    assert lock.acquire()
+    try:
+        assert _in_a_real_thread(lambda: lock.acquire(blocking=False)) is False
+        assert _in_a_real_thread(lambda: lock.acquire(timeout=0.01)) is False
+    finally:
+        lock.release()
+    assert _in_a_real_thread(lambda: (lock.acquire(blocking=False), lock.release())[0]) is True
+
+
+def test_after_the_check_a_lazily_made_condition_event_and_queue_work_between_real_threads():
+    cond, event, q = (_check_making_it_lazily(k) for k in ("Condition", "Event", "Queue"))
+    event.clear()
+    woke = []
+
+    def waiter():
+        with cond:
+            woke.append(cond.wait_for(event.is_set, timeout=30))
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    with cond:
+        event.set()
+        cond.notify_all()  # or the waiter sees the event set before it waits
+    t.join()
+    assert woke == [True]
+    q.put("x")
+    assert _in_a_real_thread(q.get) == "x"
+    assert q.qsize() == 0
+
+
+def test_a_lazily_made_lock_has_the_fork_hook_of_a_real_one():
+    lock = _check_making_it_lazily("Lock")
+    lock.acquire()
+    lock._at_fork_reinit()  # what os.register_at_fork runs in a child
+    assert lock.acquire(blocking=False)
+    lock.release()
+
+
+def test_a_lazily_made_lock_left_held_by_an_ended_run_is_a_clear_error():
+    _lazy.pop("held", None)
+
+    def body():
+        _lazily("held", threading.Lock).acquire()  # never released: the next run cannot start the same
+
+    r = interleavings.check(body)
+    assert r.verdict == "uncaught_exception", interleavings.render(r)
+    assert "held by main" in r.violation.message and "Fresh(factory)" in r.violation.message
+
+
+# -- the body's threads are non-daemon unless asked ------------------------------------------------
+
+def test_threads_the_body_creates_are_non_daemon_by_default_as_in_real_python():
+    def body():
+        seen = {}
+        plain = threading.Thread(target=lambda: seen.setdefault("inner", threading.current_thread().daemon))
+        asked = threading.Thread(target=lambda: None, daemon=True)
+        run(plain, asked)
+        assert (plain.daemon, asked.daemon, seen["inner"]) == (False, True, False), (plain.daemon, seen)
+        assert not threading.current_thread().daemon
+
+    r = interleavings.check(body)
+    assert r.verdict == "ok" and r.exhaustive, interleavings.render(r)
+
+
+def test_shutdown_code_that_joins_only_non_daemon_threads_is_judged_as_in_real_python():
+    def body():
+        done = threading.Event()
+        worker = threading.Thread(target=done.wait, name="worker")
+        worker.start()
+        done.set()
+        for t in [worker]:
+            if not t.daemon:  # daemon threads are left to die with the process
+                t.join()
+
+    r = interleavings.check(body)
+    assert r.verdict == "ok", interleavings.render(r)
+
+
+# -- a result replays with the settings it was found with ------------------------------------------
+
+def _poller():
+    stop = threading.Event()
+
+    def worker():
+        while not stop.is_set():  # nobody sets it: a hang, in virtual time or in steps
+            time.sleep(1.0)
+
+    t = threading.Thread(target=worker, name="worker")
+    t.start()
+    t.join()
+
+
+@pytest.mark.parametrize("limit", [{"time_limit": 10.0}, {"max_steps": 50}])
+def test_a_hang_found_under_a_limit_replays_from_its_json_alone(limit):
+    import json
+
+    r = interleavings.check(_poller, **limit)
+    assert r.verdict == "hang"
+    again = interleavings.replay(_poller, json.loads(json.dumps(r.to_json())))
+    assert again.verdict == "hang" and again.trace == r.trace
+    assert interleavings.replay(_poller, r.to_json(), **limit).verdict == "hang"  # explicit: the same
+
+
+_Shared = types.ModuleType("_shared")  # a module whose LOCK was made before the check: a real lock
+_Shared.LOCK = threading.Lock()
+
+
+def _fresh_lock():
+    return threading.Lock()
+
+
+def _worker_first():
+    done = []
+
+    def worker():
+        with _Shared.LOCK:
+            done.append(1)
+
+    t = threading.Thread(target=worker, name="worker")
+    t.start()
+    with _Shared.LOCK:
+        assert not done, "worker ran first"
+    t.join()
+
+
+def test_a_result_found_with_patch_globals_replays_with_them_and_says_so_without():
+    swap = {(_Shared, "LOCK"): interleavings.Fresh(_fresh_lock)}
+    r = interleavings.check(_worker_first, patch_globals=swap)
+    assert r.verdict == "assertion"
+    assert interleavings.replay(_worker_first, r.to_json(), patch_globals=swap).verdict == "assertion"
+    with pytest.raises(ValueError, match=r"patch_globals \(_shared\.LOCK\)"):
+        interleavings.replay(_worker_first, r.to_json())
+
+
+def test_check_code_replays_a_trace_of_a_test_whose_decorator_sets_a_time_limit(tmp_path, capsys):
+    from safeprefetch._cli.main import main
+
+    f = tmp_path / "test_poll.py"
+    f.write_text("import threading, time\nfrom safeprefetch import interleavings\n\n"
+                 "@interleavings.test(expect='hang', time_limit=10.0)\ndef test_poll():\n"
+                 "    stop = threading.Event()\n    t = threading.Thread(target=lambda: [time.sleep(1) for _ in "
+                 "iter(stop.is_set, True)])\n    t.start()\n    t.join()\n")
+    assert main(["check-code", f"{f}::test_poll", "--json"]) == 1
+    (tmp_path / "t.json").write_text(capsys.readouterr().out)
+    assert main(["check-code", f"{f}::test_poll", "--replay", str(tmp_path / "t.json")]) == 1
+    assert "hang" in capsys.readouterr().out
+
+
+def test_fresh_is_exported_where_the_docs_say():
+    from safeprefetch._interleave.check import Fresh
+
+    assert interleavings.Fresh is Fresh and "Fresh" in interleavings.__all__
+
+
+# -- a violation is not "exhaustive": the search stopped at it ------------------------------------
+
+@pytest.mark.parametrize("strategy", ["random", "dfs"])
+def test_a_found_violation_is_not_reported_as_an_exhaustive_search(strategy):
+    from safeprefetch._harness import code_bugs
+
+    r = interleavings.check(code_bugs.if_not_while, strategy=strategy, seed=7, max_schedules=300)
+    assert r.verdict == "uncaught_exception"
+    assert r.exhaustive is False and r.to_json()["exhaustive"] is False
+    header = interleavings.render(r).splitlines()[1]
+    assert "exhaustive" not in header and "stopped at this violation" in header, header
+
+
+# -- bad arguments are named before the body runs -------------------------------------------------
+
+BAD_ARGUMENTS = [
+    ("preemption_bound", "2", TypeError), ("max_schedules", "5", TypeError), ("reduce", "bogus", ValueError),
+    ("time_budget", "x", TypeError), ("time_budget", 0, ValueError), ("depth", "3", TypeError),
+    ("max_steps", 2.5, TypeError), ("allow_alive", 5, TypeError), ("patch_globals", [1], TypeError),
+    ("patch_globals", {(int, "x"): 1}, TypeError), ("wall_timeout", "1", TypeError), ("lines", "no", TypeError),
+    ("minimize", "no", TypeError), ("seed", 1.5, TypeError), ("interrupts", "Interrupt", TypeError),
+]
+
+
+@pytest.mark.parametrize("option, value, error", BAD_ARGUMENTS, ids=[f"{o}={v!r}" for o, v, _ in BAD_ARGUMENTS])
+def test_a_bad_argument_is_named_before_the_body_runs(option, value, error):
+    ran = []
+    if value == "Interrupt":
+        value = interleavings.Interrupt(lambda: None)  # one, not a sequence of them
+    with pytest.raises(error, match=option):
+        interleavings.check(lambda: ran.append(1), **{option: value})
+    assert ran == []
+
+
+def test_an_interrupt_with_bad_threads_and_a_body_that_needs_arguments_are_refused_up_front():
+    with pytest.raises(TypeError, match="Interrupt.threads"):
+        interleavings.Interrupt(lambda: None, threads=5)
+
+    def needs(x):
+        pass
+
+    with pytest.raises(TypeError, match="zero-argument callable.*needs"):
+        interleavings.check(needs)
