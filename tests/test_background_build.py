@@ -25,7 +25,7 @@ def _small_thresholds(tmp_path, monkeypatch):
     monkeypatch.delenv("SAFEPREFETCH_BACKGROUND_BUILD", raising=False)
     monkeypatch.setattr(explorer_module, "AUTO_STATES", 1_000)
     monkeypatch.setattr(explorer_module, "BUILD_STATES", 3_000)
-    for table in ("_FREE", "_INSTANCES", "_BACKGROUND"):  # as in a new process: nothing loaded or building
+    for table in ("_FREE", "_FIRST", "_INSTANCES", "_BACKGROUND"):  # as in a new process: nothing loaded or building
         monkeypatch.setattr(extension, table, {})
 
 

@@ -172,6 +172,7 @@ def test_the_compiled_expansion_searches_like_the_plain_one(name, config, reduce
     # Once built, the same configuration loads from the cache (a new process would find it there).
     monkeypatch.setattr(extension, "_FREE", {})
     monkeypatch.setattr(extension, "_INSTANCES", {})
+    monkeypatch.setattr(extension, "_FIRST", {})
     again = Explorer(m, reduce=reduce, engine="compiled")
     assert _summary(again.run()) == _summary(plain)
     assert again.fast.build_seconds == 0 and again.fast.path == e.fast.path
@@ -372,7 +373,8 @@ def test_a_cache_that_cannot_be_written_is_a_clear_error(tmp_path, monkeypatch):
     blocker.write_text("")
     monkeypatch.setenv("SAFEPREFETCH_CACHE", str(blocker / "cache"))
     monkeypatch.setattr(extension, "_FREE", {})
-    monkeypatch.setattr(extension, "_INSTANCES", {})  # nothing loaded in this process either
+    monkeypatch.setattr(extension, "_INSTANCES", {})
+    monkeypatch.setattr(extension, "_FIRST", {})  # nothing loaded in this process either
     m = load_model("prefetcher").compile({"items": 2})
     with pytest.raises(generated.CompileUnavailable, match="SAFEPREFETCH_CACHE"):
         Explorer(m, reduce="none", engine="compiled").run()

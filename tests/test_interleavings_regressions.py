@@ -490,3 +490,28 @@ def test_an_interrupt_with_bad_threads_and_a_body_that_needs_arguments_are_refus
 
     with pytest.raises(TypeError, match="zero-argument callable.*needs"):
         interleavings.check(needs)
+
+
+def test_a_result_with_an_unbounded_time_limit_is_strict_json_and_replays():
+    """The recorded settings wrote time_limit=inf as the bare token Infinity (not JSON); as "inf" it must
+    also come back as the float for the replay."""
+    import json
+    import threading
+
+    from safeprefetch import interleavings
+
+    def body():
+        t = threading.Thread(target=lambda: None)
+        t.start()
+        t.join()
+        assert False, "always"
+
+    r = interleavings.check(body, time_limit=float("inf"))
+    assert r.verdict != "ok"
+
+    def refuse(token):
+        raise ValueError(f"not JSON: {token}")
+
+    data = json.loads(json.dumps(r.to_json()), parse_constant=refuse)
+    assert data["settings"]["time_limit"] == "inf"
+    assert interleavings.replay(body, data).verdict == r.verdict

@@ -572,3 +572,79 @@ def test_a_nan_step_timeout_is_refused_instead_of_waiting_forever():
     rt = Runtime(_model(lambda m: None).compile())
     with pytest.raises(ValueError, match="not nan"):
         rt.step(0, timeout=float("nan"))
+
+
+# -- the review of the checks above: what they must not refuse ---------------------------------------------
+
+
+class PerThreadInvariants(Model):
+    """Symmetric as a whole: one invariant per worker, "each worker below 2", which two steps break."""
+
+    name = "per_thread_invariants"
+
+    def build(self, m):
+        def go(s, me):
+            me.x += 1
+
+        p = m.program("w", x=0)
+        p.step("go", go, next="go")
+        for t in ("w1", "w2"):
+            m.thread(t, p)
+            m.invariant(f"{t} below 2", lambda s, threads, t=t: threads[t].x < 2)
+        m.symmetric("w1", "w2")
+
+
+def test_one_invariant_per_symmetric_thread_is_a_symmetric_declaration():
+    """The swap fails the other thread's invariant, not none: the reduced search misses nothing there."""
+    got = {reduce: check(PerThreadInvariants, reduce=reduce) for reduce in ("none", "symmetry")}
+    assert {r.verdict for r in got.values()} == {"invariant"}
+    assert len(got["none"].trace) == len(got["symmetry"].trace) == 2
+
+
+class FreshObjectInMessage(Model):
+    """A violation whose message prints a new object each time (its address differs per expansion)."""
+
+    name = "fresh_object_in_message"
+
+    def build(self, m):
+        class Item:
+            pass
+
+        def take(s, me):
+            if s.n == 0:
+                violate("underflow", f"took {Item()!r} from an empty buffer")
+            s.n -= 1
+
+        m.shared(n=2)
+        p = m.program("w")
+        p.step("take", take, next="take")
+        m.thread("w0", p)
+
+
+def test_a_violation_message_that_prints_an_address_is_not_nondeterminism():
+    r = check(FreshObjectInMessage)
+    assert r.verdict == "underflow" and " at 0x" in r.violation.message
+
+
+class RaisesLate(Model):
+    """A step that raises only at x == 100: a search capped below it never gets there."""
+
+    name = "raises_late"
+
+    def build(self, m):
+        def inc(s, me):
+            if s.x == 100:
+                raise ZeroDivisionError("boom at 100")
+            s.x += 1
+
+        m.shared(x=0)
+        p = m.program("w")
+        p.step("inc", inc, next="inc")
+        m.thread("w0", p)
+
+
+def test_the_determinism_probe_stays_within_the_searchs_cap_and_leaves_step_errors_to_it():
+    r = check(RaisesLate, max_states=10)
+    assert (r.verdict, r.exhaustive, r.states) == ("ok", False, 10)
+    with pytest.raises(StepError, match="boom at 100"):
+        check(RaisesLate, max_states=1000)

@@ -45,8 +45,8 @@ class NondeterministicModel(ModelError):
 
 
 def _outcomes(succ: list) -> dict:
-    return {c: (n if n.__class__ is tuple else (type(n).__name__, getattr(n, "kind", None), str(n)))
-            for c, n in succ}
+    # A violation by its type and kind: its message may print an object's address, new on every call.
+    return {c: (n if n.__class__ is tuple else (type(n).__name__, getattr(n, "kind", None))) for c, n in succ}
 
 
 def differs(machine: Machine, state: tuple) -> tuple[int, str] | None:
@@ -84,12 +84,16 @@ def probe(machine: Machine, max_states: int = DETERMINISM_PROBE) -> Nondetermini
     while queue and seen < max_states:
         state = queue.popleft()
         seen += 1
-        if machine.invariant_violation(state):
-            continue  # an error state: the search reports it and never expands it
-        choice = differs(machine, state)
+        try:
+            if machine.invariant_violation(state):
+                continue  # an error state: the search reports it and never expands it
+            choice = differs(machine, state)
+            succ = machine.successors(state)
+        except Exception:  # noqa: BLE001 - a step or check that raises: the search reports it, with its trace
+            return None
         if choice is not None:
             return error(machine, choice, trace_of(machine, *path_from_parents(parents, state)), state)
-        for c, nxt in machine.successors(state):
+        for c, nxt in succ:
             if nxt.__class__ is tuple and nxt not in parents:
                 parents[nxt] = (state, c)
                 queue.append(nxt)

@@ -100,7 +100,7 @@ def _explore(machine: Machine, strategy: str, max_states: int, progress: Callabl
         wrong = symmetry_error(machine, SYMMETRY_PROBE)
         if wrong is not None:
             raise wrong
-    changing = determinism.probe(machine)
+    changing = determinism.probe(machine, min(determinism.DETERMINISM_PROBE, max_states))
     if changing is not None:
         raise changing
     if memory is not None:

@@ -54,6 +54,9 @@ CFLAGS = ("-O2", "-shared", "-fPIC", "-w")
 
 #: Loaded instances no search is using, by module name (each search takes one and gives it back).
 _FREE: dict[str, list[types.ModuleType]] = {}
+#: Who loaded the cached file itself, by module name: loading that path again gives back the same instance,
+#: so every later instance is loaded from a copy.
+_FIRST: dict[str, object] = {}
 #: Every instance loaded in this process, by module name (the dynamic loader never unloads one).
 _INSTANCES: dict[str, list[types.ModuleType]] = {}
 
@@ -242,11 +245,11 @@ def _where(source: str, extra: str, cython_version: str) -> tuple[str, Path]:
 def _load(name: str, target: Path) -> types.ModuleType:
     """A new instance of module ``name``: the cached file itself the first time, a private copy after."""
     known = _INSTANCES.setdefault(name, [])
-    if not known:
+    token = object()
+    if _FIRST.setdefault(name, token) is token:  # one caller ever loads the cached file itself (atomic)
         module = _exec(name, target)
-        if not any(module is m for m in known):  # two threads' first loads get one instance: one copies
-            known.append(module)
-            return module
+        known.append(module)
+        return module
     # The same path would give back the instance already loaded; a copy is another object to dlopen.
     fd, copy = tempfile.mkstemp(prefix=name + "-", suffix=target.suffix, dir=target.parent)
     os.close(fd)

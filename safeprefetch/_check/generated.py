@@ -228,7 +228,8 @@ def expansion(machine: Machine, engine: str = "generated", canon: Callable[[tupl
 def start_build(machine: Machine, canon: Callable[[tuple], tuple] | None = None,
                 compiled: CompiledMachine | None = None) -> Build | None:
     """Start building ``machine``'s compiled expansion in a child process and return at once (see
-    :func:`.extension.start`): None when it is already built or being built. Once the build is done,
+    :func:`.extension.start`): None when it is already built; the running build if this process is
+    building it already. Once the build is done,
     ``expansion(machine, "compiled", canon=canon, build=False)`` loads it."""
     cm = compiled if compiled is not None else compile_transitions(machine, machine.model)
     reason = why_not(machine, "none", cm)

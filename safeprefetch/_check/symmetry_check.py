@@ -122,7 +122,9 @@ def _judged_apart(machine: Machine, state: tuple, stuck: bool, a: int, b: int) -
     one of the threads (``threads["w1"].x``) would pass or fail depending on which member was stored."""
     swapped = _swap(machine, state, a, b)
     mine, theirs = machine.invariant_violation(state), machine.invariant_violation(swapped)
-    if mine != theirs:
+    # Whether each fails, and with what kind: one invariant per thread ("w1 below 2", "w2 below 2") is
+    # symmetric as a whole, though the swap fails the other thread's.
+    if (mine is None) != (theirs is None) or (mine is not None and theirs is not None and mine[0] != theirs[0]):
         return (mine or theirs)[1].replace(" fails", "")  # "invariant 'name'"
     if stuck and machine.all_done(state):
         mine, theirs = end_violation(machine, state), end_violation(machine, swapped)

@@ -90,7 +90,10 @@ def replay(fn: Callable[[], Any], trace: Trace | Any, *, interrupts: Sequence[In
     given again: replaying a result recorded with some, without them, is a ``ValueError`` naming them.
     Raises ``ReplayDivergence`` when the code does something else under that schedule.
     """
-    recorded = trace.get("settings", {}) if isinstance(trace, dict) else {}
+    recorded = dict(trace.get("settings", {})) if isinstance(trace, dict) else {}
+    for key in ("time_limit", "wall_timeout"):  # recorded as JSON: an infinity as "inf"
+        if isinstance(recorded.get(key), str):
+            recorded[key] = float(recorded[key])
     given = {"notify": notify, "spurious": spurious, "lines": lines, "lock_release": lock_release,
              "allow_alive": allow_alive, "max_steps": max_steps, "time_limit": time_limit,
              "wall_timeout": wall_timeout}

@@ -25,6 +25,8 @@ sampled one is also reproduced by its seed.
 
 from __future__ import annotations
 
+import math
+
 import random as _random
 import time
 from dataclasses import dataclass
@@ -177,13 +179,20 @@ def check_code(fn: Callable[[], Any], *, strategy: str = "dfs", preemption_bound
                    shrunk_from, record)
 
 
+def _json_seconds(value: Any) -> Any:
+    """Seconds as strict JSON holds them: an infinity (or NaN) as the string Python prints (``"inf"``)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    return value
+
+
 def recorded_settings(settings: Settings, interrupts: Sequence[Interrupt], patch_globals: dict | None) -> dict:
     """What a replay of this check needs, as JSON: the run settings, and the names of the ``patch_globals``
     and interrupts it must be given again (their values are code)."""
     return {"notify": settings.notify, "spurious": settings.spurious, "lines": settings.lines,
             "lock_release": settings.lock_release, "allow_alive": list(settings.allow_alive),
-            "max_steps": settings.max_steps, "time_limit": settings.time_limit,
-            "wall_timeout": settings.wall_timeout, "interrupts": [i.name for i in interrupts],
+            "max_steps": settings.max_steps, "time_limit": _json_seconds(settings.time_limit),
+            "wall_timeout": _json_seconds(settings.wall_timeout), "interrupts": [i.name for i in interrupts],
             "patch_globals": sorted(f"{getattr(m, '__name__', 'globals')}.{a}" for m, a in (patch_globals or {}))}
 
 

@@ -134,8 +134,9 @@ class CloseSide:
         close timeout, and with none, forever.
         """
         while self.unstarted:
-            target, args = self.unstarted.pop()
+            target, args = self.unstarted[-1]
             target(*args)  # the worker loop, here; first_driver keeps each model worker to one driver
+            self.unstarted.pop()  # only once done: a close cut short by Ctrl-C drives it again next time
 
     def _after_close(self) -> None:
         """Leave the registry of open prefetchers; remove the SIGINT wrapper if no open one asked for it."""

@@ -96,20 +96,25 @@ class ConsumerSide:
         committed = None
         try:
             with (gate if wait_gate(gate, deadline) else NO_GATE):
-                entry = self.stash
-                if entry is not None and self.close_started and entry[0] not in TERMINAL:
-                    entry = self.stash = None  # an interrupted call's batch: after close, nothing more is handed out
-                    self.backlog = ()
-                if entry is None:
-                    if self.backlog:
-                        entry = self.backlog[0]
-                        self.stash, self.backlog = entry, self.backlog[1:]
-                    else:
-                        self._serve(api, out, deadline)
-                        entry = self.stash
-                if entry[0] not in TERMINAL and (entry[0] is not api or (api is COPY and entry[3] is not out)):
-                    self._adapt(api, out)  # an interrupted call (of another API, or into another out) produced it
+                try:
                     entry = self.stash
+                    if entry is not None and self.close_started and entry[0] not in TERMINAL:
+                        entry = self.stash = None  # an interrupted call's batch: after close, none is handed out
+                        self.backlog = ()
+                    if entry is None:
+                        if self.backlog:
+                            entry = self.backlog[0]
+                            self.stash, self.backlog = entry, self.backlog[1:]
+                        else:
+                            self._serve(api, out, deadline)
+                            entry = self.stash
+                    if entry[0] not in TERMINAL and (entry[0] is not api or (api is COPY and entry[3] is not out)):
+                        self._adapt(api, out)  # an interrupted call (of another API, or another out) produced it
+                        entry = self.stash
+                except BaseException:  # interrupted before the hand-out: the stash keeps it, in our memory
+                    if self.stash is not None:  # (still under the gate: no other consumer sees it meanwhile)
+                        self.stash = _owned(self.stash)
+                    raise
                 # Handed out: no interruption point from here to the caller's return (see get()),
                 # except the check after the gate's exit, which the ``except`` below covers.
                 committed = entry; self.stash = None  # noqa: E702
@@ -121,8 +126,6 @@ class ConsumerSide:
         except BaseException:
             if committed is not None:  # interrupted at the gate's exit, after the hand-out
                 self.unreturn(committed)
-            elif self.stash is not None:  # interrupted before the hand-out: the stash keeps it, in our memory
-                self.stash = _owned(self.stash)
             raise
 
     @protected

@@ -392,8 +392,8 @@ class Runtime(Driving):
         for t, parked in enumerate(self._parked):
             if not parked and state[self._pci[t]] != DONE:
                 return  # someone can still act
-        if m.all_done(state):  # the parked are threads no step spawned (and none can now): they leave
-            self._ended = True  # with NeverStarted, as the checker counts them finished
+        if m.all_done(state) and (self._schedule is None or self._pos >= len(self._schedule)):  # the parked
+            self._ended = True  # are threads nobody spawned (nor can): NeverStarted, counted finished
             self._wake_enabled(None)
             return
         if self._schedule is not None and self._pos < len(self._schedule):
