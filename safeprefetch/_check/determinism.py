@@ -51,11 +51,17 @@ def _outcomes(succ: list) -> dict:
 
 def differs(machine: Machine, state: tuple) -> tuple[int, str] | None:
     """``(thread, branch)`` of the first move whose outcome differs between two expansions of ``state``."""
-    first, again = _outcomes(machine.successors(state)), _outcomes(machine.successors(state))
+    return _expanded_twice(machine, state)[0]
+
+
+def _expanded_twice(machine: Machine, state: tuple) -> tuple[tuple[int, str] | None, list]:
+    """:func:`differs`, and the first expansion (for a caller that goes on to use the successors)."""
+    succ = machine.successors(state)
+    first, again = _outcomes(succ), _outcomes(machine.successors(state))
     for c in sorted(set(first) | set(again), key=repr):
         if first.get(c) != again.get(c):
-            return c
-    return None
+            return c, succ
+    return None, succ
 
 
 def error(machine: Machine, choice: tuple[int, Any] | None, trace: Any = None,
@@ -87,8 +93,7 @@ def probe(machine: Machine, max_states: int = DETERMINISM_PROBE) -> Nondetermini
         try:
             if machine.invariant_violation(state):
                 continue  # an error state: the search reports it and never expands it
-            choice = differs(machine, state)
-            succ = machine.successors(state)
+            choice, succ = _expanded_twice(machine, state)
         except Exception:  # noqa: BLE001 - a step or check that raises: the search reports it, with its trace
             return None
         if choice is not None:

@@ -21,7 +21,7 @@ from . import determinism
 from .bitstate import BitstateExplorer
 from .budget import format_bytes, resident_bytes
 from .generated import ENGINES, default_engine
-from .explorer import DEFAULT_MAX_STATES, DEFAULT_REDUCE, Explorer
+from .explorer import DEFAULT_MAX_STATES, DEFAULT_REDUCE, Explorer, PathLost
 from .fpsearch import FingerprintExplorer
 from .replay import choice_step, final_verdict, replay, replay_choices
 from .result import CheckResult, ReplayDivergence, Trace, TraceError, TraceStep, Violation
@@ -76,14 +76,13 @@ def explore(machine: Machine, *, strategy: str = "bfs", max_states: int = DEFAUL
         return _explore(machine, strategy, max_states, progress, reduce, progress_every, store, memory, engine)
     except StepError as e:  # a step's own code raised: say how the search got there
         raise step_error_with_trace(machine, e, max_states) from e.__cause__
-    except RuntimeError as e:
-        # A wrong symmetry declaration shows first as a path the explorer cannot walk back; name it.
+    except PathLost as e:
+        # A wrong symmetry declaration, or a model that changes its mind, shows first as a path the explorer
+        # cannot walk back; name which.
         wrong = symmetry_error(machine, max_states) if machine.symmetry and reduce in ("symmetry", "all") else None
         if wrong is not None:
             raise wrong from e
-        if "not deterministic" in str(e):  # the search could not walk its own path back: the model changed
-            raise determinism.error(machine, None) from e
-        raise
+        raise determinism.error(machine, None) from e
 
 
 def _explore(machine: Machine, strategy: str, max_states: int, progress: Callable | None, reduce: str,

@@ -70,7 +70,7 @@ from .replay import trace_of
 from .result import CheckResult, Trace, Violation
 from .verdict import HANG, classify_hang, end_violation, terminal
 
-__all__ = ["DEFAULT_MAX_STATES", "DEFAULT_REDUCE", "Explorer"]
+__all__ = ["DEFAULT_MAX_STATES", "DEFAULT_REDUCE", "Explorer", "PathLost"]
 
 #: Default cap on stored states. A million states of a catalog model take
 #: roughly 0.3-0.5 GB in CPython; this keeps a runaway config from eating the
@@ -104,6 +104,11 @@ BUILD_STATES = 500_000
 #: each): what catches a model whose build is not a function of its configuration, which the
 #: generator, building the model again, would otherwise trust.
 AUDIT_FIRST = 256
+
+
+class PathLost(RuntimeError):
+    """A stored path cannot be walked back through the machine's successors: the graph the search stored is
+    not the machine's (a wrong symmetry declaration, or a model that is not a function of its state)."""
 
 
 class _Diverged(Exception):
@@ -187,7 +192,7 @@ class Explorer:
                     real.append(nxt)
                     break
             else:  # pragma: no cover - would mean successors() is not pure
-                raise RuntimeError("successor function is not deterministic")
+                raise PathLost("successor function is not deterministic")
         return real, choices
 
     def _trace(self, states: Sequence[tuple], choices: Sequence[tuple[int, int]]) -> Trace:
@@ -478,7 +483,7 @@ class Explorer:
             return
         try:
             trace = self._trace(*self.path_to(state))
-        except RuntimeError:  # the path back changed too
+        except PathLost:  # the path back changed too
             trace = None
         raise determinism_error(self.machine, choice, trace, state)
 

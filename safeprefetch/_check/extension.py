@@ -109,12 +109,11 @@ def release(module: types.ModuleType) -> None:
 
 def _build_or_load(source: str, extra: str, build: bool) -> tuple[types.ModuleType, str, float] | None:
     try:
-        import Cython
-    except ImportError:
+        name, target = _where(source, extra)
+    except CompileUnavailable:
         if not build:
-            return None
-        raise CompileUnavailable("engine 'compiled' needs Cython: pip install 'safeprefetch[speed]'") from None
-    name, target = _where(source, extra, Cython.__version__)
+            return None  # nothing to load, and not asked to build
+        raise
     try:
         return _FREE.setdefault(name, []).pop(), str(target), 0.0
     except IndexError:
@@ -216,11 +215,7 @@ def start(source: str, extra: str) -> Build | None:
     :meth:`Build.done`; once it is, :func:`build` with ``build=False`` loads it. A build the caller stops
     polling runs to its end, so a later search finds it in the cache. Raises :class:`CompileUnavailable`
     without Cython or a C compiler."""
-    try:
-        import Cython
-    except ImportError:
-        raise CompileUnavailable("engine 'compiled' needs Cython: pip install 'safeprefetch[speed]'") from None
-    name, target = _where(source, extra, Cython.__version__)
+    name, target = _where(source, extra)
     if target.exists():
         return None
     running = _BACKGROUND.get(name)
@@ -234,9 +229,14 @@ def start(source: str, extra: str) -> Build | None:
     return job
 
 
-def _where(source: str, extra: str, cython_version: str) -> tuple[str, Path]:
-    """The module's name (from the cache key) and its file in the cache."""
-    key = hashlib.sha256("\n".join([source, extra, cython_version, sys.version, " ".join(CFLAGS)]).encode()
+def _where(source: str, extra: str) -> tuple[str, Path]:
+    """The module's name (from the cache key, which includes Cython's version) and its file in the cache;
+    :class:`CompileUnavailable` without Cython."""
+    try:
+        import Cython
+    except ImportError:
+        raise CompileUnavailable("engine 'compiled' needs Cython: pip install 'safeprefetch[speed]'") from None
+    key = hashlib.sha256("\n".join([source, extra, Cython.__version__, sys.version, " ".join(CFLAGS)]).encode()
                          ).hexdigest()[:20]
     name = f"_safeprefetch_explore_{key}"
     return name, cache_dir() / (name + (sysconfig.get_config_var("EXT_SUFFIX") or ".so"))
