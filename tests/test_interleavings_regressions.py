@@ -515,3 +515,89 @@ def test_a_result_with_an_unbounded_time_limit_is_strict_json_and_replays():
     data = json.loads(json.dumps(r.to_json()), parse_constant=refuse)
     assert data["settings"]["time_limit"] == "inf"
     assert interleavings.replay(body, data).verdict == r.verdict
+
+
+# -- concurrent.futures: executors under the scheduler -------------------------------------------
+
+def _pool_waiting_on_a_later_task(workers):
+    """Task 1 waits for an event that task 2 sets: with one worker, task 2 never runs."""
+    import concurrent.futures
+
+    def body():
+        event = threading.Event()
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            first = pool.submit(event.wait)
+            pool.submit(event.set)
+            assert first.result() is True
+    return body
+
+
+def test_a_thread_pool_executor_is_checked_exhaustively_not_called_nondeterministic():
+    # ThreadPoolExecutor names its threads from a process-wide count of executors
+    # ("ThreadPoolExecutor-7_0"), so every schedule's labels differed and the
+    # first replay was reported as Nondeterministic.
+    ok = interleavings.check(_pool_waiting_on_a_later_task(2))
+    assert (ok.verdict, ok.exhaustive) == ("ok", True)
+    again = interleavings.check(_pool_waiting_on_a_later_task(2))
+    assert again.states == ok.states  # the same exploration, whatever the process-wide counter says now
+
+
+def test_a_one_worker_pool_waiting_on_a_later_task_is_a_deadlock():
+    r = interleavings.check(_pool_waiting_on_a_later_task(1))
+    assert r.verdict == "deadlock"
+    assert "ThreadPoolExecutor-1_0 waits for event to be set" in r.violation.message
+    assert "start ThreadPoolExecutor-1_0" in [s.step.split(" @")[0] for s in r.violation.trace.steps]
+
+
+def test_a_thread_the_scheduler_ran_is_finished_to_real_threading_afterwards():
+    kept = []
+
+    def body():
+        t = threading.Thread(target=lambda: None)
+        t.start()
+        t.join()
+        kept.append(t)
+
+    assert interleavings.check(body).verdict == "ok"
+    t = kept[-1]
+    assert not t.is_alive()
+    t.join()  # it returned under the check; a real join must not raise "before it is started"
+    t.join(0.01)
+    with pytest.raises(RuntimeError, match="only be started once"):
+        t.start()
+
+
+def test_interpreter_exit_after_checking_an_executor_is_clean():
+    # concurrent.futures joins every executor thread it saw from an exit hook: it
+    # raised "cannot join thread before it is started" on the threads the
+    # scheduler had run.
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import concurrent.futures
+        from safeprefetch import interleavings
+        def body():
+            with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                assert pool.submit(int, "7").result() == 7
+        print(interleavings.check(body).verdict)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=100)
+    assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "ok", "")
+
+
+@pytest.mark.parametrize("wall", [float("inf"), 1e12])
+def test_wall_timeout_without_a_limit_is_accepted(wall):
+    # wall_timeout=inf passed validation and then overflowed the lock's timeout
+    # ("timestamp out of range for platform time_t") once the first run waited.
+    def body():
+        lock = threading.Lock()
+        t = threading.Thread(target=lock.acquire)
+        t.start()
+        t.join()
+        assert lock.locked()
+
+    r = interleavings.check(body, wall_timeout=wall)
+    assert (r.verdict, r.exhaustive) == ("ok", True)
+    assert r.settings["wall_timeout"] == ("inf" if wall == float("inf") else wall)

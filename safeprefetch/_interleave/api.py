@@ -68,7 +68,7 @@ def check(fn: Callable[[], Any], *, strategy: str = "dfs", preemption_bound: int
     * ``max_steps``/``time_limit``: a run longer than that (transitions /
       virtual seconds) is a ``hang``; ``wall_timeout``: real seconds a thread may
       run without reaching a scheduling point before the check stops with an
-      error; ``time_budget``: real seconds for the whole search.
+      error (``inf``: no limit); ``time_budget``: real seconds for the whole search.
     * ``patch_globals``: ``{(module, name): replacement}`` swapped in for the
       check (an object created before it, which the scheduler cannot see).
     """

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from .lines import trace_current_thread
 from .ops import _HERE
-from .scheduler import _ACTIVE, Execution, SchedulerStuck, Settings
+from .scheduler import _ACTIVE, Execution, SchedulerStuck, Settings, retire
 
 __all__ = ["UNWIND_SECONDS", "run_once"]
 
@@ -51,6 +51,9 @@ def run_once(fn: Callable[[], Any], controller: Any, settings: Settings, interru
     finally:
         ex.left_behind = ex.abort_all(UNWIND_SECONDS)
         _ACTIVE[0] = None
+        for vt in ex.threads[1:]:
+            if vt.obj is not None:
+                retire(vt.obj)
         # The run's garbage goes now, on this uncontrolled thread, where its objects act as real ones: a
         # finalizer of this run must not fire inside the next one, at a point no schedule chose. The
         # collector is paused during a check (patching.py), so nothing was promoted past generation 1
@@ -63,7 +66,8 @@ def run_once(fn: Callable[[], Any], controller: Any, settings: Settings, interru
 
 def _wait(ex: Execution, wall: float) -> None:
     last = -1
-    while not ex.done.acquire(True, wall):
+    bound = wall if wall < threading.TIMEOUT_MAX else -1  # wall_timeout=inf: wait for good, as asked
+    while not ex.done.acquire(True, bound):
         if ex.steps == last:
             message = _stuck_message(ex, wall)
             ex.end("stuck", message)

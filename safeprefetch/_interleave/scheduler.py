@@ -108,6 +108,8 @@ class VThread:
 
 _ACTIVE: list["Execution | None"] = [None]
 _AUTO_NAME = re.compile(r"^Thread-\d+( \(.*\))?$")
+#: concurrent.futures names its workers from a process-wide count of executors.
+_EXECUTOR_NAME = re.compile(r"^ThreadPoolExecutor-(\d+)_(\d+)$")
 
 
 def current() -> tuple["Execution", VThread] | None:
@@ -150,6 +152,7 @@ class Execution:
         self.thread_names: set[str] = set()
         self.thread_objs: dict[int, VThread] = {}
         self.auto_names = 0
+        self.executor_names: dict[str, int] = {}
         self.objects: list[Any] = []  # every primitive created in this execution, in order
         self.lost_notifies: dict[int, str] = {}  # id(condition) -> where a notify woke nobody
         self.exception: BaseException | None = None
@@ -195,14 +198,23 @@ class Execution:
         """A thread name that is the same in every schedule and unique in this one.
 
         ``threading`` numbers unnamed threads from a process-wide counter
-        (``Thread-7 (worker)``), which differs from one schedule to the next; a
-        controlled thread is renumbered within its execution (and its Thread
+        (``Thread-7 (worker)``), and ``ThreadPoolExecutor`` its executors
+        (``ThreadPoolExecutor-3_0``); both differ from one schedule to the
+        next. Such a thread is renumbered within its execution (and its Thread
         object renamed to match). Two threads given the same name get ``#2``.
         """
-        m = _AUTO_NAME.match(name)
-        if m is not None and obj is not None:
-            self.auto_names += 1
-            name = f"Thread-{self.auto_names}{m.group(1) or ''}"
+        renamed = None
+        if obj is not None:
+            m = _AUTO_NAME.match(name)
+            e = _EXECUTOR_NAME.match(name)
+            if m is not None:
+                self.auto_names += 1
+                renamed = f"Thread-{self.auto_names}{m.group(1) or ''}"
+            elif e is not None:
+                k = self.executor_names.setdefault(e.group(1), len(self.executor_names) + 1)
+                renamed = f"ThreadPoolExecutor-{k}_{e.group(2)}"
+        if renamed is not None:
+            name = renamed
             try:
                 obj.name = name
             except Exception:  # noqa: BLE001 - a Thread subclass that forbids renaming keeps its name
@@ -523,3 +535,27 @@ def _register(vt: VThread, ident: int) -> None:
     if hasattr(obj, "_native_id"):
         obj._native_id = ident
     threading._active[ident] = obj  # type: ignore[attr-defined]
+
+
+_REAL_EVENT = threading.Event  # bound at import, before any check replaces it
+
+
+def retire(obj: threading.Thread) -> None:
+    """Make a Thread object the scheduler ran look finished to the real ``threading`` API.
+
+    Its run was virtual: the real Thread never started, so after the check a
+    real ``join`` (``concurrent.futures``' exit hook joins every executor
+    thread it saw) would raise "cannot join thread before it is started", and
+    ``is_alive`` would read the controlled Event its ``__init__`` made. The
+    thread did start and did end, under the scheduler; this says so.
+    """
+    started = _REAL_EVENT()
+    started.set()
+    obj._started = started  # type: ignore[attr-defined]
+    if hasattr(obj, "_handle"):  # 3.13: a thread handle, marked done
+        handle = _thread._make_thread_handle(_thread.get_ident())  # type: ignore[attr-defined]
+        handle._set_done()
+        obj._handle = handle  # type: ignore[attr-defined]
+    else:
+        obj._is_stopped = True  # type: ignore[attr-defined]
+        obj._tstate_lock = None  # type: ignore[attr-defined]
