@@ -85,3 +85,94 @@ def test_a_search_under_a_small_cap_never_starts_a_build():
     e, r, _ = _search(20_000, max_states=2_500)
     assert not r.exhaustive and e.build is None and e.engine_used == "generated"
     assert not os.path.exists(extension.cache_dir()) or not list(extension.cache_dir().glob("*"))
+
+
+# -- the build's tools: stopped with it, and never run twice for one module ----------------------------
+
+def _wrapper(tmp_path, body):
+    """A C compiler command that logs each call to ``calls`` (with its pid), then runs ``body``."""
+    path = tmp_path / "cc-wrapper"
+    path.write_text(f"#!/bin/sh\necho $$ >> {tmp_path / 'calls'}\n{body}\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def _calls(tmp_path):
+    log = tmp_path / "calls"
+    return log.read_text().split() if log.exists() else []
+
+
+def _until(predicate, what, seconds=120.0):
+    import time
+    end = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > end:
+            pytest.fail(f"timed out waiting for {what}")
+        os.sched_yield()
+
+
+def _gone(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")  # a zombie nobody reaps is dead too
+    except FileNotFoundError:
+        return True
+
+
+def _waiting_on_a_build(thread):
+    """Whether ``thread`` is blocked in ``Popen.wait`` under ``extension._compile``: it has chosen its build."""
+    import sys
+    frame = sys._current_frames().get(thread.ident)
+    names = []
+    while frame is not None:
+        names.append(frame.f_code.co_name)
+        frame = frame.f_back
+    return "_compile" in names and "_wait" in names
+
+
+def test_a_ctrl_c_during_a_foreground_build_stops_the_compiler_too(tmp_path, monkeypatch):
+    # The build runs as a child process, which runs cython and the C compiler. A KeyboardInterrupt in the
+    # caller killed the child only: the compiler ran on, orphaned, writing into a directory just removed.
+    import signal
+    import subprocess
+    import sys
+
+    cc = _wrapper(tmp_path, "exec sleep 600")  # a compiler that takes ten minutes
+    script = ("from safeprefetch._check import extension\n"
+              "try:\n    extension.build('def f():\\n    return 1\\n', 'ctrl-c')\n"
+              "except KeyboardInterrupt:\n    print('interrupted')\n")
+    env = {**os.environ, "CC": cc, "SAFEPREFETCH_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        _until(lambda: _calls(tmp_path), "the build to reach the C compiler")
+        (compiler_pid,) = map(int, _calls(tmp_path))
+        proc.send_signal(signal.SIGINT)  # to the caller alone, as a signal from another process would be
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert out.strip() == "interrupted"
+    _until(lambda: _gone(compiler_pid), "the compiler to be stopped with the build", seconds=20.0)
+    assert list((tmp_path / "cache").glob("build-*")) == []  # its work directory went with it
+
+
+def test_a_foreground_build_waits_for_the_background_build_of_the_same_module(tmp_path, monkeypatch):
+    # build() started a second child for a module a background build was compiling already.
+    import shutil
+    import threading
+
+    go = tmp_path / "go"
+    real = shutil.which("cc") or shutil.which("gcc")
+    monkeypatch.setenv("CC", _wrapper(tmp_path, f'while [ ! -e {go} ]; do sleep 0.01; done\nexec {real} "$@"'))
+    source = "def f():\n    return 41 + 1\n"
+    background = extension.start(source, "shared")
+    _until(lambda: _calls(tmp_path), "the background build to reach the C compiler")
+    got = []
+    caller = threading.Thread(target=lambda: got.append(extension.build(source, "shared")))
+    caller.start()
+    _until(lambda: _waiting_on_a_build(caller), "the foreground caller to wait on a build")
+    go.touch()
+    caller.join(timeout=240)
+    assert not caller.is_alive()
+    module, path, _seconds = got[0]
+    assert module.f() == 42 and path == str(background.target)
+    assert len(_calls(tmp_path)) == 1  # one compiler run for the one module

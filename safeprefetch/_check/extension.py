@@ -9,6 +9,14 @@ values the module binds by name, Cython's and Python's versions and the C
 flags. A build is written beside its final place and renamed into it, so
 two processes building the same key at once leave one whole file.
 
+*One build per module, stopped whole.* A foreground build of a module that a
+background build (:func:`start`) is compiling already waits for that build
+instead of starting a second. A build runs in its own process group, so a
+Ctrl-C in the caller stops the build's child and the tools it runs
+(cython, the C compiler) together, and removes its work directory; the
+terminal's Ctrl-C reaches the caller, not the build, so a background build
+that another search started runs on into the cache.
+
 *No two searches share a loaded instance.* The generated module reads the
 model's values from its own globals, which the caller binds after loading.
 A C extension is loaded once per file and process -- loading the same file
@@ -35,6 +43,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -128,13 +137,14 @@ def _build_or_load(source: str, extra: str, build: bool) -> tuple[types.ModuleTy
 
 def _compile(source: str, name: str, suffix: str, target: Path) -> float:
     t0 = time.perf_counter()
-    job = _start(source, name, suffix, target)
+    running = _BACKGROUND.get(name)
+    shared = running is not None and not running.done()
+    job = running if shared else _start(source, name, suffix, target)
     try:
         job.proc.wait()
-    except BaseException:  # a Ctrl-C while it builds: stop the build too
-        job.proc.kill()
-        job.proc.wait()
-        job.finish()
+    except BaseException:  # a Ctrl-C while it builds: stop our build, with the tools it runs
+        if not shared:  # a background build is another search's: it runs on, into the cache
+            job.kill()
         raise
     error = job.finish()
     if error is not None:
@@ -153,7 +163,7 @@ try:
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-12:]
-            sys.stderr.write(what + " failed to build the compiled expansion:\n" + "\n".join(tail))
+            sys.stderr.write(what + " failed to build the compiled expansion:\n" + "\n".join(tail)[-8000:])
             sys.exit(1)
     os.replace(job["so"], job["target"])  # atomic: a concurrent build of the same key writes the same bytes
 finally:
@@ -175,6 +185,15 @@ class Build:
             return False
         self.finish()
         return True
+
+    def kill(self) -> None:
+        """Stop the build now: the child and every tool it started (they share its process group)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass  # exited already, group and all
+        self.proc.wait()
+        self.finish()
 
     def finish(self) -> str | None:
         """Collect the exited child: None if the extension is in place, else why not. Idempotent."""
@@ -200,8 +219,10 @@ def _start(source: str, name: str, suffix: str, target: Path) -> Build:
     include = sysconfig.get_paths()["include"]
     job = {"cython": [sys.executable, "-m", "cython", "-3", str(pyx), "-o", str(c)],
            "cc": [*cc, *CFLAGS, f"-I{include}", str(c), "-o", str(so)], "so": str(so), "target": str(target)}
+    # Its own session: a Ctrl-C at the terminal reaches us, not the build, and we stop it as a whole
+    # (Build.kill), or let it run on into the cache when it is a background build.
     proc = subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps(job)], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     return Build(proc, tmp, target)
 
 
