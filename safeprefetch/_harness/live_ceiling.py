@@ -18,6 +18,10 @@ runs of 7, ``live_profile.protocol_loop``), what each would remove:
   ``entries.py``, ``driving.py``, untyped), in a copy of the package, in
   child processes alternated with the same child on an uncompiled copy of
   the same tree: what compiling the kernel removes without rewriting it;
+* ``K4`` the transitions rewritten to update a mutable fixed layout in
+  place (``live_layout.py``: an AST rewrite of the generator's output,
+  checked against it state by state in tests), ``K5`` the same compiled by
+  Cython: what giving up the immutable state would remove;
 * ``queue.Queue`` put + get and the ``SimpleQueue`` floor, one thread.
 
 K2 and K3 need Cython and a C compiler (the ``speed`` extra) and say so
@@ -100,6 +104,54 @@ def _compiled_transitions(cm: Any) -> tuple[dict, dict] | str:
     steps = {(t, pc): g for t, table in enumerate(cm.steps) for pc, g in table.items()}
     return ({k: getattr(mod, g.first.__name__) for k, g in steps.items()},
             {k: tuple(getattr(mod, f.__name__) for f in g.ones) for k, g in steps.items()})
+
+
+def _direct_loop_in_place(mt: Any, items: int) -> Callable[[], tuple]:
+    """K4/K5: the protocol loop of ``_direct_loop`` over the in-place transitions; the last state as a tuple."""
+    from .._prefetcher.machine import machine_for
+
+    m = machine_for(_DEPTH, 1, items + 1, True, True, 0, _DEPTH)
+    w, c = m.thread_names.index("worker0"), m.thread_names.index("consumer")
+    pw, pc = m.pc_index[w], m.pc_index[c]
+    firsts, ones = mt.firsts, mt.ones
+
+    def loop() -> tuple:
+        st = mt.to_list(m.init)
+        st = firsts[w, st[pw]](st)[1]
+        for _ in range(items // _RUN):
+            for _ in range(_RUN):
+                st = ones[w, st[pw]][0](st)
+                st = firsts[w, st[pw]](st)[1]
+            st = ones[c, st[pc]][_RUN - 1](st)
+            st = firsts[c, st[pc]](st)[1]
+        return mt.to_tuple(st)
+    return loop
+
+
+def _in_place_loops(cm: Any, items: int) -> dict[str, Any]:
+    """K4, and K5 where Cython builds it (else why not, as a string)."""
+    from .._check import extension as E, generated as G
+    from .live_layout import mutable_transitions
+
+    out: dict[str, Any] = {"K4": _direct_loop_in_place(mutable_transitions(cm), items)}
+    if not G.cython_available():
+        out["K5"] = "skipped: Cython is not installed (pip install -e '.[speed]')"
+        return out
+
+    def build(source: str, base: dict) -> Any:
+        defined = {line.split("(", 1)[0][4:] for line in source.splitlines() if line.startswith("def ")}
+        free = [k for k in base if k.isidentifier() and not k.startswith("__") and k not in defined]
+        built = E.build("".join(f"{k} = None\n" for k in free) + source, "live transitions in place")
+        assert built is not None
+        for k in free:
+            setattr(built[0], k, base[k])
+        return built[0]
+
+    try:
+        out["K5"] = _direct_loop_in_place(mutable_transitions(cm, build), items)
+    except G.CompileUnavailable as e:
+        out["K5"] = f"skipped: {e}"
+    return out
 
 
 def _compiled_kernel(items: int, repeats: int) -> dict[str, Any] | str:
@@ -189,6 +241,13 @@ def ceiling_report(quick: bool = False) -> dict[str, Any]:
         loops["K2"] = _direct_loop(cm, items, *compiled)
         if loops["K2"]() != loops["K1"]():  # a measurement of wrong code would be no measurement
             raise AssertionError("the Cython-compiled transitions reached another state than the generated ones")
+    in_place = _in_place_loops(cm, items)
+    for k, loop in in_place.items():
+        if isinstance(loop, str):
+            continue
+        if loop() != loops["K1"]():
+            raise AssertionError(f"the in-place transitions ({k}) reached another state than the generated ones")
+        loops[k] = loop
     queues = one_thread_queue_loops(items, _DEPTH)
     times: dict[str, list[float]] = {k: [] for k in [*loops, *queues]}
     n = items // _RUN * _RUN
@@ -206,6 +265,11 @@ def ceiling_report(quick: bool = False) -> dict[str, Any]:
         result["K2"] = compiled
     else:
         result["K2_saves_us"] = round(us["K1"] - us["K2"], 3)
+    result["K4_saves_us"] = round(us["K1"] - us["K4"], 3)
+    if isinstance(in_place["K5"], str):
+        result["K5"] = in_place["K5"]
+    else:
+        result["K5_saves_us"] = round(us["K1"] - us["K5"], 3)
     result["K3"] = "skipped in --quick (it builds three extensions)" if quick else _compiled_kernel(items, repeats)
     return result
 
@@ -228,6 +292,12 @@ def format_ceiling(c: dict[str, Any]) -> str:
                      f"{k3['build_seconds']} s)")
     else:
         lines.append(f"  {'-':>8}  K3 {k3}")
+    lines.append(f"  {us['K4']:8.3f}  K4 the transitions updating a mutable layout in place (saves "
+                 f"{c['K4_saves_us']:.3f} of K1)")
+    if "K5" in us:
+        lines.append(f"  {us['K5']:8.3f}  K5 K4 compiled by Cython (saves {c['K5_saves_us']:.3f} of K1)")
+    else:
+        lines.append(f"  {'-':>8}  K5 {c['K5']}")
     lines += [f"  {us['queue.Queue put + get']:8.3f}  queue.Queue put + get", f"  {us['SimpleQueue floor']:8.3f}  "
               "SimpleQueue floor: a credit taken, an item put and got, the credit given back"]
     return "\n".join(lines)
