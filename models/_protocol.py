@@ -19,7 +19,7 @@ from __future__ import annotations
 __all__ = [
     "ABANDON", "ACTION_FETCH", "ALIVE", "CLAIM", "CLAIMED", "CLOSE", "CLOSED", "CLOSER", "CLOSING",
     "CONSUMER", "DELIVERED", "EMPTY", "END", "ERROR", "ERROR_SEEN", "EXIT", "FAILED", "FETCH", "FETCH_END",
-    "FETCH_ERROR", "FETCH_OK", "FILLING", "FREE", "GROW", "IDX", "JOIN", "LEASE", "LEASED", "LENGTH",
+    "FETCH_ERROR", "FETCH_OK", "FILLING", "FREE", "GROW", "IDX", "JOIN", "LEASE", "LEASED", "LENGTH", "NEXT_INDEX",
     "READY", "RELEASE", "RESIZE", "SHRINK", "SLOT", "SLOTS", "STOP", "SlotState", "TAKE", "TAKE_ONE",
     "TARGET", "TUNER", "take_up_to", "worker",
 ]
@@ -106,6 +106,7 @@ def take_up_to(r: int) -> str:
 
 SLOTS = "slots"              # per slot: (state, stream index)
 LENGTH = "length"            # stream length (lowered when an iterator ends)
+NEXT_INDEX = "next_index"    # the next stream index a worker claims
 DELIVERED = "delivered"      # items handed to the consumer
 CLOSING = "closing"          # close or abandon requested
 ALIVE = "alive"              # workers not yet exited

@@ -513,7 +513,7 @@ def _open(source: Any, cfg: _Config) -> _Opened:
     else:
         _open_iterator(source, cfg, opened, want_first)
     kind, first = opened.preloaded.get(0, ("", None))
-    if want_first and kind == "item" and isinstance(first, np.ndarray):
+    if want_first and kind == "item" and isinstance(first, (np.ndarray, np.generic)):  # a numpy scalar: 0-d
         opened.shape = first.shape if opened.shape is None else opened.shape
         opened.dtype = first.dtype if opened.dtype is None else opened.dtype
     if (opened.shape is None or opened.dtype is None) and opened.items:
@@ -533,7 +533,13 @@ def _open_map(source: Any, cfg: _Config, opened: _Opened, want_first: bool) -> N
             raise ValueError("a fetch_into source without __getitem__ needs shape= and dtype= "
                              "(the slot pool cannot be sized otherwise)")
         index = int(plan[0])
-        opened.preloaded[0] = read_first(lambda: source[index], cfg.timeout, cfg.name, map_style=True)
+        first = read_first(lambda: source[index], cfg.timeout, cfg.name, map_style=True)
+        if not cfg.thread_safe and first[0] == "item" and type(first[1]) is np.ndarray:
+            # Every later call's result is copied while the source lock serializes the calls; this one would
+            # be copied only when a worker reaches position 0, and a source that hands out one buffer may have
+            # refilled it by then for a call another worker made (silently: batch 0 would hold item 1).
+            first = ("item", first[1].copy(order="K"))
+        opened.preloaded[0] = first
 
 
 def _open_iterator(source: Any, cfg: _Config, opened: _Opened, want_first: bool) -> None:

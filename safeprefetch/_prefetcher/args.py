@@ -73,6 +73,10 @@ def as_dtype(value: Any) -> np.dtype | None:
     if value is None:
         return None
     try:
-        return np.dtype(value)
+        dt = np.dtype(value)
     except TypeError as e:
         raise TypeError(f"dtype {value!r} is not a numpy dtype: {e}") from None
+    if dt.itemsize == 0 and dt.kind in "SUV":
+        raise ValueError(f"dtype {value!r} has no size ({dt}): no batch could match it; give its length, "
+                         f"e.g. {dt.kind}16")
+    return dt

@@ -28,7 +28,7 @@ from .args import deadline_after
 from .consumer import DEFAULT
 from .errors import PrefetcherWarning
 from .lifecycle import open_cores, reaper, unregister
-from .waits import join_threads
+from .waits import CLOSE_BUSY, CloseBusy, join_threads, wait_gate
 
 __all__ = ["CloseSide"]
 
@@ -63,26 +63,35 @@ class CloseSide:
             return True
         deadline = deadline_after(self.close_timeout if timeout is DEFAULT else timeout)
         self.close_started = True
-        self.begin_close()
+        self.begin_close(deadline)
         return self.finish_close(deadline)
 
     @protected
-    def begin_close(self) -> None:
-        """Set the model's ``closing`` (waking every blocked step) and cut executor waits short."""
+    def begin_close(self, deadline: float | None = None) -> None:
+        """Set the model's ``closing`` (waking every blocked step) and cut executor waits short.
+
+        The close lock is waited for until ``deadline`` at most, and Ctrl-C
+        can cut that wait short: another thread's close may hold it while it
+        waits for a stuck worker, and then it is that close which finishes.
+        """
         self.close_started = True
         if self.forked or self.closed:
             return
         rt = self.rt
-        with self.close_lock:
-            try:
-                if rt.state[self.i_closer_pc] == P.CLOSE:
-                    rt.step(self.closer)
-            except LiveError:
-                pass  # the runtime already failed; every parked thread has been told
-            with self.waiters_lock:
-                waiters = list(self.waiters)
-            for ev in waiters:
-                ev.set()
+        lock = self.close_lock
+        try:
+            with (lock if wait_gate(lock, deadline) else CLOSE_BUSY):
+                try:
+                    if rt.state[self.i_closer_pc] == P.CLOSE:
+                        rt.step(self.closer)
+                except LiveError:
+                    pass  # the runtime already failed; every parked thread has been told
+                with self.waiters_lock:
+                    waiters = list(self.waiters)
+                for ev in waiters:
+                    ev.set()
+        except CloseBusy:
+            pass  # another thread's close holds the lock past our deadline: it has set closing, or will
 
     @protected
     def finish_close(self, deadline: float | None, warn: bool = True) -> bool:
@@ -93,11 +102,25 @@ class CloseSide:
         """
         if self.forked:
             return True
+        try:
+            self._finish_locked(deadline)
+        except CloseBusy:
+            return False  # another thread's close holds the lock past our deadline: it finishes the close
+        if self.stuck and warn:
+            waited = "no time" if deadline is None else "the close timeout"
+            warnings.warn(f"prefetcher {self.name!r}: {', '.join(self.stuck)} still inside a fetch after {waited}; "
+                          "left running as daemon threads (the result will be discarded)",
+                          PrefetcherWarning, stacklevel=4)
+        return not self.stuck
+
+    @protected
+    def _finish_locked(self, deadline: float | None) -> None:
         rt = self.rt
-        with self.close_lock:
+        lock = self.close_lock
+        with (lock if wait_gate(lock, deadline) else CLOSE_BUSY):
             if self.closed:
                 self._after_close()  # idempotent: an interrupt may have cut the first one short
-                return not self.stuck
+                return
             me = threading.current_thread()
             try:
                 if rt.state[self.i_closer_pc] == P.JOIN and me not in self.threads:
@@ -119,12 +142,6 @@ class CloseSide:
                 box.preloaded.clear()
             self.closed = True
             self._after_close()
-        if self.stuck and warn:
-            waited = "no time" if deadline is None else "the close timeout"
-            warnings.warn(f"prefetcher {self.name!r}: {', '.join(self.stuck)} still inside a fetch after {waited}; "
-                          "left running as daemon threads (the result will be discarded)",
-                          PrefetcherWarning, stacklevel=4)
-        return not self.stuck
 
     def _retire_unstarted(self) -> None:
         """Drive out, on this thread, the model workers whose thread never started (``waits.start_threads``).

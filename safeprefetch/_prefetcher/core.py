@@ -29,7 +29,7 @@ from .fetching import FetchSide
 from .policy import Autotuner, RunPolicy
 from .sources import SourceBox
 from .stats import Counters, PrefetchStats
-from .waits import Gate
+from .waits import new_gate
 
 __all__ = ["Core", "runtime_factory"]
 
@@ -80,7 +80,7 @@ class Core(FetchSide, ConsumerSide, CloseSide):
         self.occupancy_log: list[tuple[float, int]] | None = [] if timeline else None
         self.consumer_back: float | None = None  # when the consumer's last call returned
         # -- the consumer's side (changed only by the gate's owner)
-        self.gate = Gate()                      # serializes the callers that drive the model consumer
+        self.gate = new_gate()                      # serializes the callers that drive the model consumer
         self.run: tuple[tuple[int, int], ...] = ()  # (slot, position) per batch the model consumer holds
         self.run_next = 0                       # how many of them went into the stash
         self.run_delivered = -1                 # the model's ``delivered`` right after the take of ``run``
@@ -93,7 +93,7 @@ class Core(FetchSide, ConsumerSide, CloseSide):
         self.ended_with: str | None = None      # the terminal outcome handed out, once the stream is over
         self.last_pos: int | None = None        # stream position of the batch delivered last
         # -- closing
-        self.close_lock = threading.RLock()     # serializes the callers that drive the model closer
+        self.close_lock = new_gate()            # serializes the callers that drive the model closer (waits.py)
         self.waiters_lock = threading.Lock()
         self.waiters: set[threading.Event] = set()  # executor waits that close() must cut short
         self.close_started = False              # close requested: no more batches (user-visible "closed")
@@ -116,6 +116,7 @@ class Core(FetchSide, ConsumerSide, CloseSide):
         self.i_slots, self.i_closing = si[P.SLOTS], si[P.CLOSING]
         self.i_delivered, self.i_length, self.i_error_seen = si[P.DELIVERED], si[P.LENGTH], si[P.ERROR_SEEN]
         self.i_target = si[P.TARGET]  # the whole pool unless autotune moves it
+        self.i_next_index = si[P.NEXT_INDEX]
         self.i_consumer_pc = m.pc_index[self.consumer]
         self.i_closer_pc = m.pc_index[self.closer]
         self.i_lease = m.local_index[self.consumer][P.LEASE]

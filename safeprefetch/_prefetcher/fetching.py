@@ -56,6 +56,7 @@ class FetchSide:
             if box.lock is None:
                 return self._fill(box, pos, k)
             with box.lock:
+                t0 = time.perf_counter()  # waiting for another worker's call is not fetch time
                 return self._fill(box, pos, k)
         except StopIteration as e:
             if box.iterator is not None:  # an iterator's own end is handled in _fill; this is not it
@@ -108,7 +109,9 @@ class FetchSide:
 
     def _check(self, pos: int, item: Any) -> None:
         if type(item) is not np.ndarray:
-            if not isinstance(item, np.ndarray):
+            if isinstance(item, np.generic):
+                pass  # a numpy scalar (an item of a 1-d array source): a 0-d batch, copied as one
+            elif not isinstance(item, np.ndarray):
                 raise TypeError(f"{self._where(pos)}: expected a numpy array, got {type(item).__name__}")
             if isinstance(item, np.ma.MaskedArray):
                 raise TypeError(f"{self._where(pos)}: a numpy.ma.MaskedArray: its mask would be dropped; "

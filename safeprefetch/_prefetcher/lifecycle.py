@@ -125,11 +125,11 @@ class _Reaper:
                     break
             deadlines = []
             for core in batch:
+                deadlines.append(deadline_after(core.close_timeout))  # None: close_timeout=inf, no bound
                 try:
-                    core.begin_close()
+                    core.begin_close(deadlines[-1])
                 except BaseException:  # noqa: BLE001 - the reaper must outlive any one close
                     pass
-                deadlines.append(deadline_after(core.close_timeout))  # None: close_timeout=inf, no bound
             for core, deadline in zip(batch, deadlines):
                 try:
                     core.finish_close(deadline)
@@ -164,15 +164,17 @@ def _close_all_at_exit() -> None:
     if not cores:
         return
     started = time.monotonic()
-    for core in cores:
+    # One shared start, so stuck prefetchers cost one close timeout in all; None (inf): no bound. Telling
+    # them to stop is bounded too: another thread's close may hold a close lock for as long as it waits.
+    deadlines = [None if core.close_timeout is None else started + core.close_timeout for core in cores]
+    for core, deadline in zip(cores, deadlines):
         try:
-            core.begin_close()
+            core.begin_close(deadline)
         except BaseException:  # noqa: BLE001 - exit goes on
             pass
-    for core in cores:
+    for core, deadline in zip(cores, deadlines):
         try:
-            # One shared start, so stuck prefetchers cost one close timeout in all; None (inf): no bound.
-            core.finish_close(None if core.close_timeout is None else started + core.close_timeout)
+            core.finish_close(deadline)
         except BaseException:  # noqa: BLE001
             pass
 

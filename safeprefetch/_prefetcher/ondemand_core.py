@@ -55,7 +55,7 @@ from .ondemand_serve import ServeSide
 from .ondemand_stats import OnDemandCounters, OnDemandStats
 from .predictors import Predictor
 from .sources import SourceBox, stop_iteration_error
-from .waits import Gate, first_driver, start_threads
+from .waits import first_driver, new_gate, start_threads
 
 __all__ = ["OnDemandCore", "compile_predictive"]
 
@@ -107,12 +107,12 @@ class OnDemandCore(ServeSide, CloseSide):
         self.index_of = [-1] * self.keys        # tag -> index
         self.tag_of: dict[int, int] = {}        # index -> tag (for tags mapped now)
         # -- the consumer's side (changed only by the gate's owner)
-        self.gate = Gate()
+        self.gate = new_gate()
         self.stash: tuple | None = None         # an interrupted call's outcome: (kind, value, index, data)
         self.drop_demand = False                # the next demand fetch is an interrupted call's: drop it
         self.counts = OnDemandCounters(workers)
         # -- closing (the streaming CloseSide's fields)
-        self.close_lock = threading.RLock()
+        self.close_lock = new_gate()
         self.waiters_lock = threading.Lock()
         self.waiters: set[threading.Event] = set()
         self.close_started = self.closed = self.forked = self.sigint = False

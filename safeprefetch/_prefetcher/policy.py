@@ -10,8 +10,9 @@ protocol; these classes only decide which choice is worth taking.
   time from a batch in the caller's hands to its next call). A caller slower
   than that takes one batch per step, exactly as without runs.
 * :class:`Autotuner`: grow the target when the consumer had to wait while
-  every slot the target allows was in use; shrink it after a long stretch of
-  takes that each found two or more batches ready.
+  the target held a worker back (more workers waiting to claim than the
+  target leaves free slots for); shrink it after a long stretch of takes
+  that each found two or more batches ready.
 """
 
 from __future__ import annotations
@@ -90,8 +91,9 @@ class Autotuner:
     """Drives the model's tuner thread from the consumer's takes.
 
     * **grow** when the batch the consumer asked for was not ready (it had to
-      wait) while every slot the target allows was in use, so a worker was
-      held back by the target, not busy fetching. When the source itself is
+      wait) while the target held a worker back: more workers were waiting to
+      claim a slot than the target left free, so a worker was idle because
+      of the target, not busy fetching. When the source itself is
       the bottleneck (every worker fetching) a bigger buffer cannot help, so
       it does not grow: unlike tf.data's AUTOTUNE, memory is not spent for
       nothing.
@@ -110,6 +112,26 @@ class Autotuner:
         self.last: str | None = None         # the last resize
         self.log: list[tuple[float, int, int]] = []  # (seconds, batches delivered, new capacity)
 
+    @staticmethod
+    def _held_back(core: Any, before: tuple, target: int) -> bool:
+        """Whether the target holds a worker back in ``before``: more workers wait to claim (with items left
+        to claim) than the target leaves slots for.
+
+        Counting the slots in use is not enough: a fast caller's release frees
+        a slot and wakes a worker, and its next take comes before that worker
+        has claimed it, so its snapshot never shows the target full (with three
+        workers and a target of one, two of them idle, it never grew). A
+        worker at its claim step is either about to take a free slot or held
+        back; more of them than free room means some are held back.
+        """
+        slots = before[core.i_slots]
+        used = core.slots_total - slots.count(P.FREE)
+        if before[core.i_consumer_pc] == P.RELEASE:  # this take gives its last run back first (one kernel call)
+            used -= sum(1 for st, _ in slots if st == P.LEASED)
+        claiming = sum(1 for i in core.worker_pcs if before[i] == P.CLAIM)
+        left = before[core.i_length] - before[core.i_next_index]
+        return min(claiming, left) > max(0, target - used)
+
     def after_take(self, core: Any, before: tuple, ready: int) -> None:
         """Grow or shrink after a take whose state before was ``before`` with ``ready`` batches ready."""
         rt = core.rt
@@ -117,8 +139,7 @@ class Autotuner:
         starved = not core.machine.enabled(before, core.consumer)  # racy snapshot: a heuristic only
         if starved:
             self.full = 0
-            used = core.slots_total - before[core.i_slots].count(P.FREE)
-            if target < core.slots_total and used >= target:
+            if target < core.slots_total and self._held_back(core, before, target):
                 rt.step(self.thread, P.GROW)
                 if self.last == P.SHRINK:
                     self.window = min(2 * self.window, SHRINK_WINDOW_MAX)

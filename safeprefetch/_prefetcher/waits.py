@@ -111,6 +111,19 @@ class Gate(threading.RLock().__class__):  # type: ignore[misc]
     __enter__ = threading.RLock().__class__._is_owned
 
 
+_REAL_RLOCK = threading.RLock().__class__
+
+
+def new_gate() -> Any:
+    """A :class:`Gate`, or under ``safeprefetch.interleavings`` (whose ``threading.RLock`` is the scheduler's)
+    the same behaviour over the scheduler's RLock, so that a thread waiting for a gate is a thread the
+    scheduler sees waiting, not one blocked in a lock it cannot see."""
+    base = threading.RLock().__class__
+    if base is _REAL_RLOCK:
+        return Gate()
+    return type("Gate", (base,), {"__enter__": base._is_owned, "__doc__": Gate.__doc__})()
+
+
 class _NoGate:
     """What the consumer's ``with`` enters when the gate was not taken in time: it raises PrefetchTimeout."""
 
@@ -124,3 +137,22 @@ class _NoGate:
 
 
 NO_GATE = _NoGate()
+
+
+class CloseBusy(Exception):
+    """Another thread's close held the close lock past this caller's deadline (it finishes the close)."""
+
+
+class _Busy:
+    """What a closer's ``with`` enters when the close lock was not taken in time: it raises CloseBusy."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        raise CloseBusy
+
+    def __exit__(self, *exc: Any) -> None:  # pragma: no cover - __enter__ always raises
+        return None
+
+
+CLOSE_BUSY = _Busy()
