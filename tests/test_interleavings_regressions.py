@@ -601,3 +601,143 @@ def test_wall_timeout_without_a_limit_is_accepted(wall):
     r = interleavings.check(body, wall_timeout=wall)
     assert (r.verdict, r.exhaustive) == ("ok", True)
     assert r.settings["wall_timeout"] == ("inf" if wall == float("inf") else wall)
+
+
+# -- the third adversarial review of the checker (2026-12-02) --------------------------------------
+
+def _ctrl_c():
+    raise KeyboardInterrupt
+
+
+def test_dpor_tries_a_release_by_another_thread_before_the_acquire():
+    # A Lock used as a signal (lock_release="any"): the worker may release it before main's first
+    # acquire, which real threads do ("release unlocked lock"). DPOR held a release and a blocking
+    # acquire never enabled together, true only of a release by the lock's holder, and said ok.
+    def body():
+        done = threading.Lock()
+        t = threading.Thread(target=done.release, name="worker")
+        t.start()
+        done.acquire()
+        done.acquire()
+        t.join()
+
+    verdicts = {red: interleavings.check(body, lock_release="any", reduce=red).verdict for red in ("dpor", "none")}
+    assert verdicts == {"dpor": "non_owner_release", "none": "non_owner_release"}
+
+
+def test_a_condition_wait_that_timed_out_returns_false_even_if_a_notify_picks_it_later():
+    # The waiter times out while main holds the lock; main then notifies before releasing. CPython's
+    # waiter is still in the waiter list, so the notify picks it, and wait returns False.
+    def body():
+        cond = threading.Condition()
+        seen = []
+
+        def waiter():
+            with cond:
+                seen.append(cond.wait(0.2))
+
+        t = threading.Thread(target=waiter, name="waiter")
+        t.start()
+        time.sleep(0.05)
+        with cond:
+            time.sleep(0.4)  # past the waiter's deadline, holding the lock
+            cond.notify()
+        t.join()
+        assert seen == [True], seen
+
+    r = interleavings.check(body)
+    assert r.verdict == "assertion" and "[False]" in r.violation.message
+
+
+def test_a_started_thread_is_started_to_threading():
+    def body():
+        t = threading.Thread(target=lambda: None, name="w")
+        t.start()
+        with pytest.raises(RuntimeError, match="daemon status of active thread"):
+            t.daemon = True
+        assert "started" in repr(t) or "stopped" in repr(t)
+        t.join()
+        assert "stopped" in repr(t)
+
+    r = interleavings.check(body)
+    assert (r.verdict, r.exhaustive) == ("ok", True), r.violation
+
+
+def test_an_event_set_then_cleared_wakes_a_thread_already_waiting():
+    # CPython's set() notifies every waiter; one already inside wait() returns True even if clear()
+    # follows at once. The checker let the waiter go only while the flag was set: a false deadlock.
+    def body():
+        e = threading.Event()
+        got = []
+        t = threading.Thread(target=lambda: got.append(e.wait()), name="waiter")
+        t.start()
+        time.sleep(0.1)  # virtual time moves only once the waiter blocks: it is inside wait()
+        e.set()
+        e.clear()
+        t.join()
+        assert got == [True]
+
+    r = interleavings.check(body)
+    assert (r.verdict, r.exhaustive) == ("ok", True), r.violation
+
+
+def test_an_interrupt_in_a_condition_wait_takes_the_lock_back_before_it_propagates():
+    def body():
+        cond = threading.Condition()
+        box = []
+
+        def consumer():
+            try:
+                with cond:
+                    while not box:
+                        cond.wait()
+            except KeyboardInterrupt:
+                pass
+
+        t = threading.Thread(target=consumer, name="consumer")
+        t.start()
+        with cond:
+            box.append(1)
+            cond.notify()
+        t.join()
+
+    r = interleavings.check(body, interrupts=(interleavings.Interrupt(_ctrl_c, threads="consumer"),))
+    assert (r.verdict, r.exhaustive) == ("ok", True), interleavings.render(r)
+
+
+def test_an_interrupt_at_a_with_blocks_exit_still_releases_the_lock():
+    # An interrupt at the release of a with-block's exit stands for one in the body: its exception
+    # reaches __exit__, which releases (in C). The checker raised it from inside __exit__, lock held.
+    def body():
+        lock = threading.Lock()
+        try:
+            with lock:
+                pass
+        except KeyboardInterrupt:
+            pass
+        try:
+            free = lock.acquire(blocking=False)
+        except KeyboardInterrupt:
+            free = lock.acquire(blocking=False)
+        assert free, "KeyboardInterrupt left the lock held"
+
+    r = interleavings.check(body, interrupts=(interleavings.Interrupt(_ctrl_c, threads="main"),))
+    assert (r.verdict, r.exhaustive) == ("ok", True), interleavings.render(r)
+
+
+def test_a_lost_wakeup_reports_no_exception_of_the_checkers_own_unwinding():
+    def body():
+        cond = threading.Condition()
+
+        def get():
+            with cond:
+                cond.wait()
+
+        t = threading.Thread(target=get, name="consumer")
+        t.start()
+        with cond:
+            cond.notify()
+        t.join()
+
+    r = interleavings.check(body)
+    assert r.verdict == "lost_wakeup" and r.exception is None

@@ -114,9 +114,10 @@ class Prim:
         c[0].name_object(self, self._ilv_kind, self._ilv_line)
 
     def _point(self, ex: Execution, vt: VThread, kind: str, *, enabled: Callable[[], bool] | None = None,
-               deadline: float | None = None, write: bool = True, keys: tuple = (), alts: Any = None):
+               deadline: float | None = None, write: bool = True, keys: tuple = (), alts: Any = None,
+               by_holder: bool = True, depth: int = 3):
         return ex.point(vt, Op(kind, self, (id(self),) + keys, write=write, enabled=enabled, deadline=deadline,
-                               alts=alts, where=where(3)))
+                               alts=alts, where=where(depth), by_holder=by_holder))
 
     def _step(self, kind: str) -> bool:
         """``kind`` (a method without arguments or result) as a scheduling point: True when the caller is then

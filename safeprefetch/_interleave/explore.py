@@ -150,7 +150,9 @@ def _coenabled(done: Op, later: Op) -> bool:
         if kinds == {"exit", "join"}:
             return False
         if kinds == {"acquire", "release"} and getattr(done.obj, "_ilv_kind", "") in ("lock", "rlock"):
-            return False  # a lock is released by its holder, so nobody else's blocking acquire is enabled then
+            # Released by its holder, nobody else's blocking acquire is enabled then. A release by another
+            # thread (lock_release="any") can also run while the lock is free: it races with the acquire.
+            return not (done if done.kind == "release" else later).by_holder
     return True
 
 

@@ -70,13 +70,16 @@ class Op:
     timed waits, line steps) depend on everything.
     """
 
-    __slots__ = ("kind", "obj", "keys", "write", "star", "enabled", "deadline", "where", "alts", "label")
+    __slots__ = ("kind", "obj", "keys", "write", "star", "enabled", "deadline", "where", "alts", "label", "by_holder")
 
     def __init__(self, kind: str, obj: Any, keys: Iterable[Any], *, write: bool = True,
                  enabled: Callable[[], bool] | None = None, deadline: float | None = None,
                  star: bool = False, alts: Callable[[], list] | None = None, where: tuple[str, int] | None = None,
-                 label: str | None = None):
+                 label: str | None = None, by_holder: bool = True):
         self.kind = kind
+        #: A release: whether its thread held the lock when it announced it (a release by anyone else can
+        #: run while the lock is free, so it races with a blocking acquire).
+        self.by_holder = by_holder
         self.obj = obj
         self.keys = frozenset(keys)
         self.write = write

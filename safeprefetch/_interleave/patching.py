@@ -60,7 +60,7 @@ from .barrier import VBarrier
 from .belonging import deadline_of, until
 from .primitives import VBoundedSemaphore, VCondition, VEvent, VLock, VRLock, VSemaphore
 from .queues import ShutDown, VLifoQueue, VPriorityQueue, VQueue, VSimpleQueue
-from .scheduler import _ACTIVE, Execution, Op, VThread, current, where
+from .scheduler import _ACTIVE, Execution, Op, VThread, current, mark_started, where
 
 __all__ = ["patched"]
 
@@ -149,6 +149,7 @@ def _start(self: threading.Thread) -> None:
     index = len(ex.threads)
     name = ex.unique_name(self.name, self)  # the same in every schedule (threading's counter is not)
     ex.point(vt, Op("start", self, (("start", index), ("thread", index)), where=where(2), label=f"start {name}"))
+    mark_started(self)
     new = ex.add_thread(name, self.run, obj=self, daemon=self.daemon, named=True)
     ex.thread_objs[id(self)] = new
     ex.start_clock(new.index, vt.index)

@@ -96,12 +96,12 @@ class VLock(Prim):
         self._held, self._owner = True, vt
         return True
 
-    def release(self) -> None:
+    def release(self, _from_exit: bool = False) -> None:
         c = context(self)
         if c is None:
             return stand_in(self).release()
         ex, vt = c
-        self._point(ex, vt, "release")
+        self._point(ex, vt, "release", by_holder=self._held and self._owner is vt, depth=4 if _from_exit else 3)
         if not self._held:
             ex.violation("non_owner_release", f"{vt.name} released {self._ilv_name}, which nobody holds", vt)
             raise RuntimeError("release unlocked lock")
@@ -147,7 +147,21 @@ class VLock(Prim):
     __enter__ = acquire
 
     def __exit__(self, *exc: Any) -> None:
-        self.release()
+        # An interrupt offered at this release stands for one that ran in the with-block's body (the
+        # last code before this synchronization operation): its exception reaches this exit, which
+        # releases the lock (in C, in CPython) before it propagates.
+        try:
+            self.release(_from_exit=True)
+        except Aborted:
+            raise
+        except BaseException:
+            c = context(self)
+            if c is not None and self._held and self._owner is c[1]:
+                self._let_go()
+            raise
+
+    def _let_go(self) -> None:
+        self._held, self._owner = False, None
 
     def acquire_lock(self, *a: Any, **k: Any) -> bool:  # the old _thread names
         return self.acquire(*a, **k)
@@ -191,21 +205,27 @@ class VRLock(VLock):
 
     __enter__ = acquire
 
-    def release(self) -> None:
+    def release(self, _from_exit: bool = False) -> None:
         c = context(self)
         if c is None:
             return stand_in(self).release()
         ex, vt = c
         if not self._held or self._owner is not vt:
-            self._point(ex, vt, "release")
+            self._point(ex, vt, "release", by_holder=False, depth=4 if _from_exit else 3)
             owner = self._owner.name if self._held and self._owner is not None else "nobody"
             ex.violation("non_owner_release", f"{vt.name} released {self._ilv_name}, held by {owner}", vt)
             raise RuntimeError("cannot release un-acquired lock")
         if self._count > 1:
             self._count -= 1
             return
-        self._point(ex, vt, "release")
+        self._point(ex, vt, "release", depth=4 if _from_exit else 3)
         self._held, self._owner, self._count = False, None, 0
+
+    def _let_go(self) -> None:
+        if self._count > 1:
+            self._count -= 1
+        else:
+            self._held, self._owner, self._count = False, None, 0
 
     def _ilv_make_real(self) -> Any:
         return _REAL["RLock"]()  # its holder (a thread of the ended run) is gone: it starts free
@@ -235,11 +255,16 @@ class VRLock(VLock):
 
 
 class _Waiter:
-    __slots__ = ("vt", "notified")
+    __slots__ = ("vt", "notified", "in_time", "deadline")
 
     def __init__(self, vt: VThread):
         self.vt = vt
         self.notified = False
+        #: Notified before its deadline. A waiter that timed out stays in the waiter list until it has its
+        #: lock back, as in CPython, so a notify may still pick it: the notify is spent, and wait says
+        #: False (it timed out).
+        self.in_time = False
+        self.deadline: float | None = None
 
 
 class VCondition(Prim):
@@ -303,12 +328,13 @@ class VCondition(Prim):
             raise RuntimeError("cannot wait on un-acquired lock")
         lkey = (id(self._lock),)
         self._point(ex, vt, "wait", keys=lkey)
+        blocks, deadline = deadline_of(ex, True, timeout) if timeout is not None else (True, None)
         w = _Waiter(vt)
         self._waiters.append(w)
         saved = self._lock._release_all(vt)
-        blocks, deadline = deadline_of(ex, True, timeout) if timeout is not None else (True, None)
         if not blocks:
             deadline = ex.clock
+        w.deadline = deadline
         lock = self._lock
         enabled = until(ex, lambda: w.notified, deadline)
         ready = (lambda: lock.lock_free_for(vt) and enabled())
@@ -317,11 +343,20 @@ class VCondition(Prim):
                                      where=where(2), label=f"wake from {self._ilv_name}"))
         except Aborted:
             raise
+        except BaseException:
+            # An interrupt's exception: CPython's wait takes its lock back in a ``finally`` before it
+            # propagates, waiting for the lock if another thread holds it.
+            if w in self._waiters:
+                self._waiters.remove(w)
+            ex.point(vt, Op("acquire", lock, (id(lock),), enabled=lambda: lock.lock_free_for(vt), where=where(2),
+                            label=f"take {lock._ilv_name} back"))
+            lock._restore(vt, saved)
+            raise
         finally:
             if w in self._waiters:
                 self._waiters.remove(w)
         lock._restore(vt, saved)
-        return w.notified or choice.alt == -1
+        return w.in_time or choice.alt == -1
 
     def wait_for(self, predicate: Callable[[], Any], timeout: float | None = None) -> Any:
         c = self._context()
@@ -376,6 +411,7 @@ class VCondition(Prim):
         chosen = [self._waiters[first]] if n == 1 else self._waiters[:n]
         for w in chosen:
             w.notified = True
+            w.in_time = w.deadline is None or ex.clock < w.deadline
             self._waiters.remove(w)
             ex.enabled_by(w.vt.index, vt.index)
         ex.events[-1].note = "woke " + ", ".join(w.vt.name for w in chosen)
@@ -463,6 +499,9 @@ class VEvent(Prim):
     def __init__(self) -> None:
         super().__init__()
         self._flag = False
+        #: The virtual time of every set(): a thread already waiting is woken by any set() since it began
+        #: to wait, even one a clear() has undone since (CPython's Event notifies its waiters).
+        self._sets: list[float] = []
 
     def _ilv_state(self) -> str:
         return "set" if self._flag else "clear"
@@ -488,6 +527,7 @@ class VEvent(Prim):
     def set(self) -> None:
         if self._step("set"):
             self._flag = True
+            self._sets.append(self._ilv_ex.clock)
 
     def clear(self) -> None:
         if self._step("clear"):
@@ -499,9 +539,10 @@ class VEvent(Prim):
             return stand_in(self).wait(timeout)
         ex, vt = c
         blocks, deadline = deadline_of(ex, True, timeout) if timeout is not None else (True, None)
-        if not blocks:
-            enabled = None
-        else:
-            enabled = until(ex, lambda: self._flag, deadline)
-        self._point(ex, vt, "wait", enabled=enabled, deadline=deadline, write=False)
-        return self._flag
+        self._point(ex, vt, "wait", write=False)  # looks at the flag, and if it is clear, begins to wait
+        if self._flag or not blocks:
+            return self._flag
+        begun = len(self._sets)
+        self._point(ex, vt, "wait", enabled=until(ex, lambda: len(self._sets) > begun, deadline), deadline=deadline,
+                    write=False)
+        return any(deadline is None or t < deadline for t in self._sets[begun:])

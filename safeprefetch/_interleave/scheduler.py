@@ -259,6 +259,8 @@ class Execution:
             if vt.index == 0:
                 self.violation("uncaught_exception", "the test body raised SystemExit", vt)
         except BaseException as e:  # noqa: BLE001 - every exception of the code under test is a finding
+            if vt.abort:  # raised by the code's own cleanup while the checker unwound it: not the code's
+                raise Aborted from None
             kind = "assertion" if vt.index == 0 and isinstance(e, AssertionError) else "uncaught_exception"
             text = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
             who = "the test body" if vt.index == 0 else f"thread {vt.name}"
@@ -272,6 +274,8 @@ class Execution:
                 self.violation("leaked_thread", f"{', '.join(leaked)} still alive when the test body returned", vt)
         self.point(vt, Op("exit", vt.obj, (("thread", vt.index),), label=f"exit {vt.name}"))
         vt.finished = True
+        if vt.index > 0 and vt.obj is not None:
+            retire(vt.obj)  # stopped, to real threading too (repr, the daemon setter)
         self._decide_and_pass(vt)
 
     # -- scheduling points ------------------------------------------------------
@@ -537,7 +541,29 @@ def _register(vt: VThread, ident: int) -> None:
     threading._active[ident] = obj  # type: ignore[attr-defined]
 
 
-_REAL_EVENT = threading.Event  # bound at import, before any check replaces it
+class _Started:
+    """A Thread's ``_started`` Event, set for good. (A real Event made during a check would be built from
+    the controlled Condition and Lock, and setting it would be scheduling points of its own.)"""
+
+    __slots__ = ()
+
+    def is_set(self) -> bool:
+        return True
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return True
+
+    def set(self) -> None:
+        pass
+
+
+_STARTED = _Started()
+
+
+def mark_started(obj: threading.Thread) -> None:
+    """A Thread the scheduler started is started to real ``threading`` too: ``daemon`` can no longer be
+    set, and its repr says so (its ``__init__`` made a controlled Event, which only the scheduler sets)."""
+    obj._started = _STARTED  # type: ignore[attr-defined]
 
 
 def retire(obj: threading.Thread) -> None:
@@ -549,9 +575,7 @@ def retire(obj: threading.Thread) -> None:
     ``is_alive`` would read the controlled Event its ``__init__`` made. The
     thread did start and did end, under the scheduler; this says so.
     """
-    started = _REAL_EVENT()
-    started.set()
-    obj._started = started  # type: ignore[attr-defined]
+    mark_started(obj)
     if hasattr(obj, "_handle"):  # 3.13: a thread handle, marked done
         handle = _thread._make_thread_handle(_thread.get_ident())  # type: ignore[attr-defined]
         handle._set_done()
