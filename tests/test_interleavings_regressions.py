@@ -726,18 +726,7 @@ def test_an_interrupt_at_a_with_blocks_exit_still_releases_the_lock():
 
 
 def test_a_lost_wakeup_reports_no_exception_of_the_checkers_own_unwinding():
-    def body():
-        cond = threading.Condition()
+    from test_interleavings import _handoff  # a notify before the wait: a lost wakeup
 
-        def get():
-            with cond:
-                cond.wait()
-
-        t = threading.Thread(target=get, name="consumer")
-        t.start()
-        with cond:
-            cond.notify()
-        t.join()
-
-    r = interleavings.check(body)
+    r = interleavings.check(_handoff(False))
     assert r.verdict == "lost_wakeup" and r.exception is None
