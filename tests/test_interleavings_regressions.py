@@ -730,3 +730,18 @@ def test_a_lost_wakeup_reports_no_exception_of_the_checkers_own_unwinding():
 
     r = interleavings.check(_handoff(False))
     assert r.verdict == "lost_wakeup" and r.exception is None
+
+
+@pytest.mark.parametrize("bad, error", [
+    (dict(interrupts=None), TypeError), (dict(interrupts=5), TypeError)])
+def test_interrupts_that_are_not_a_sequence_are_refused_by_name(bad, error):
+    with pytest.raises(error, match="interrupts must be a sequence"):
+        interleavings.check(lambda: None, **bad)
+
+
+@pytest.mark.parametrize("bad, error, match", [
+    (dict(name="x"), TypeError, "drop name="), (dict(expect="deadlok"), ValueError, "expect must be one of"),
+    (dict(expect=None), ValueError, "expect must be one of")])
+def test_a_test_decorator_with_options_it_cannot_honour_is_refused_when_applied(bad, error, match):
+    with pytest.raises(error, match=match):
+        interleavings.test(**bad)

@@ -107,6 +107,9 @@ def replay(fn: Callable[[], Any], trace: Trace | Any, *, interrupts: Sequence[In
 
 
 _CHECK_OPTIONS = set(inspect.signature(check).parameters) - {"fn"}
+#: The verdicts a check can give: "ok", or the kind of the violation it found.
+VERDICTS = ("ok", "assertion", "uncaught_exception", "deadlock", "lost_wakeup", "hang", "leaked_thread",
+            "non_owner_release")
 #: The options of a check that a replay of it takes (the rest choose schedules, which a replay is given).
 _REPLAY_OPTIONS = set(inspect.signature(replay).parameters) - {"fn", "trace", "name"}
 
@@ -123,6 +126,10 @@ def test(*, expect: str = "ok", **options: Any) -> Callable[[Callable[..., Any]]
     unknown = set(options) - _CHECK_OPTIONS
     if unknown:
         raise TypeError(f"interleavings.test got unknown options: {', '.join(sorted(unknown))}")
+    if "name" in options:
+        raise TypeError("interleavings.test names the check after the test function: drop name=")
+    if expect not in VERDICTS:
+        raise ValueError(f"expect must be one of {', '.join(VERDICTS)}, not {expect!r}")
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., None]:
         @functools.wraps(fn)

@@ -199,7 +199,10 @@ def recorded_settings(settings: Settings, interrupts: Sequence[Interrupt], patch
 def _interrupts(interrupts: Any) -> tuple[Interrupt, ...]:
     if isinstance(interrupts, Interrupt):
         raise TypeError("interrupts must be a sequence of Interrupt values: write interrupts=(Interrupt(...),)")
-    out = tuple(interrupts)
+    try:
+        out = tuple(interrupts)
+    except TypeError:
+        raise TypeError(f"interrupts must be a sequence of Interrupt values, not {interrupts!r}") from None
     for i in out:
         if not isinstance(i, Interrupt):
             raise TypeError(f"interrupts must be Interrupt values, not {i!r}")
