@@ -261,3 +261,32 @@ def _names(frame):
         out.append(frame.f_code.co_name)
         frame = frame.f_back
     return out
+
+
+def test_1_a_stuck_worker_is_warned_about_once_not_at_every_close():
+    # Found reviewing fix 1: the close that found a worker stuck warns; a later close() is idempotent.
+    import warnings
+    release = threading.Event()
+    fetching = threading.Event()
+
+    class Stuck:
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            if i >= 1:
+                fetching.set()
+                release.wait(60)
+            return np.zeros(2)
+
+    pf = Prefetcher(Stuck(), capacity=2, close_timeout=0.05)
+    try:
+        assert fetching.wait(30)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            pf.close()
+            pf.close()
+            pf.close()
+        assert len([w for w in seen if "still inside a fetch" in str(w.message)]) == 1
+    finally:
+        release.set()

@@ -103,10 +103,10 @@ class CloseSide:
         if self.forked:
             return True
         try:
-            self._finish_locked(deadline)
+            finished_here = self._finish_locked(deadline)
         except CloseBusy:
             return False  # another thread's close holds the lock past our deadline: it finishes the close
-        if self.stuck and warn:
+        if self.stuck and warn and finished_here:  # warned once, by the close that found them stuck
             waited = "no time" if deadline is None else "the close timeout"
             warnings.warn(f"prefetcher {self.name!r}: {', '.join(self.stuck)} still inside a fetch after {waited}; "
                           "left running as daemon threads (the result will be discarded)",
@@ -114,13 +114,14 @@ class CloseSide:
         return not self.stuck
 
     @protected
-    def _finish_locked(self, deadline: float | None) -> None:
+    def _finish_locked(self, deadline: float | None) -> bool:
+        """The close's join, under the close lock; False when an earlier close had finished it already."""
         rt = self.rt
         lock = self.close_lock
         with (lock if wait_gate(lock, deadline) else CLOSE_BUSY):
             if self.closed:
                 self._after_close()  # idempotent: an interrupt may have cut the first one short
-                return
+                return False
             me = threading.current_thread()
             try:
                 if rt.state[self.i_closer_pc] == P.JOIN and me not in self.threads:
@@ -142,6 +143,7 @@ class CloseSide:
                 box.preloaded.clear()
             self.closed = True
             self._after_close()
+        return True
 
     def _retire_unstarted(self) -> None:
         """Drive out, on this thread, the model workers whose thread never started (``waits.start_threads``).
