@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-from .belonging import Prim, context, deadline_of, stand_in, until
+from .belonging import Prim, context, stand_in, until, unwaitable, wait_deadline
 from .scheduler import Op, VThread
 
 __all__ = ["VBarrier"]
@@ -82,7 +82,12 @@ class VBarrier(Prim):
             self._gen += 1
             return index
         gen = self._gen
-        _b, deadline = deadline_of(ex, True, timeout) if timeout is not None else (True, None)
+        blocks, deadline, too_long = wait_deadline(ex, timeout)
+        if too_long:  # CPython raises it from the wait inside: this party leaves, the barrier stays whole
+            self._count -= 1
+            unwaitable(timeout)
+        if not blocks:
+            deadline = ex.clock  # a timeout that is not positive: one look, then the barrier breaks
         enabled = until(ex, lambda: self._gen != gen or self._broken, deadline)
         self._point(ex, vt, "pass", enabled=enabled, deadline=deadline)
         if self._broken or gen in self._reset_gens:
@@ -113,7 +118,9 @@ class VBarrier(Prim):
 
     @property
     def n_waiting(self) -> int:
-        return self._count if "_ilv_real" not in self.__dict__ else stand_in(self).n_waiting
+        if "_ilv_real" in self.__dict__:
+            return stand_in(self).n_waiting
+        return 0 if self._broken else self._count  # CPython's: 0 unless the barrier is filling
 
     @property
     def broken(self) -> bool:

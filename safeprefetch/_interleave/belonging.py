@@ -36,11 +36,12 @@ is then used in three other ways, and each gets a defined behaviour:
 
 from __future__ import annotations
 
+import _thread
 from typing import Any, Callable
 
 from .scheduler import Execution, Op, VThread, current, where
 
-__all__ = ["Prim", "context", "deadline_of", "stand_in", "until"]
+__all__ = ["Prim", "context", "deadline_of", "queue_deadline", "stand_in", "until", "unwaitable", "wait_deadline"]
 
 
 def context(obj: "Prim") -> tuple[Execution, VThread] | None:
@@ -88,15 +89,64 @@ def until(ex: Execution, ready: Callable[[], bool], deadline: float | None) -> C
     return lambda: ready() or ex.clock >= deadline
 
 
-def deadline_of(ex: Execution, blocking: bool, timeout: float | None) -> tuple[bool, float | None]:
-    """(blocks at all, deadline): ``threading``'s argument rules for ``acquire``/``wait``-like calls."""
-    if timeout is not None and timeout < 0 and timeout != -1:
-        raise ValueError("timeout value must be a non-negative number")
+def deadline_of(ex: Execution, blocking: bool, timeout: float) -> tuple[bool, float | None]:
+    """(blocks at all, deadline) by ``Lock.acquire``'s rules: -1 waits forever, 0 does not wait.
+
+    The arguments are first given to a real lock (a free one, which takes
+    them without waiting), so a bad one raises exactly what this Python's
+    ``acquire`` raises: ValueError for a negative timeout or NaN,
+    OverflowError past ``threading.TIMEOUT_MAX`` or for ``inf``, TypeError
+    for ``None``, ValueError for a timeout with ``blocking=False``.
+    """
+    _probe(blocking, timeout)
     if not blocking or timeout == 0:
         return False, None
-    if timeout is None or timeout == -1:
+    if timeout == -1:
         return True, None
     return True, ex.clock + timeout
+
+
+def _probe(blocking: bool, timeout: float) -> None:
+    probe = _thread.allocate_lock()  # the real one: patching replaces threading's names, never _thread's
+    if probe.acquire(blocking, timeout):
+        probe.release()
+
+
+def unwaitable(timeout: float) -> None:
+    """Raise what a real blocking wait raises for a positive ``timeout`` it cannot wait (OverflowError)."""
+    _probe(True, timeout)
+
+
+def wait_deadline(ex: Execution, timeout: float | None) -> tuple[bool, float | None, bool]:
+    """(blocks at all, deadline, too long) by the rules of ``Condition.wait`` and the waits built on it
+    (``Event.wait``, ``Semaphore.acquire``, ``Barrier.wait``, ``Thread.join``, a queue's timed wait).
+
+    ``None`` waits forever. A timeout that is not positive (-1 too, unlike
+    ``Lock.acquire``) does not wait: ``cond.wait(deadline - now)`` past its
+    deadline returns False at once. A timeout a real lock cannot wait
+    (``inf``, past ``TIMEOUT_MAX``) is *too long*: the call does not block
+    here, and raises :func:`unwaitable`'s OverflowError when, and only when,
+    it would have waited, as CPython raises it from the lock wait inside.
+    """
+    if timeout is None:
+        return True, None, False
+    if not timeout > 0:  # NaN too: CPython's ``if timeout > 0`` sends it to a non-blocking acquire
+        return False, None, False
+    try:
+        unwaitable(timeout)
+    except OverflowError:
+        return False, None, True
+    return True, ex.clock + timeout, False
+
+
+def queue_deadline(ex: Execution, block: bool, timeout: float | None) -> tuple[bool, float | None, bool]:
+    """``queue.Queue.put``/``get``'s rules: the timeout counts only when blocking, and a negative one is
+    refused; otherwise :func:`wait_deadline`'s."""
+    if not block:
+        return False, None, False
+    if timeout is not None and timeout < 0:
+        raise ValueError("'timeout' must be a non-negative number")
+    return wait_deadline(ex, timeout)
 
 
 class Prim:

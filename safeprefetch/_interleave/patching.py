@@ -57,7 +57,7 @@ import time as _time
 from typing import Any, Callable
 
 from .barrier import VBarrier
-from .belonging import deadline_of, until
+from .belonging import until, unwaitable, wait_deadline
 from .primitives import VBoundedSemaphore, VCondition, VEvent, VLock, VRLock, VSemaphore
 from .queues import ShutDown, VLifoQueue, VPriorityQueue, VQueue, VSimpleQueue
 from .scheduler import _ACTIVE, Execution, Op, VThread, current, mark_started, where
@@ -120,6 +120,8 @@ def _make_sleep(orig: Callable[[float], None]) -> Callable[[float], None]:
             return orig(secs)
         if secs < 0:
             raise ValueError("sleep length must be non-negative")
+        if secs != 0:
+            unwaitable(secs)  # inf, NaN and past TIMEOUT_MAX raise as the real sleep does
         ex, vt = c
         end = ex.clock + secs
         ex.point(vt, Op("sleep", None, (), enabled=lambda: ex.clock >= end, deadline=end if secs > 0 else None,
@@ -167,10 +169,14 @@ def _join(self: threading.Thread, timeout: float | None = None) -> None:
         return _ORIG_THREAD["join"](self, timeout)
     if target is vt:
         raise RuntimeError("cannot join current thread")
-    blocks, deadline = deadline_of(ex, True, timeout) if timeout is not None else (True, None)
-    ready = until(ex, lambda: target.finished, deadline) if blocks else None  # join(timeout=0): never blocks
+    blocks, deadline, too_long = wait_deadline(ex, timeout)  # a timeout that is not positive never blocks
+    if too_long and sys.version_info >= (3, 13):
+        unwaitable(timeout)  # 3.13's join converts its timeout first; earlier ones only when they wait
+    ready = until(ex, lambda: target.finished, deadline) if blocks else None
     ex.point(vt, Op("join", self, (("thread", target.index),), enabled=ready, deadline=deadline, write=False,
                     where=where(2), label=f"join {self.name}"))
+    if too_long and not target.finished:
+        unwaitable(timeout)
 
 
 def _is_alive(self: threading.Thread) -> bool:

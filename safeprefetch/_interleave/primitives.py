@@ -41,7 +41,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-from .belonging import Prim, context, deadline_of, stand_in, until
+from .belonging import Prim, context, deadline_of, stand_in, until, unwaitable, wait_deadline
 from .scheduler import Aborted, Execution, Op, VThread, where
 
 __all__ = ["VBoundedSemaphore", "VCondition", "VEvent", "VLock", "VRLock", "VSemaphore"]
@@ -192,10 +192,10 @@ class VRLock(VLock):
         if c is None:
             return stand_in(self).acquire(blocking, timeout)
         ex, vt = c
+        blocks, deadline = deadline_of(ex, blocking, timeout)  # checked first, as CPython's RLock does
         if self._held and self._owner is vt:
             self._count += 1
             return True
-        blocks, deadline = deadline_of(ex, blocking, timeout)
         enabled = until(ex, lambda: not self._held, deadline) if blocks else None
         self._point(ex, vt, "acquire", enabled=enabled, deadline=deadline)
         if self._held:
@@ -328,7 +328,9 @@ class VCondition(Prim):
             raise RuntimeError("cannot wait on un-acquired lock")
         lkey = (id(self._lock),)
         self._point(ex, vt, "wait", keys=lkey)
-        blocks, deadline = deadline_of(ex, True, timeout) if timeout is not None else (True, None)
+        blocks, deadline, too_long = wait_deadline(ex, timeout)
+        if too_long:
+            unwaitable(timeout)
         w = _Waiter(vt)
         self._waiters.append(w)
         saved = self._lock._release_all(vt)
@@ -444,10 +446,12 @@ class VSemaphore(Prim):
         if c is None:
             return stand_in(self).acquire(blocking, timeout)
         ex, vt = c
-        blocks, deadline = deadline_of(ex, blocking, timeout)
+        blocks, deadline, too_long = wait_deadline(ex, timeout) if blocking else (False, None, False)
         enabled = until(ex, lambda: self._value > 0, deadline) if blocks else None
         self._point(ex, vt, "acquire", enabled=enabled, deadline=deadline)
         if self._value <= 0:
+            if too_long:
+                unwaitable(timeout)
             return False
         self._value -= 1
         return True
@@ -538,9 +542,11 @@ class VEvent(Prim):
         if c is None:
             return stand_in(self).wait(timeout)
         ex, vt = c
-        blocks, deadline = deadline_of(ex, True, timeout) if timeout is not None else (True, None)
+        blocks, deadline, too_long = wait_deadline(ex, timeout)
         self._point(ex, vt, "wait", write=False)  # looks at the flag, and if it is clear, begins to wait
         if self._flag or not blocks:
+            if too_long and not self._flag:
+                unwaitable(timeout)
             return self._flag
         begun = len(self._sets)
         self._point(ex, vt, "wait", enabled=until(ex, lambda: len(self._sets) > begun, deadline), deadline=deadline,

@@ -26,7 +26,7 @@ import queue as _queue
 from collections import deque
 from typing import Any
 
-from .belonging import Prim, context, deadline_of, stand_in, until
+from .belonging import Prim, context, queue_deadline, stand_in, until, unwaitable
 from .scheduler import Op, VThread
 
 __all__ = ["ShutDown", "VLifoQueue", "VPriorityQueue", "VQueue", "VSimpleQueue"]
@@ -111,12 +111,14 @@ class VQueue(Prim):
         if c is None:
             return stand_in(self).put(item, block, timeout)
         ex, vt = c
-        blocks, deadline = deadline_of(ex, block, timeout) if (block and timeout is not None) else (block, None)
+        blocks, deadline, too_long = queue_deadline(ex, block, timeout)
         enabled = until(ex, lambda: not self._full() or self.is_shutdown, deadline) if blocks else None
         self._point(ex, vt, "put", enabled=enabled, deadline=deadline)
         if self.is_shutdown:
             raise ShutDown
         if self._full():
+            if too_long:
+                unwaitable(timeout)
             raise Full
         self._put(item)
         self.unfinished_tasks += 1
@@ -126,12 +128,14 @@ class VQueue(Prim):
         if c is None:
             return stand_in(self).get(block, timeout)
         ex, vt = c
-        blocks, deadline = deadline_of(ex, block, timeout) if (block and timeout is not None) else (block, None)
+        blocks, deadline, too_long = queue_deadline(ex, block, timeout)
         enabled = until(ex, lambda: self._qsize() > 0 or self.is_shutdown, deadline) if blocks else None
         self._point(ex, vt, "get", enabled=enabled, deadline=deadline)
         if self._qsize() == 0:
             if self.is_shutdown:
                 raise ShutDown
+            if too_long:
+                unwaitable(timeout)
             raise Empty
         return self._get()
 
@@ -249,7 +253,9 @@ class VSimpleQueue(Prim):
         if c is None:
             return stand_in(self).get(block, timeout)
         ex, vt = c
-        blocks, deadline = deadline_of(ex, block, timeout) if (block and timeout is not None) else (block, None)
+        blocks, deadline, too_long = queue_deadline(ex, block, timeout)
+        if too_long:  # the C SimpleQueue converts its timeout before it looks at the queue
+            unwaitable(timeout)
         enabled = until(ex, lambda: bool(self._queue), deadline) if blocks else None
         self._point(ex, vt, "get", enabled=enabled, deadline=deadline)
         if not self._queue:
