@@ -745,3 +745,116 @@ def test_interrupts_that_are_not_a_sequence_are_refused_by_name(bad, error):
 def test_a_test_decorator_with_options_it_cannot_honour_is_refused_when_applied(bad, error, match):
     with pytest.raises(error, match=match):
         interleavings.test(**bad)
+
+
+# -- a Queue's mutex and conditions (they were missing: code that used them died of AttributeError) --
+
+
+def _clear_under_the_mutex():
+    import queue
+    q = queue.Queue()
+    seen = []
+
+    def producer():
+        q.put(1)
+        q.put(2)
+
+    def clearer():
+        with q.mutex:  # the standard idiom for emptying a queue
+            q.queue.clear()
+            q.unfinished_tasks = 0
+
+    ths = [threading.Thread(target=producer), threading.Thread(target=clearer)]
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join()
+    seen.append(q.qsize())
+    return seen
+
+
+def test_the_clear_under_the_mutex_idiom_is_checked_and_every_ordering_is_seen():
+    sizes = []
+    result = interleavings.check(lambda: sizes.extend(_clear_under_the_mutex()), reduce="none")
+    assert result.verdict == "ok", result
+    assert set(sizes) == {0, 1, 2}  # cleared after no put, after one, after both
+
+
+def test_a_put_waits_while_another_thread_holds_the_queues_mutex():
+    import queue
+
+    def body():
+        q = queue.Queue()
+
+        def inspector():
+            with q.mutex:
+                before = len(q.queue)
+                time.sleep(0)  # a scheduling point inside: a put must still not land here
+                assert len(q.queue) == before, "a put went in while the mutex was held"
+
+        th = threading.Thread(target=inspector)
+        th.start()
+        q.put(1)
+        th.join()
+
+    assert interleavings.check(body, reduce="none").verdict == "ok"
+    assert interleavings.check(body).verdict == "ok"
+
+
+def test_a_get_by_the_thread_that_holds_the_queues_mutex_is_a_deadlock_as_in_real_python():
+    import queue
+
+    def body():
+        q = queue.Queue()
+        q.put(1)
+        with q.mutex:
+            q.get()  # the real mutex is a Lock: it waits for itself
+
+    result = interleavings.check(body)
+    assert result.verdict == "deadlock", result
+    assert "q.mutex" in interleavings.render(result)
+
+
+def test_code_that_waits_on_not_empty_itself_is_woken_by_a_put():
+    import queue
+
+    def body():
+        q = queue.Queue()
+        got = []
+
+        def consumer():
+            with q.not_empty:
+                while not q._qsize():
+                    q.not_empty.wait()
+                got.append(q._get())
+
+        th = threading.Thread(target=consumer)
+        th.start()
+        q.put("item")
+        th.join()
+        assert got == ["item"]
+
+    result = interleavings.check(body)
+    assert result.verdict == "ok", result
+    assert result.states >= 2  # the consumer waits before the put in one, finds the item in another
+
+
+def test_join_waits_on_all_tasks_done_that_code_resets_under_the_mutex():
+    import queue
+
+    def body():
+        q = queue.Queue()
+        q.put(1)
+
+        def canceller():
+            with q.all_tasks_done:  # drop the pending task, as cancellation code does
+                q.queue.clear()
+                q.unfinished_tasks = 0
+                q.all_tasks_done.notify_all()
+
+        th = threading.Thread(target=canceller)
+        th.start()
+        q.join()
+        th.join()
+
+    assert interleavings.check(body).verdict == "ok"

@@ -17,6 +17,16 @@ The storage hooks are the standard library's (``_init``, ``_qsize``,
 ``_put``, ``_get``), so a subclass that overrides them -- as ``LifoQueue``
 and ``PriorityQueue`` do -- keeps working. Outside every execution a queue
 is a real one of its kind, holding the items it held (:mod:`.belonging`).
+
+A ``Queue``'s ``mutex``, ``not_empty``, ``not_full`` and ``all_tasks_done``
+are there for code that reaches for them (``with q.mutex: q.queue.clear()``),
+made the first time it does: from then on a call on the queue waits while a
+thread holds ``mutex`` (forever if it is the caller: the real one is not
+reentrant), and a ``put``, ``get``, ``task_done`` or ``shutdown`` notifies
+them as the real one does, so code that waits on them directly is woken.
+A blocked ``get`` is still enabled by the items themselves, not by the
+notify: code that adds items behind the queue's back without notifying
+would leave a real getter asleep, and that lost wakeup is not found here.
 """
 
 from __future__ import annotations
@@ -27,7 +37,8 @@ from collections import deque
 from typing import Any
 
 from .belonging import Prim, context, queue_deadline, stand_in, until, unwaitable
-from .scheduler import Op, VThread
+from .primitives import VCondition, VLock
+from .scheduler import Execution, Op, VThread
 
 __all__ = ["ShutDown", "VLifoQueue", "VPriorityQueue", "VQueue", "VSimpleQueue"]
 
@@ -55,6 +66,20 @@ def _short(items: Any) -> str:
     if len(seq) <= 4 and all(len(t) <= 12 for t in text):
         return "[" + ", ".join(text) + "]"
     return f"{len(seq)} items"
+
+
+class _QueueMutex(VLock):
+    """A queue's ``mutex``. Its acquire and release also touch the queue (the partial-order reduction's
+    key), so they are ordered against the queue's calls, including those made before it existed."""
+
+    _ilv_kind = "lock"
+
+    def __init__(self, queue_key: int) -> None:
+        super().__init__()
+        self._ilv_queue_key = queue_key
+
+    def _point(self, ex: Execution, vt: VThread, kind: str, *, keys: tuple = (), depth: int = 3, **kw: Any) -> Any:
+        return super()._point(ex, vt, kind, keys=keys + (self._ilv_queue_key,), depth=depth + 1, **kw)
 
 
 class VQueue(Prim):
@@ -86,6 +111,9 @@ class VQueue(Prim):
         return _short(self.queue) + (" (shut down)" if self.is_shutdown else "")
 
     def _ilv_blocked(self, vt: VThread, op: Op) -> str:
+        sync = self.__dict__.get("_ilv_sync")
+        if sync is not None and sync["mutex"]._held:
+            return sync["mutex"]._ilv_blocked(vt, op)
         if op.kind == "put":
             return f"waits for space in {self._ilv_name} (full)"
         if op.kind == "join":
@@ -94,6 +122,48 @@ class VQueue(Prim):
 
     def _full(self) -> bool:
         return 0 < self.maxsize <= self._qsize()
+
+    # -- the standard library's lock and conditions, made on first use ------------------
+
+    def _sync(self, name: str) -> Any:
+        if "_ilv_real" in self.__dict__:
+            return getattr(stand_in(self), name)
+        sync = self.__dict__.get("_ilv_sync")
+        if sync is None:
+            counts = dict(self._ilv_ex.names)  # named after the queue, not the line that made them
+            lock = _QueueMutex(id(self))
+            sync = {"mutex": lock, "not_empty": VCondition(lock), "not_full": VCondition(lock),
+                    "all_tasks_done": VCondition(lock)}
+            self._ilv_ex.names.clear()
+            self._ilv_ex.names.update(counts)
+            for attr, obj in sync.items():
+                obj._ilv_name = f"{self._ilv_name}.{attr}"
+            self._ilv_sync = sync
+        return sync[name]
+
+    mutex = property(lambda self: self._sync("mutex"), doc="The queue's lock (``queue.Queue.mutex``).")
+    not_empty = property(lambda self: self._sync("not_empty"), doc="Notified by each put.")
+    not_full = property(lambda self: self._sync("not_full"), doc="Notified by each get.")
+    all_tasks_done = property(lambda self: self._sync("all_tasks_done"), doc="Notified when no task is left.")
+
+    def _point(self, ex: Execution, vt: VThread, kind: str, *, enabled: Any = None, depth: int = 3,
+               **kw: Any) -> Any:
+        # Every call takes the mutex first, as the real one's ``with self.mutex`` does. Looked up when
+        # the call is scheduled: another thread may make the mutex while this one is parked here.
+        def gated() -> bool:
+            sync = self.__dict__.get("_ilv_sync")
+            if sync is not None and sync["mutex"]._held:
+                return False
+            return enabled is None or enabled()
+
+        return super()._point(ex, vt, kind, enabled=gated, depth=depth + 1, **kw)
+
+    def _notify(self, ex: Execution, vt: VThread, *names: str, every: bool = False) -> None:
+        sync = self.__dict__.get("_ilv_sync")
+        for name in names if sync is not None else ():
+            cond = sync[name]
+            if cond._waiters:  # the real queue notifies whether or not anyone waits: no lost wakeup here
+                cond._wake(ex, vt, len(cond._waiters) if every else 1, 0)
 
     _ilv_real_kind = "queue"
 
@@ -122,6 +192,7 @@ class VQueue(Prim):
             raise Full
         self._put(item)
         self.unfinished_tasks += 1
+        self._notify(ex, vt, "not_empty")
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
         c = context(self)
@@ -137,7 +208,9 @@ class VQueue(Prim):
             if too_long:
                 unwaitable(timeout)
             raise Empty
-        return self._get()
+        item = self._get()
+        self._notify(ex, vt, "not_full")
+        return item
 
     def put_nowait(self, item: Any) -> None:
         self.put(item, block=False)
@@ -153,6 +226,8 @@ class VQueue(Prim):
         if self.unfinished_tasks <= 0:
             raise ValueError("task_done() called too many times")
         self.unfinished_tasks -= 1
+        if self.unfinished_tasks == 0:
+            self._notify(c[0], c[1], "all_tasks_done", every=True)
 
     def join(self) -> None:
         c = context(self)
@@ -189,6 +264,8 @@ class VQueue(Prim):
                 self._get()
                 if self.unfinished_tasks > 0:
                     self.unfinished_tasks -= 1
+            self._notify(c[0], c[1], "all_tasks_done", every=True)
+        self._notify(c[0], c[1], "not_empty", "not_full", every=True)
 
 
 class VLifoQueue(VQueue):
