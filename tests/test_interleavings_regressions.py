@@ -481,6 +481,56 @@ def test_a_bad_argument_is_named_before_the_body_runs(option, value, error):
     assert ran == []
 
 
+@pytest.mark.parametrize("strategy", ["random", "pct", "hypothesis"])
+def test_a_preemption_bound_with_a_sampling_strategy_is_refused_not_ignored(strategy):
+    """It was accepted and the result reported preemption_bound=0 while the samples preempted freely."""
+    ran = []
+    with pytest.raises(ValueError, match="preemption_bound.*dfs"):
+        interleavings.check(lambda: ran.append(1), strategy=strategy, preemption_bound=0, max_schedules=5)
+    assert ran == []
+
+
+def _locked_twice(module):
+    def body():
+        lock = module.shared
+        done = []
+
+        def worker():
+            with lock:
+                done.append(1)
+
+        th = threading.Thread(target=worker)
+        th.start()
+        with lock:
+            pass
+        th.join()
+        assert done == [1]
+    return body
+
+
+@pytest.mark.parametrize("exists", [True, False], ids=["existing name", "new name"])
+def test_a_fresh_global_may_be_a_name_the_module_did_not_have(exists):
+    """It raised AttributeError; afterwards the module is as it was (the new name gone again)."""
+    module = types.ModuleType("fresh_target")
+    if exists:
+        module.shared = "before"
+    result = interleavings.check(_locked_twice(module),
+                                 patch_globals={(module, "shared"): interleavings.Fresh(lambda: threading.Lock())})
+    assert result.verdict == "ok", result
+    assert vars(module).get("shared", "absent") == ("before" if exists else "absent")
+
+
+@pytest.mark.parametrize("kind", ["Lock", "RLock", "Semaphore"])
+def test_fresh_of_a_threading_class_taken_before_the_check_makes_a_controlled_one(kind):
+    """``Fresh(threading.Lock)`` named the real class (looked up before the check patched it): every
+    schedule got a real lock, the check saw one schedule and said ok without looking at the others."""
+    module = types.ModuleType("fresh_target")
+    result = interleavings.check(_locked_twice(module),
+                                 patch_globals={(module, "shared"): interleavings.Fresh(getattr(threading, kind))})
+    assert result.verdict == "ok", result
+    assert result.states >= 2  # the worker first, or main first (a real lock: one schedule)
+
+
 def test_an_interrupt_with_bad_threads_and_a_body_that_needs_arguments_are_refused_up_front():
     with pytest.raises(TypeError, match="Interrupt.threads"):
         interleavings.Interrupt(lambda: None, threads=5)

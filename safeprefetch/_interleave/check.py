@@ -36,7 +36,7 @@ from .._check.result import Trace, TraceStep, Violation
 from . import arguments
 from .arguments import whole
 from .explore import DFS, PCT, RandomWalk, Replay, Scripted, alt_text
-from .patching import patched
+from .patching import MISSING, controlled, patched
 from .report import CodeCheckResult, StepDetail
 from .runner import run_once
 from .scheduler import Execution, Settings, VThread
@@ -153,6 +153,9 @@ def check_code(fn: Callable[[], Any], *, strategy: str = "dfs", preemption_bound
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
     whole("preemption_bound", preemption_bound, 0, optional=True)
+    if preemption_bound is not None and strategy != "dfs":
+        raise ValueError(f"preemption_bound bounds the exhaustive 'dfs' search; strategy={strategy!r} samples "
+                         "schedules and cannot keep to a bound (leave preemption_bound out, or use 'dfs')")
     whole("max_schedules", max_schedules, 1, optional=True)
     whole("depth", depth, 1)
     whole("seed", seed, None)
@@ -217,15 +220,19 @@ def _with_fresh(fn: Callable[[], Any], extra: dict | None) -> tuple[Callable[[],
     if not fresh:
         return fn, extra
     static = {k: v for k, v in extra.items() if not isinstance(v, Fresh)}
-    for module, name in fresh:
-        static[(module, name)] = getattr(module, name)  # recorded, so the check puts it back
+
+    def namespace(module: Any) -> dict:
+        return module if isinstance(module, dict) else vars(module)
+
+    for module, name in fresh:  # recorded, so the check puts it back (or removes a name that was not there)
+        static[(module, name)] = namespace(module).get(name, MISSING)
 
     def body() -> Any:
         made: dict[int, Any] = {}  # one object per Fresh value, however many names it is bound to
         for (module, name), f in fresh.items():
-            if id(f) not in made:
-                made[id(f)] = f.factory()
-            setattr(module, name, made[id(f)])
+            if id(f) not in made:  # Fresh(threading.Lock) names the real class: the controlled one is meant
+                made[id(f)] = controlled(f.factory)()
+            namespace(module)[name] = made[id(f)]
         return fn()
 
     body.__qualname__ = getattr(fn, "__qualname__", "body")

@@ -62,7 +62,7 @@ from .primitives import VBoundedSemaphore, VCondition, VEvent, VLock, VRLock, VS
 from .queues import ShutDown, VLifoQueue, VPriorityQueue, VQueue, VSimpleQueue
 from .scheduler import _ACTIVE, Execution, Op, VThread, current, mark_started, where
 
-__all__ = ["patched"]
+__all__ = ["MISSING", "controlled", "patched"]
 
 _BUSY = _thread.allocate_lock()
 
@@ -249,6 +249,7 @@ class patched:
                 old = getattr(module, name)
                 by_id[id(old)] = (old, new)
                 self._set(vars(module), name, new)
+            _SWAPS.update(by_id)
             if not hasattr(_queue, "ShutDown"):
                 self._set(vars(_queue), "ShutDown", ShutDown)
             for meth, fn in (("start", _start), ("join", _join), ("is_alive", _is_alive)):
@@ -282,7 +283,10 @@ class patched:
 
     def _set(self, names: dict, name: str, new: Any) -> None:
         self.undo.append((names, name, names.get(name, _MISSING)))
-        names[name] = new
+        if new is _MISSING:
+            names.pop(name, None)  # a name that did not exist stays absent (a Fresh one's body sets it)
+        else:
+            names[name] = new
 
     def _set_attr(self, cls: type, name: str, new: Any) -> None:
         self.undo.append((cls, name, cls.__dict__[name]))
@@ -301,6 +305,7 @@ class patched:
 
     def __exit__(self, *exc: Any) -> None:
         self._undo()
+        _SWAPS.clear()
         try:
             if self.gc_was_enabled:
                 gc.enable()
@@ -309,4 +314,16 @@ class patched:
             _BUSY.release()
 
 
-_MISSING = object()
+#: While a check runs: id(real original) -> (original, replacement), for :func:`controlled`.
+_SWAPS: dict[int, tuple[Any, Any]] = {}
+
+
+def controlled(obj: Any) -> Any:
+    """The check's replacement for ``obj`` when it is one of the originals it swaps out (``threading.Lock``
+    taken before the check began, as in ``Fresh(threading.Lock)``); otherwise ``obj`` itself."""
+    hit = _SWAPS.get(id(obj))
+    return hit[1] if hit is not None and hit[0] is obj else obj
+
+
+#: Where a patched name did not exist: undone by removing it again.
+MISSING = _MISSING = object()
