@@ -908,3 +908,123 @@ def test_join_waits_on_all_tasks_done_that_code_resets_under_the_mutex():
         th.join()
 
     assert interleavings.check(body).verdict == "ok"
+
+
+# -- an interrupt while a thread is blocked (a Ctrl-C while the program waits) ----------------------
+
+_ARMED = [False]
+
+
+def _ctrl_c_when_armed():
+    """Ctrl-C, but only inside the region the body arms (elsewhere the interrupt is spent doing nothing)."""
+    if _ARMED[0]:
+        raise KeyboardInterrupt
+
+
+def _ctrl_c_then_assume_the_item_came():
+    import queue
+
+    def body():
+        _ARMED[0] = False
+        q = queue.Queue()
+        th = threading.Thread(target=lambda: q.put("item"))
+        th.start()
+        try:
+            _ARMED[0] = True
+            q.get()
+        except KeyboardInterrupt:
+            _ARMED[0] = False
+            q.get_nowait()  # "the worker's item is there by now": not if Ctrl-C came while get waited
+        _ARMED[0] = False
+        th.join()
+    return body
+
+
+def test_an_interrupt_while_blocked_is_explored_only_when_asked_for():
+    body = _ctrl_c_then_assume_the_item_came()
+    between_bytecodes = interleavings.check(body, interrupts=[interleavings.Interrupt(_ctrl_c_when_armed)])
+    assert between_bytecodes.verdict == "ok"  # at main's enabled get the item is there
+    for reduce in ("dpor", "none"):
+        result = interleavings.check(body, reduce=reduce,
+                                     interrupts=[interleavings.Interrupt(_ctrl_c_when_armed, while_blocked=True)])
+        assert result.verdict == "uncaught_exception", result
+        assert "Empty" in result.violation.message
+        labels = [step.step for step in result.trace.steps]
+        interrupted = [i for i, label in enumerate(labels) if label.startswith("interrupt: _ctrl_c_when_armed")][0]
+        assert labels[interrupted].startswith("interrupt: _ctrl_c_when_armed while blocked in get q @"), labels
+        assert "put" not in " ".join(labels[:interrupted])  # main was waiting on an empty queue
+
+
+def _one_wait(wait, log):
+    def body():
+        _ARMED[0] = False
+        lock = threading.Lock()
+        cond = threading.Condition()
+        ev = threading.Event()
+        sem = threading.Semaphore(0)
+        got = []
+
+        def worker():
+            with lock:
+                got.append("w")
+            with cond:
+                cond.notify()
+            ev.set()
+            sem.release()
+
+        th = threading.Thread(target=worker)
+        th.start()
+        _ARMED[0] = True
+        try:
+            if wait == "lock":
+                with lock:
+                    got.append("m")
+            elif wait == "condition":
+                with cond:
+                    cond.wait(5)
+            elif wait == "event":
+                ev.wait()
+            elif wait == "join":
+                th.join()
+            elif wait == "sleep":
+                time.sleep(1)
+            else:
+                sem.acquire()
+            got.append("done")
+        except KeyboardInterrupt:
+            got.append("interrupted")
+        _ARMED[0] = False
+        th.join()
+        log.add(tuple(got))
+    return body
+
+
+@pytest.mark.parametrize("wait", ["lock", "condition", "event", "join", "sleep", "semaphore"])
+def test_dpor_and_plain_dfs_agree_with_interrupts_while_blocked(wait):
+    seen = {}
+    for reduce in ("none", "dpor"):
+        for blocked in (False, True):
+            log = set()
+            result = interleavings.check(_one_wait(wait, log), reduce=reduce, interrupts=[
+                interleavings.Interrupt(_ctrl_c_when_armed, while_blocked=blocked)])
+            assert result.verdict == "ok", result
+            seen[reduce, blocked] = log
+    assert seen["dpor", True] == seen["none", True]
+    assert seen["dpor", False] == seen["none", False]
+    if wait in ("join", "sleep", "semaphore"):  # a wait no enabled point of main reaches before the worker
+        assert seen["none", True] - seen["none", False] == {("interrupted", "w")}
+
+
+def test_a_deadlock_that_only_an_interrupt_could_break_is_still_a_deadlock():
+    def body():
+        lock = threading.Lock()
+        lock.acquire()
+        lock.acquire()  # waits for itself
+
+    result = interleavings.check(body, interrupts=[interleavings.Interrupt(lambda: None, while_blocked=True)])
+    assert result.verdict == "deadlock", result
+
+
+def test_while_blocked_must_be_a_flag():
+    with pytest.raises(TypeError, match="while_blocked"):
+        interleavings.Interrupt(lambda: None, while_blocked=1)

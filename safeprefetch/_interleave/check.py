@@ -73,17 +73,28 @@ class Interrupt:
     run. Every such point is a scheduling choice, explored like the others.
     An exception the callback raises propagates into the interrupted code
     there (a ``KeyboardInterrupt`` landing at that line).
+
+    ``while_blocked=True`` also offers it while the thread is blocked in a
+    wait (a lock, a condition, an event, a queue, a join, a sleep), as
+    CPython runs a signal handler on the main thread whose lock wait a
+    signal interrupted: a Ctrl-C while the program waits. Its exception
+    leaves the wait (a lock not taken, an item not got; a condition's wait
+    takes its lock back first). Leave it False for a GC finalizer, which
+    runs only between bytecodes. A deadlock is still one: an interrupt that
+    could break it is not counted as a way on.
     """
 
     callback: Callable[[], Any]
     threads: str | tuple[str, ...] = "main"
     times: int = 1
     name: str = ""
+    while_blocked: bool = False
 
     def __post_init__(self) -> None:
         if not callable(self.callback):
             raise TypeError(f"Interrupt needs a callable, not {self.callback!r}")
         whole("Interrupt.times", self.times, 1)
+        arguments.flag("Interrupt.while_blocked", self.while_blocked)
         if not isinstance(self.threads, str):
             object.__setattr__(self, "threads", arguments.names("Interrupt.threads", self.threads))
         if not self.name:

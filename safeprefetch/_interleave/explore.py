@@ -259,6 +259,8 @@ class DFS:
         if self.reduce:
             node.backtrack.add(c)
             node.backtrack.update(o for o in node.opts if o.t == c.t)  # the data choices of this transition
+            # and an interrupt on a blocked thread, which no race between threads would ever add
+            node.backtrack.update(o for o in node.opts if o.alt <= -2 and o.t not in node.enabled_t)
         else:
             node.backtrack.update(node.opts)
 

@@ -345,11 +345,23 @@ class Execution:
                     out.append(Choice(vt.index))
             elif op.kind == "wake" and self.spurious_left > 0 and op.obj.lock_free_for(vt):
                 out.append(Choice(vt.index, -1))
-            if ok and not vt.in_interrupt and op.kind not in ("begin", "exit"):
+            if not vt.in_interrupt and op.kind not in ("begin", "exit"):
                 for i, intr in enumerate(self.interrupts):
-                    if self.interrupts_left[i] > 0 and intr.applies(vt):
+                    if (ok or intr.while_blocked) and self.interrupts_left[i] > 0 and intr.applies(vt):
                         out.append(Choice(vt.index, -2 - i))
         return out
+
+    def _moves(self, opts: list[Choice]) -> bool:
+        """Whether some thread can go on: a spurious wakeup does not count, nor an interrupt on a blocked
+        thread (a program that only a Ctrl-C gets out of is deadlocked)."""
+        for c in opts:
+            if c.alt >= 0:
+                return True
+            if c.alt <= -2:
+                op = self.threads[c.t].op
+                if op.enabled is None or op.enabled():
+                    return True
+        return False
 
     def _decide(self, me: VThread) -> VThread | None:
         """Choose the next transition; None when the execution has ended."""
@@ -363,7 +375,7 @@ class Execution:
         opts = self._advance_clock()
         if opts is None:
             return None
-        if not any(c.alt != -1 for c in opts):
+        if not self._moves(opts):
             if self.root_done:
                 self.end("ok", "")
             else:
@@ -393,7 +405,7 @@ class Execution:
         to the next deadline, again and again (a timed-out wait may still need a lock whose holder
         sleeps past it). None when time passed ``time_limit`` (the execution has ended, a hang)."""
         opts = self.choices()
-        while not any(c.alt != -1 for c in opts):
+        while not self._moves(opts):
             deadlines = [vt.op.deadline for vt in self.threads if not vt.finished and vt.op is not None
                          and vt.op.deadline is not None and vt.op.deadline > self.clock]
             if not deadlines:
@@ -440,6 +452,8 @@ class Execution:
                     join_clock(r, clock)
         if c.interrupt is not None:
             label = f"interrupt: {self.interrupts[c.interrupt].name}"
+            if not (op.enabled is None or op.enabled()):
+                label += f" while blocked in {op.describe()}"
         elif c.alt == -1:
             label = op.describe() + " (spurious)"
         else:
