@@ -944,9 +944,9 @@ def test_an_interrupt_while_blocked_is_explored_only_when_asked_for():
     body = _ctrl_c_then_assume_the_item_came()
     between_bytecodes = interleavings.check(body, interrupts=[interleavings.Interrupt(_ctrl_c_when_armed)])
     assert between_bytecodes.verdict == "ok"  # at main's enabled get the item is there
-    for reduce in ("dpor", "none"):
+    for reduce, when in (("dpor", "both"), ("none", "both"), ("dpor", "blocked"), ("none", "blocked")):
         result = interleavings.check(body, reduce=reduce,
-                                     interrupts=[interleavings.Interrupt(_ctrl_c_when_armed, while_blocked=True)])
+                                     interrupts=[interleavings.Interrupt(_ctrl_c_when_armed, when=when)])
         assert result.verdict == "uncaught_exception", result
         assert "Empty" in result.violation.message
         labels = [step.step for step in result.trace.steps]
@@ -1003,16 +1003,18 @@ def _one_wait(wait, log):
 def test_dpor_and_plain_dfs_agree_with_interrupts_while_blocked(wait):
     seen = {}
     for reduce in ("none", "dpor"):
-        for blocked in (False, True):
+        for when in ("running", "blocked", "both"):
             log = set()
             result = interleavings.check(_one_wait(wait, log), reduce=reduce, interrupts=[
-                interleavings.Interrupt(_ctrl_c_when_armed, while_blocked=blocked)])
+                interleavings.Interrupt(_ctrl_c_when_armed, when=when)])
             assert result.verdict == "ok", result
-            seen[reduce, blocked] = log
-    assert seen["dpor", True] == seen["none", True]
-    assert seen["dpor", False] == seen["none", False]
+            seen[reduce, when] = log
+    for when in ("running", "blocked", "both"):
+        assert seen["dpor", when] == seen["none", when], when
+    assert seen["none", "both"] == seen["none", "running"] | seen["none", "blocked"]
     if wait in ("join", "sleep", "semaphore"):  # a wait no enabled point of main reaches before the worker
-        assert seen["none", True] - seen["none", False] == {("interrupted", "w")}
+        assert seen["none", "both"] - seen["none", "running"] == {("interrupted", "w")}
+        assert ("interrupted", "w") in seen["none", "blocked"]
 
 
 def test_a_deadlock_that_only_an_interrupt_could_break_is_still_a_deadlock():
@@ -1021,10 +1023,10 @@ def test_a_deadlock_that_only_an_interrupt_could_break_is_still_a_deadlock():
         lock.acquire()
         lock.acquire()  # waits for itself
 
-    result = interleavings.check(body, interrupts=[interleavings.Interrupt(lambda: None, while_blocked=True)])
+    result = interleavings.check(body, interrupts=[interleavings.Interrupt(lambda: None, when="blocked")])
     assert result.verdict == "deadlock", result
 
 
-def test_while_blocked_must_be_a_flag():
-    with pytest.raises(TypeError, match="while_blocked"):
-        interleavings.Interrupt(lambda: None, while_blocked=1)
+def test_an_unknown_interrupt_when_is_refused():
+    with pytest.raises(ValueError, match="Interrupt.when"):
+        interleavings.Interrupt(lambda: None, when="always")

@@ -124,7 +124,9 @@ class Scenario:
     #: "timeout" (get(timeout=0.5) then drain), "early_close" (close after one batch).
     mode: str = "drain"
     fail_at: int | None = None
-    #: "signal" (a handler's close() on the consumer) or "finalizer" (the finalizer on a worker).
+    #: "signal" (a handler's close() on the consumer), "finalizer" (the finalizer on a worker), or
+    #: "ctrl_c" (two KeyboardInterrupts raised while the consumer is blocked in a wait, as a SIGINT
+    #: handler that raises does: the consumer carries on after each and must lose nothing).
     interrupt: str | None = None
     bound: int | None = None
 
@@ -143,6 +145,10 @@ def _run_scenario(sc: Scenario) -> None:
     got: list[int] = []
     closer = None
     try:
+        if sc.interrupt == "ctrl_c":
+            _consume_through_ctrl_c(pf, got)
+            assert got == list(range(sc.items)), f"through Ctrl-C, received {got}"
+            return
         if sc.mode == "close_other":
             closer = threading.Thread(target=pf.close, name="closer")
             closer.start()
@@ -185,6 +191,28 @@ def _run_scenario(sc: Scenario) -> None:
 
 #: The prefetcher of the schedule running now, for the interrupts to act on.
 _current: list[Any] = [None]
+#: Whether the consumer is inside its loop, where a Ctrl-C is caught and the loop goes on.
+_armed: list[bool] = [False]
+
+
+def _consume_through_ctrl_c(pf: Prefetcher, got: list[int]) -> None:
+    _armed[0] = True
+    try:
+        while True:
+            try:
+                got.append(int(pf.get()[0]))
+            except KeyboardInterrupt:
+                continue  # the batch that call was handing out must come with the next one
+            except StopIteration:
+                return
+    finally:
+        _armed[0] = False
+
+
+def _ctrl_c() -> None:
+    """A SIGINT handler that raises (one installed after the prefetcher's, so layer 2 alone)."""
+    if _armed[0]:
+        raise KeyboardInterrupt
 
 
 def _signal_close() -> None:
@@ -204,6 +232,8 @@ def _finalizer() -> None:
 def _interrupts(kind: str | None, workers: int) -> tuple:
     if kind == "signal":
         return (Interrupt(_signal_close, threads="main", name="signal handler: close(timeout=1.0)"),)
+    if kind == "ctrl_c":
+        return (Interrupt(_ctrl_c, threads="main", times=2, when="blocked", name="Ctrl-C"),)
     if kind == "finalizer":
         names = tuple(f"safeprefetch-pf-worker{w}" for w in range(workers))
         return (Interrupt(_finalizer, threads=names, name="finalizer: close the abandoned prefetcher"),)
@@ -225,6 +255,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("get-timeout", mode="timeout", items=1, bound=1),
     Scenario("signal-handler-close", interrupt="signal", bound=0),
     Scenario("finalizer-on-worker", interrupt="finalizer", bound=0),
+    Scenario("ctrl-c-while-waiting", interrupt="ctrl_c", bound=1),
 )
 
 #: The bigger sweep (``-m slow``, and the bench): more items, capacity 2, two workers, bound 1.

@@ -62,6 +62,10 @@ class Fresh:
     factory: Callable[[], Any]
 
 
+#: Where an :class:`Interrupt` may land: before an operation it could perform, while blocked, or both.
+INTERRUPT_WHEN = ("running", "blocked", "both")
+
+
 @dataclass(frozen=True)
 class Interrupt:
     """A callback the explorer may run on a thread at one of its scheduling points.
@@ -74,27 +78,33 @@ class Interrupt:
     An exception the callback raises propagates into the interrupted code
     there (a ``KeyboardInterrupt`` landing at that line).
 
-    ``while_blocked=True`` also offers it while the thread is blocked in a
-    wait (a lock, a condition, an event, a queue, a join, a sleep), as
-    CPython runs a signal handler on the main thread whose lock wait a
-    signal interrupted: a Ctrl-C while the program waits. Its exception
-    leaves the wait (a lock not taken, an item not got; a condition's wait
-    takes its lock back first). Leave it False for a GC finalizer, which
-    runs only between bytecodes. A deadlock is still one: an interrupt that
-    could break it is not counted as a way on.
+    ``when`` says at which points: ``"running"`` (the default) right before
+    the thread's next synchronization operation, as above; ``"blocked"``
+    only while the thread is blocked in a wait (a lock, a condition, an
+    event, a semaphore, a barrier, a queue, a join, a sleep), as CPython runs
+    a signal handler on the main thread whose lock wait a signal
+    interrupted -- a Ctrl-C while the program waits; ``"both"``. An
+    exception raised while blocked leaves the wait undone (a lock not taken,
+    an item not got; a condition's wait takes its lock back first). A GC
+    finalizer runs only between bytecodes: ``"running"``. ``"blocked"`` is
+    also the exact one for code written against CPython's eval-breaker
+    points (which come after a C call returns, not before it): ``"running"``
+    lands an interrupt before a ``release()`` or ``put()`` that the real
+    interpreter never interrupts there. A deadlock is still one: an
+    interrupt that could break it is not counted as a way on.
     """
 
     callback: Callable[[], Any]
     threads: str | tuple[str, ...] = "main"
     times: int = 1
     name: str = ""
-    while_blocked: bool = False
+    when: str = "running"
 
     def __post_init__(self) -> None:
         if not callable(self.callback):
             raise TypeError(f"Interrupt needs a callable, not {self.callback!r}")
         whole("Interrupt.times", self.times, 1)
-        arguments.flag("Interrupt.while_blocked", self.while_blocked)
+        arguments.choice("Interrupt.when", self.when, INTERRUPT_WHEN)
         if not isinstance(self.threads, str):
             object.__setattr__(self, "threads", arguments.names("Interrupt.threads", self.threads))
         if not self.name:

@@ -347,13 +347,13 @@ class Execution:
                 out.append(Choice(vt.index, -1))
             if not vt.in_interrupt and op.kind not in ("begin", "exit"):
                 for i, intr in enumerate(self.interrupts):
-                    if (ok or intr.while_blocked) and self.interrupts_left[i] > 0 and intr.applies(vt):
+                    if intr.when in ("both", "running" if ok else "blocked") and self.interrupts_left[i] > 0 \
+                            and intr.applies(vt):
                         out.append(Choice(vt.index, -2 - i))
         return out
 
     def _moves(self, opts: list[Choice]) -> bool:
-        """Whether some thread can go on: a spurious wakeup does not count, nor an interrupt on a blocked
-        thread (a program that only a Ctrl-C gets out of is deadlocked)."""
+        """Whether a thread can go on: not by a spurious wakeup, nor by an interrupt while blocked."""
         for c in opts:
             if c.alt >= 0:
                 return True

@@ -86,6 +86,7 @@ __all__ = [
     "outermost",
     "pending",
     "protected",
+    "retake",
     "uninstall",
 ]
 
@@ -265,3 +266,20 @@ def _reset_after_fork() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def retake(lock: Any) -> None:
+    """Hold the kernel lock again, on a thread leaving the kernel's ``_park`` by an exception (its
+    caller's ``with`` releases it next).
+
+    On the main thread the wait for it is itself interruptible: a second
+    Ctrl-C while the first unwinds, with a SIGINT handler that raises (one
+    installed after the prefetcher), raised out of ``acquire`` and left
+    the ``with`` to release a lock another thread held. Such an exception
+    is dropped here: the one already propagating carries the interrupt.
+    """
+    while not lock._is_owned():
+        try:
+            lock.acquire()
+        except BaseException:  # noqa: BLE001 - see above; the loop takes the lock before anything else runs
+            pass

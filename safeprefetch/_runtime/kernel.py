@@ -84,7 +84,7 @@ from typing import Any, Callable, Mapping
 from .._check.replay import choice_step
 from .._check.result import Trace
 from .._check.verdict import classify_hang
-from .interrupts import deliver, guard, interruptible, outermost, protected
+from .interrupts import deliver, guard, interruptible, outermost, protected, retake
 from .._dsl.model import DONE, Machine
 from .._dsl.codegen import Broken, CompiledMachine
 from .driving import Driving
@@ -432,8 +432,7 @@ class Runtime(Driving):
             remaining = None if deadline is None else deadline - time.monotonic()
             lock.release(); got = _wait(tok, remaining); lock.acquire(); self._nparked -= self._parked[t]; self._parked[t] = False  # noqa: E702,E501
         except BaseException:
-            if not lock._is_owned():
-                lock.acquire()
+            retake(lock)
             self._nparked -= self._parked[t]; self._parked[t] = False  # noqa: E702
             raise
         if self._failure is not None:
