@@ -268,6 +268,8 @@ def _first_shape(source: Any, length: int, shape: Any, dtype: Any, timeout: floa
     if kind == "error":
         raise ValueError(f"reading source[0] to size the slot pool failed ({type(first).__name__}: {first}); "
                          "give shape= and dtype= to skip that read") from first
+    if isinstance(first, np.generic) and not isinstance(first, np.object_):
+        first = np.asarray(first)  # a numpy scalar (an item of a 1-d array): a 0-d batch, as the workers take it
     if not isinstance(first, np.ndarray) or type(first) is not np.ndarray:
         raise TypeError(f"source[0] must be a plain numpy array, not {type(first).__name__}")
     return (first.shape if shape is None else shape), (first.dtype if dtype is None else dtype)

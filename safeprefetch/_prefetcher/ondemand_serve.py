@@ -50,6 +50,14 @@ __all__ = ["CLOSED", "ERROR", "ServeSide"]
 ERROR, CLOSED = "error", "closed"
 
 
+def _kept(entry: tuple) -> tuple:
+    """``entry``, kept for a later call, with its batch in memory the prefetcher owns: a ``copy_into``
+    outcome's batch is in the caller's ``out`` only, which the caller may write before it asks again."""
+    if entry[0] is COPY:
+        return (COPY, True, entry[2], np.array(entry[3]))
+    return entry
+
+
 class ServeSide:
     """The caller's half of the on-demand core (a mixin of ``OnDemandCore``)."""
 
@@ -72,18 +80,24 @@ class ServeSide:
         t0 = time.perf_counter()
         try:
             with (gate if wait_gate(gate, deadline) else NO_GATE):
-                entry = self.stash
-                if entry is not None and (entry[2] != index or self.close_started):
-                    entry = self.stash = None  # an interrupted call's outcome, for another index: nobody's now
-                if entry is None:
-                    if self.close_started:
-                        raise PrefetcherClosed(f"prefetcher {self.name!r} is closed")
-                    self._serve(index, api, out, deadline)
+                try:
                     entry = self.stash
-                    self.counts.requests += 1
-                    self.counts.wait_seconds += time.perf_counter() - t0
-                elif entry[0] is not ERROR and entry[0] is not CLOSED and (entry[0] is not api or entry[3] is not out):
-                    entry = self.stash = self._adapt(entry, api, out)
+                    if entry is not None and (entry[2] != index or self.close_started):
+                        entry = self.stash = None  # an interrupted call's outcome, for another index: nobody's now
+                    if entry is None:
+                        if self.close_started:
+                            raise PrefetcherClosed(f"prefetcher {self.name!r} is closed")
+                        self._serve(index, api, out, deadline)
+                        entry = self.stash
+                        self.counts.requests += 1
+                        self.counts.wait_seconds += time.perf_counter() - t0
+                    elif entry[0] is not ERROR and entry[0] is not CLOSED and (entry[0] is not api
+                                                                             or entry[3] is not out):
+                        entry = self.stash = self._adapt(entry, api, out)
+                except BaseException:  # interrupted before the hand-out: the stash keeps it, in our memory
+                    if self.stash is not None:
+                        self.stash = _kept(self.stash)
+                    raise
                 committed = entry; self.stash = None  # noqa: E702 - handed out: no interruption point between
                 return entry
         except BaseException:
@@ -95,6 +109,7 @@ class ServeSide:
     def unreturn(self, entry: tuple) -> None:
         """Put back an outcome whose call is raising an interrupt instead: the next call for its index returns it."""
         gate = self.gate
+        entry = _kept(entry)
         with (gate if wait_gate(gate, None) else NO_GATE):
             if self.stash is None:
                 self.stash = entry
