@@ -8,6 +8,8 @@ Each failed on the code before its fix.
    one keeps a private copy now too.
 2. ``OnDemandPrefetcher`` refused a 1-d ndarray source (numpy scalars) that the streaming one takes
    as 0-d batches, and that its own workers serve once shape and dtype are given.
+3. A Ctrl-C between ``register(core)`` and ``core.start()`` in either constructor left a registered
+   core with no workers: closes waited for them, and the reaper blocked on it for good.
 """
 
 import inspect
@@ -80,3 +82,77 @@ def test_2_a_1d_array_source_is_served_as_0d_batches_on_demand_too():
     with OnDemandPrefetcher(src, workers=1) as pf:
         assert pf.get(3).shape == ()
         assert float(pf.get(3)) == 3.0 and float(pf.get(8)) == 8.0
+
+
+_CTRL_C_IN_CONSTRUCTOR = r'''
+import dis, gc, json, signal, sys
+import numpy as np
+import safeprefetch
+from safeprefetch._runtime import interrupts
+from safeprefetch._prefetcher.lifecycle import open_cores
+if not callable(signal.getsignal(signal.SIGINT)):
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+cls = getattr(safeprefetch, sys.argv[1])
+case = sys.argv[2]
+init = cls.__init__.__code__
+store_at = [i.offset for i in dis.get_instructions(init) if i.opname == "STORE_ATTR" and i.argval == "_finalizer"][0]
+fired = []
+
+def ctrl_c(frame):
+    fired.append(1)
+    signal.getsignal(signal.SIGINT)(signal.SIGINT, frame)  # what a real Ctrl-C does at this point
+
+def tracer(frame, event, arg):
+    if fired:
+        return None
+    if case == "install" and event == "call" and frame.f_code is interrupts.install.__code__ \
+            and frame.f_back.f_code is init:
+        ctrl_c(frame)
+    if case == "finalizer" and frame.f_code is init:
+        frame.f_trace_opcodes = True
+        def local(frame, event, arg):
+            if event == "opcode" and frame.f_lasti == store_at and not fired:
+                ctrl_c(frame)
+            return local
+        return local
+    return None
+
+sys.settrace(tracer)
+try:
+    cls(np.zeros((8, 4)), capacity=2, close_timeout=float("inf"))
+    got = "constructed"
+except KeyboardInterrupt:
+    got = "KeyboardInterrupt"
+finally:
+    sys.settrace(None)
+still_open = sum(not c.closed for c in open_cores())
+later = cls(np.zeros((8, 4)), capacity=2)  # abandoned at once: the reaper must close it
+core = later._core
+del later
+gc.collect()
+import time
+deadline = time.monotonic() + 10
+while not core.closed and time.monotonic() < deadline:  # the reaper marks it closed after the join
+    time.sleep(0.001)
+for th in list(core.threads):
+    th.join(10)
+print(json.dumps({"got": got, "fired": bool(fired), "open": still_open, "later_closed": core.closed,
+                  "later_threads_alive": sum(th.is_alive() for th in core.threads)}))
+'''
+
+
+@pytest.mark.parametrize("case", ["install", "finalizer"])
+@pytest.mark.parametrize("cls", ["Prefetcher", "OnDemandPrefetcher"])
+def test_3_ctrl_c_between_register_and_start_leaves_nothing_open_and_the_reaper_working(cls, case):
+    """A Ctrl-C after the core was registered and before ``core.start()`` left a registered core with no
+    workers: every later close (interpreter exit too) waited for them forever with close_timeout=inf, and
+    with the finalizer made, the reaper blocked on it for good, so no later abandoned prefetcher closed."""
+    import json
+    import subprocess
+
+    p = subprocess.run([sys.executable, "-c", _CTRL_C_IN_CONSTRUCTOR, cls, case], capture_output=True, text=True,
+                       timeout=40)
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got == {"got": "KeyboardInterrupt", "fired": True, "open": 0, "later_closed": True,
+                   "later_threads_alive": 0}

@@ -150,13 +150,14 @@ class Prefetcher(NotCopyable):
         self._ordered = cfg.ordered
         self._length = opened.items if opened.sized else None
         reaper.ensure_started()
+        core.plan_workers()  # before it is registered: a close from here on drives out the workers not started
         register(core)
-        core.sigint = _interrupts.install()
-        # Abandonment: a close request from the finalizer, carried out by the reaper (never
-        # blocking inside a garbage collection). Interpreter exit is lifecycle's hook.
-        self._finalizer = weakref.finalize(self, _abandon, core)
-        self._finalizer.atexit = False
-        try:
+        try:  # every statement from here is one a Ctrl-C may cut short: the core is closed then
+            core.sigint = _interrupts.install()
+            # Abandonment: a close request from the finalizer, carried out by the reaper (never
+            # blocking inside a garbage collection). Interpreter exit is lifecycle's hook.
+            self._finalizer = weakref.finalize(self, _abandon, core)
+            self._finalizer.atexit = False
             core.start()
         except BaseException:
             core.close(DEFAULT)

@@ -33,9 +33,16 @@ CLOSING = object()
 class FetchSide:
     """The worker half of the core (a mixin of ``_Core``)."""
 
+    def plan_workers(self) -> list:
+        """The worker threads to start, each ``(name, target, args)``; recorded as unstarted at once, so a
+        constructor interrupted before ``start`` leaves a core whose close drives them out itself."""
+        workers = [(f"safeprefetch-{self.name}-worker{w}", worker_main, (self, w, t))
+                   for w, t in enumerate(self.worker_ids)]
+        self.unstarted = [(target, args) for _name, target, args in workers]
+        return workers
+
     def start(self) -> None:
-        start_threads(self, [(f"safeprefetch-{self.name}-worker{w}", worker_main, (self, w, t))
-                             for w, t in enumerate(self.worker_ids)])
+        start_threads(self, self.plan_workers())
 
     def _closing(self) -> bool:
         # A racy read is sound: ``closing`` only ever goes from False to True.

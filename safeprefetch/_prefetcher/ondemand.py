@@ -129,11 +129,12 @@ class OnDemandPrefetcher(NotCopyable):
             pool=np.empty((capacity, *shape), dtype), workers=workers, box=box, predictor=predictor, length=length,
             close_timeout=close_timeout, timeout=timeout, name=name, depth=ahead)
         reaper.ensure_started()
+        core.plan_workers()  # before it is registered: a close from here on drives out the workers not started
         register(core)
-        core.sigint = _interrupts.install()
-        self._finalizer = weakref.finalize(self, _abandon, core)
-        self._finalizer.atexit = False
-        try:
+        try:  # every statement from here is one a Ctrl-C may cut short: the core is closed then
+            core.sigint = _interrupts.install()
+            self._finalizer = weakref.finalize(self, _abandon, core)
+            self._finalizer.atexit = False
             core.start()
         except BaseException:
             core.close(DEFAULT)

@@ -149,9 +149,15 @@ class OnDemandCore(ServeSide, CloseSide):
 
     # -- workers --------------------------------------------------------------
 
+    def plan_workers(self) -> list:
+        """As the streaming core's ``plan_workers``: the workers, recorded as unstarted before any starts."""
+        workers = [(f"safeprefetch-{self.name}-worker{w}", _worker_main, (self, t))
+                   for w, t in enumerate(self.worker_ids)]
+        self.unstarted = [(target, args) for _name, target, args in workers]
+        return workers
+
     def start(self) -> None:
-        start_threads(self, [(f"safeprefetch-{self.name}-worker{w}", _worker_main, (self, t))
-                             for w, t in enumerate(self.worker_ids)])
+        start_threads(self, self.plan_workers())
 
     def _closing(self) -> bool:
         return self.rt.state[self.i_closing]  # racy but sound: closing only goes from False to True

@@ -32,7 +32,7 @@ def start_threads(core: Any, workers: list[tuple[str, Callable[..., None], tuple
     start that raised after the thread did start leaves two candidate
     drivers; :func:`first_driver` lets exactly one of them drive.
     """
-    core.unstarted = [(target, args) for _name, target, args in workers]
+    core.unstarted = [(target, args) for _name, target, args in workers]  # planned already: the same list
     for name, target, args in workers:
         th = threading.Thread(target=target, args=args, daemon=True, name=name)
         core.threads.append(th)
