@@ -178,11 +178,13 @@ def _prebuild(config: dict, reduce: str) -> float:
     return x.build_seconds
 
 
-def _pan_cpu(work: Path, twin_source: str, items: int, tools: tuple[str, str]) -> tuple[str, float, int, float]:
+def _pan_cpu(work: Path, twin_source: str, items: int, tools: tuple[str, str],
+             hash_bits: int, budget: float = 1.0) -> tuple[str, float, int, float]:
     """Build pan for the twin at LENGTH=items in ``work`` and time it by CPU (getrusage of the children,
-    the clock our side uses too), repeating the search until a second of CPU has been measured:
+    the clock our side uses too), repeating the search until ``budget`` CPU seconds have been measured:
     pan's own "elapsed time" is wall-clock, and a fraction of a second is noise on a shared machine.
-    Returns (pan's output, CPU seconds per run, runs, the fewest CPU seconds one run took)."""
+    ``hash_bits`` is pan's -w. Returns (pan's output, CPU seconds per run, runs, the fewest CPU
+    seconds one run took)."""
     from .._tools.spin import _run
 
     spin, gcc = tools
@@ -193,15 +195,30 @@ def _pan_cpu(work: Path, twin_source: str, items: int, tools: tuple[str, str]) -
     _run([spin, "-o1", "-o2", "-a", "prefetcher.pml"], work, "spin -a")
     _run([gcc, "-O2", "-DSAFETY", "-DNOREDUCE", "-o", "pan", "pan.c"], work, "gcc pan.c")
     runs, cpu, out, fewest = 0, 0.0, "", float("inf")
-    while cpu < 1.0 and runs < 200:
+    while (cpu < budget or runs == 0) and runs < 200:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        out = _run(["./pan", "-m100000", "-w24", "-c0"], work, "pan", check_rc=False)
+        out = _run(["./pan", "-m100000", f"-w{hash_bits}", "-c0"], work, "pan", check_rc=False)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         took = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
         cpu += took
         fewest = min(fewest, took)
         runs += 1
     return out, cpu / runs, runs, fewest
+
+
+def _pan_hash_bits(work: Path, twin_source: str, items: int, tools: tuple[str, str]) -> int:
+    """pan's -w for the twin at LENGTH=items: the smallest table with two slots a stored state.
+
+    A fixed -w24 (2**24 slots, 128 MiB of pointers) made pan's start-up 0.12-0.25 s of page faults,
+    varying run to run by more than the whole --quick search (16 ms): the start-up-corrected
+    search time came out at or below zero and the SPIN ratio was lost. One probe run counts the
+    states; the table it sizes is the same for the LENGTH=1 start-up runs, so the difference is
+    the search alone."""
+    from .._tools.spin import parse_pan_output
+
+    out, _, _, _ = _pan_cpu(work, twin_source, items, tools, 24, budget=0.0)
+    stored = parse_pan_output(out).stored
+    return max(10, (2 * max(stored, 1) - 1).bit_length())
 
 
 def _spin_run(items: int) -> tuple[dict, dict] | None:
@@ -219,14 +236,16 @@ def _spin_run(items: int) -> tuple[dict, dict] | None:
     config = dict(twin.config)
     config["items"] = str(items)
     with tempfile.TemporaryDirectory(prefix="safeprefetch-bench-") as tmp:
-        _, startup, _, startup_fewest = _pan_cpu(Path(tmp), twin.source, 1, tools)
-        out, per_run, runs, fewest = _pan_cpu(Path(tmp), twin.source, items, tools)
+        bits = _pan_hash_bits(Path(tmp), twin.source, items, tools)
+        _, startup, _, startup_fewest = _pan_cpu(Path(tmp), twin.source, 1, tools, bits)
+        out, per_run, runs, fewest = _pan_cpu(Path(tmp), twin.source, items, tools, bits)
     res = parse_pan_output(out)
     elapsed = re.search(r"pan: elapsed time ([0-9.eE+-]+) seconds", out)
     # The search's CPU is the difference of the fastest runs: a neighbour's load only ever adds CPU
     # time, and on a small twin (--quick) the difference of means can come out at or below zero.
     search = fewest - startup_fewest
     pan = {"stored": res.stored, "transitions": res.transitions, "errors": res.errors, "runs": runs,
+           "hash_bits": bits,
            "elapsed_seconds": float(elapsed.group(1)) if elapsed else None,
            "cpu_seconds_per_run": per_run, "startup_cpu_seconds": startup, "search_cpu_seconds": search,
            "fastest_run_cpu_seconds": fewest, "fastest_startup_cpu_seconds": startup_fewest,
