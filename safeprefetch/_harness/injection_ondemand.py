@@ -102,9 +102,12 @@ class _Fixed(Predictor):
 class OnDemandScenario:
     situation: str
     api: str = "get"
+    #: False: a ``thread_safe=False`` source with a request timeout, so a miss takes the source lock
+    #: with a deadline (``waits.wait_gate``) and the sweep injects inside that wait too.
+    thread_safe: bool = True
 
     def __str__(self) -> str:
-        return f"{self.api}@{self.situation}"
+        return f"{self.api}@{self.situation}" + ("" if self.thread_safe else "-unsafe")
 
 
 class _Setup:
@@ -122,7 +125,8 @@ class _Setup:
         self.source = _Source(gate_at=self.asked if sc.situation == "join" else -1)
         speculate = [] if sc.situation == "miss" else [self.asked]
         self.predictor = _Fixed(speculate)
-        self.pf = OnDemandPrefetcher(self.source, capacity=3, workers=2, predict=self.predictor, close_timeout=5.0)
+        self.pf = OnDemandPrefetcher(self.source, capacity=3, workers=2, predict=self.predictor, close_timeout=5.0,
+                                     thread_safe=sc.thread_safe, timeout=None if sc.thread_safe else 30.0)
         self.core = self.pf._core
         self.call_over = False
         self.lease = None  # (the streaming contract check releases a lease left held; there are none here)
@@ -180,7 +184,9 @@ def _check(setup: _Setup, closed_by_effect: bool) -> list[str]:
     streaming sweep's close checks (bounded, nothing stuck, every thread gone)."""
     problems: list[str] = []
     core, pf = setup.core, setup.pf
-    locks_free = all(_lock_free(lock) for lock in (core.gate, core.close_lock, core.rt._lock))
+    box_lock = pf._source_box.lock
+    locks_free = all(_lock_free(lock) for lock in (core.gate, core.close_lock, core.rt._lock)
+                     + (() if box_lock is None else (box_lock,)))
     if locks_free and not (closed_by_effect or pf.closed):
         # Another index first: whatever the interrupted call left behind must be settled, not handed to it.
         for i in (20, setup.asked, 1, 2, 9, setup.asked):
@@ -301,6 +307,7 @@ def default_scenarios(full: bool = False) -> list[tuple[OnDemandScenario, str]]:
             (OnDemandScenario("join"), "raise"), (OnDemandScenario("error", "copy"), "raise"),
             (OnDemandScenario("close"), "raise"), (OnDemandScenario("hit", "copy"), "signal"),
             (OnDemandScenario("join"), "signal"), (OnDemandScenario("miss"), "close"),
+            (OnDemandScenario("miss", thread_safe=False), "raise"),
             (OnDemandScenario("hit"), "finalize")]
 
 

@@ -22,7 +22,7 @@ from .._dsl.model import DONE
 from .._runtime.kernel import LiveError
 from ..models import _protocol as P
 from .sources import SourceBox, remote_item, stop_iteration_error
-from .waits import first_driver, start_threads
+from .waits import SOURCE_BUSY, first_driver, start_threads, wait_gate
 
 __all__ = ["FetchSide", "worker_main"]
 
@@ -62,7 +62,7 @@ class FetchSide:
         try:
             if box.lock is None:
                 return self._fill(box, pos, k)
-            with box.lock:
+            with (box.lock if wait_gate(box.lock, None, deliver_deferred=False) else SOURCE_BUSY):
                 t0 = time.perf_counter()  # waiting for another worker's call is not fetch time
                 return self._fill(box, pos, k)
         except StopIteration as e:

@@ -28,7 +28,8 @@ Decisions, and why
   that is busy with speculation; the caller's own thread is always free.
   ``predict=None`` is then exactly a direct ``source[i]`` plus one copy.
   ``timeout=`` therefore bounds waits for other threads (the gate, a
-  worker's fetch in flight), not the source call a miss makes itself.
+  worker's fetch in flight, and with ``thread_safe=False`` the source lock
+  a worker's call holds), not the source call a miss makes itself.
 * **A source error answers that request only.** An on-demand source has no
   stream to end: the error is raised by the request for its index, as the
   same object, and the prefetcher stays usable. A speculative fetch that

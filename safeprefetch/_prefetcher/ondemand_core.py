@@ -55,7 +55,7 @@ from .ondemand_serve import ServeSide
 from .ondemand_stats import OnDemandCounters, OnDemandStats
 from .predictors import Predictor
 from .sources import SourceBox, stop_iteration_error
-from .waits import first_driver, new_gate, start_threads
+from .waits import SOURCE_BUSY, SourceBusy, first_driver, new_gate, start_threads, wait_gate
 
 __all__ = ["OnDemandCore", "compile_predictive"]
 
@@ -76,9 +76,9 @@ def compile_predictive(capacity: int, workers: int) -> Any:
 
 
 @interruptible
-def call_source(fill: Any, box: SourceBox, index: int, k: int) -> str:
+def call_source(fill: Any, box: SourceBox, index: int, k: int, deadline: float | None) -> str:
     """The caller's own fetch: Ctrl-C inside the source raises here (and is that request's error)."""
-    return fill(box, index, k)
+    return fill(box, index, k, deadline)
 
 
 class OnDemandCore(ServeSide, CloseSide):
@@ -110,6 +110,8 @@ class OnDemandCore(ServeSide, CloseSide):
         self.gate = new_gate()
         self.stash: tuple | None = None         # an interrupted call's outcome: (kind, value, index, data)
         self.drop_demand = False                # the next demand fetch is an interrupted call's: drop it
+        self.demand_deadline: float | None = None  # the request's, for a thread_safe=False source's lock
+        self.busy: BaseException | None = None  # the last SourceBusy a demand fetch stored (not a source error)
         self.counts = OnDemandCounters(workers)
         # -- closing (the streaming CloseSide's fields)
         self.close_lock = new_gate()
@@ -191,7 +193,10 @@ class OnDemandCore(ServeSide, CloseSide):
         box = self.source_ref()
         t0 = time.perf_counter()
         try:
-            return call_source(self._fill, box, index, k)
+            return call_source(self._fill, box, index, k, self.demand_deadline)
+        except SourceBusy as e:  # the request's timeout, waiting for another thread's call: not a source error
+            self.busy = box.errors[k] = e
+            return Q.FETCH_ERROR
         except BaseException as e:  # noqa: BLE001 - raised by the request, as the same object
             box.errors[k] = self._as_error(index, e)
             return Q.FETCH_ERROR
@@ -204,9 +209,11 @@ class OnDemandCore(ServeSide, CloseSide):
             return stop_iteration_error(self._where(index), e)
         return e
 
-    def _fill(self, box: SourceBox, index: int, k: int) -> str:
+    def _fill(self, box: SourceBox, index: int, k: int, deadline: float | None = None) -> str:
+        """Fill slot ``k`` with ``index``; ``deadline`` bounds the wait for a ``thread_safe=False`` source's lock
+        (a miss's, behind a worker's speculative call; SourceBusy when it passes)."""
         if box.lock is not None:
-            with box.lock:
+            with (box.lock if wait_gate(box.lock, deadline, deliver_deferred=False) else SOURCE_BUSY):
                 return self._fill_unlocked(box, index, k)
         return self._fill_unlocked(box, index, k)
 

@@ -147,10 +147,12 @@ class ServeSide:
                 rt.step(c)  # an interrupted call's lease, for another index
             elif pc == Q.DEMAND_FETCH:
                 self.drop_demand = not self._mine(state, index)
+                self.demand_deadline = deadline
                 try:
                     rt.step(c)
                 finally:
                     self.drop_demand = False
+                    self.demand_deadline = None
             elif pc == Q.SERVE:
                 if self._mine(state, index):
                     self._wait_in_flight(deadline)
@@ -162,7 +164,10 @@ class ServeSide:
                 error = box.errors.pop(k, None) if box is not None else None
                 if error is None:  # cannot happen: the slot's error is stored before it is published
                     error = RuntimeError(f"prefetcher {self.name!r}: the fetch of index {index} failed")
-                self.counts.errors += 1
+                if error is self.busy:  # this request's timeout, not the source's error
+                    self.busy = None
+                else:
+                    self.counts.errors += 1
                 self.stash = (ERROR, error, index, None)
                 return
             elif not predicted:

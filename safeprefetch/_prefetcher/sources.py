@@ -20,7 +20,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .errors import PrefetchTimeout
-from .waits import wait_event
+from .waits import new_gate, wait_event
 
 __all__ = ["SourceBox", "index_plan", "read_first", "remote_item", "stop_iteration_error"]
 
@@ -73,8 +73,9 @@ class SourceBox:
         self.preloaded = preloaded
         #: Source exceptions waiting for the consumer, by stream position.
         self.errors: dict[int, BaseException] = {}
-        #: Serializes calls into a source that is not thread-safe (``thread_safe=False``).
-        self.lock = None if thread_safe else threading.Lock()
+        #: Serializes calls into a source that is not thread-safe (``thread_safe=False``): a gate, taken
+        #: with ``waits.wait_gate`` so that an on-demand miss can wait for it with a deadline.
+        self.lock = None if thread_safe else new_gate()
 
 
 def stop_iteration_error(where: str, e: StopIteration) -> RuntimeError:

@@ -16,7 +16,8 @@ from typing import Any, Callable
 from .._runtime.interrupts import deliver, guard, interruptible, interruptible_until_owned
 from .errors import PrefetchTimeout
 
-__all__ = ["Gate", "NO_GATE", "first_driver", "join_threads", "start_threads", "wait_event", "wait_gate"]
+__all__ = ["Gate", "NO_GATE", "SOURCE_BUSY", "SourceBusy", "first_driver", "join_threads", "start_threads",
+           "wait_event", "wait_gate"]
 
 _TIMEOUT_MAX = threading.TIMEOUT_MAX
 
@@ -72,18 +73,21 @@ def join_threads(threads: list[threading.Thread], deadline: float | None, me: th
 
 
 @interruptible_until_owned("gate")
-def wait_gate(gate: Any, deadline: float | None) -> bool:
+def wait_gate(gate: Any, deadline: float | None, deliver_deferred: bool = True) -> bool:
     """Take the consumer gate, waiting until ``deadline``; True once owned.
 
     Interruptible while waiting; once the gate is owned, an interrupt is
     deferred (SIGINT wrapper) or, raised anyway, releases it here before
     propagating: the caller's ``with`` has not taken charge of it yet.
+    A ``thread_safe=False`` source's lock is taken here too, with
+    ``deliver_deferred=False`` (workers take it, and an on-demand miss waits
+    for a worker's speculative call with its request's deadline).
     """
     # (No ``return gate.acquire()``: an interrupt at the end of that call is caught by the
     # ``except`` below, but the instruction after it, the return, lies outside the ``try``.)
     try:
         if deadline is None:
-            if guard.deferred:
+            if deliver_deferred and guard.deferred:
                 deliver()
             got = gate.acquire()
             return got
@@ -137,6 +141,26 @@ class _NoGate:
 
 
 NO_GATE = _NoGate()
+
+
+class SourceBusy(PrefetchTimeout):
+    """An on-demand miss's deadline passed while another thread's call held a ``thread_safe=False`` source."""
+
+
+class _SourceBusy:
+    """What a miss's ``with`` enters when the source lock was not taken in time: it raises SourceBusy."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        raise SourceBusy("the source is busy: another thread's call into it (thread_safe=False) did not finish "
+                         "within the timeout")
+
+    def __exit__(self, *exc: Any) -> None:  # pragma: no cover - __enter__ always raises
+        return None
+
+
+SOURCE_BUSY = _SourceBusy()
 
 
 class CloseBusy(Exception):
