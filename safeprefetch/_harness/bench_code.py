@@ -15,7 +15,9 @@ What it measures, and against what
   (one condvar, if-not-while, a lost wakeup, close without wake).
 * **The Prefetcher suite.** Every CI scenario, the pre-hardening deadlocks
   and the kernel mutations: verdict, schedules, seconds
-  (:func:`~.prefetcher_code.run_suite`).
+  (:func:`~.prefetcher_code.run_suite`); and the OnDemandPrefetcher's CI
+  scenarios with its two regressions put back
+  (:func:`~.ondemand_code.run_suite`).
 * **interleave-test**, run in the same process when it is importable; it
   needs Python >= 3.12, so on older interpreters the row says "skipped" and
   why. Its figures from the project's anchors (remeasured on this machine
@@ -131,7 +133,8 @@ def _fmt_recorded(row: ProofRow) -> str:
     return f"{s:g} s, {n:,} schedules ({s / max(row.seconds, 1e-9):,.0f}x)"
 
 
-def _print(proofs: list[ProofRow], bugs: list[dict[str, Any]], suite: list[dict[str, Any]], status: str) -> None:
+def _print(proofs: list[ProofRow], bugs: list[dict[str, Any]], suite: list[dict[str, Any]], status: str,
+           on_demand: list[dict[str, Any]] = ()) -> None:
     print(f"interleave-test: {status}\n")
     print("proofs: the correct two-condvar bounded buffer")
     print(f"{'shape':18} {'search':22} {'verdict':8} {'schedules':>9} {'seconds':>8}  interleave-test (recorded)")
@@ -146,9 +149,11 @@ def _print(proofs: list[ProofRow], bugs: list[dict[str, Any]], suite: list[dict[
         print(f"{b['bug']:22} {b['verdict']:18} schedule {b['schedules_to_bug']:>3}  {b['seconds_to_bug']:.3f} s  "
               f"trace {b['trace']:>3} steps (first {b['first_trace']}), {b['preemptions']} preemption(s)  "
               f"{INTERLEAVE_TEST_TRACE / max(b['trace'], 1):.0f}x shorter")
-    if suite:
-        print("\nthe Prefetcher's code")
-        for row in suite:
+    for title, rows in (("the Prefetcher's code", suite), ("the OnDemandPrefetcher's code", on_demand)):
+        if not rows:
+            continue
+        print(f"\n{title}")
+        for row in rows:
             bound = "every schedule" if row["bound"] is None else f"bound {row['bound']}"
             print(f"{row['what']:36} expect {row['expect']:10} {row['verdict']:16} {row['schedules']:>7,} schedules "
                   f"{row['seconds']:>7.2f} s  {bound}")
@@ -159,20 +164,23 @@ def register(sub: Any) -> dict[str, Any]:
                        "interleave-test's recorded figures (docs/interleavings.md)")
     p.add_argument("--quick", action="store_true", help="small settings (seconds)")
     p.add_argument("--json", action="store_true")
-    p.add_argument("--no-prefetcher", action="store_true", help="skip the Prefetcher suite")
+    p.add_argument("--no-prefetcher", action="store_true",
+                   help="skip the Prefetcher and OnDemandPrefetcher suites")
     return {"bench-code": _cmd}
 
 
 def _cmd(args: Any) -> int:
+    from .ondemand_code import run_suite as run_on_demand_suite
     from .prefetcher_code import run_suite
 
     status = interleave_test_status()
     proofs = bench_proofs(args.quick)
     bugs = bench_bugs()
     suite = [] if args.no_prefetcher else run_suite()
+    on_demand = [] if args.no_prefetcher else run_on_demand_suite()
     if args.json:
         print(json.dumps({"interleave_test": status, "proofs": [asdict(r) for r in proofs], "bugs": bugs,
-                          "prefetcher": suite}, indent=2))
+                          "prefetcher": suite, "on_demand": on_demand}, indent=2))
     else:
-        _print(proofs, bugs, suite, status)
+        _print(proofs, bugs, suite, status, on_demand)
     return 0
