@@ -18,8 +18,10 @@ thread they land on:
   ``fetch_into`` sources, capacity 1-2, workers 1-2, items 0-3, close from
   another thread, an abandoned prefetcher, a source error,
   ``get(timeout=)``, a signal handler's ``close()`` on the consumer and the
-  finalizer on a worker. Each must show no violation, exhaustively or within
-  its stated preemption bound.
+  finalizer on a worker; leases, ``copy_prefetched``, two consumer threads,
+  autotune, an executor and a ``thread_safe=False`` source with two
+  workers. Each must show no violation, exhaustively or within its stated
+  preemption bound.
 * :func:`old_scenario` -- the pre-hardening locking pattern (commit
   ``c24e732``: ``safeprefetch/_live.py``'s ``Runtime.step``/``_park``/
   ``_wake_enabled`` and ``safeprefetch/_prefetcher.py``'s ``close`` and
@@ -40,6 +42,7 @@ use Python's own rule for ``Lock`` (``lock_release="any"``).
 
 from __future__ import annotations
 
+import concurrent.futures
 import importlib.util
 import sys
 import tempfile
@@ -129,6 +132,13 @@ class Scenario:
     #: handler that raises does: the consumer carries on after each and must lose nothing).
     interrupt: str | None = None
     bound: int | None = None
+    #: How the consumer takes batches: "iterate" (``for batch in pf``), "leases" (``pf.lease()``, released
+    #: at once), "copy" (``copy_prefetched`` into one buffer); ``consumers=2``: two threads take at once.
+    api: str = "iterate"
+    consumers: int = 1
+    #: More constructor arguments, as pairs: ``autotune``, ``thread_safe``, ``max_capacity``, and
+    #: ``("executor", "thread")`` for a ThreadPoolExecutor of one thread made (and shut down) by the body.
+    options: tuple[tuple[str, Any], ...] = ()
 
     def body(self) -> Callable[[], None]:
         def body() -> None:
@@ -138,13 +148,58 @@ class Scenario:
         return body
 
 
+def _take(pf: Prefetcher, api: str, out: np.ndarray) -> int | None:
+    """The next batch's first value, by the scenario's API; None at the end of the stream."""
+    if api == "copy":
+        return int(out[0]) if pf.copy_prefetched(out) else None
+    try:
+        if api == "leases":
+            with pf.lease() as view:
+                return int(view[0])
+        return int(next(pf)[0])
+    except StopIteration:
+        return None
+
+
+def _consume(pf: Prefetcher, api: str, got: list[int]) -> None:
+    """Take batches until the end of the stream (``list.append`` is atomic: two consumers may share ``got``)."""
+    out = np.empty(2, np.int64)
+    while (x := _take(pf, api, out)) is not None:
+        got.append(x)
+
+
 def _run_scenario(sc: Scenario) -> None:
-    pf = Prefetcher(_source(sc.source, sc.items, sc.fail_at), capacity=sc.capacity, workers=sc.workers,
-                    name="pf", close_timeout=5.0)
+    options = dict(sc.options)
+    pool = None
+    if options.get("executor") == "thread":
+        pool = options["executor"] = concurrent.futures.ThreadPoolExecutor(1)
+    try:
+        pf = Prefetcher(_source(sc.source, sc.items, sc.fail_at), capacity=sc.capacity, workers=sc.workers,
+                        name="pf", close_timeout=5.0, **options)
+        _run_with(sc, pf)
+    finally:
+        if pool is not None:
+            pool.shutdown()
+
+
+def _run_with(sc: Scenario, pf: Prefetcher) -> None:
     _current[0] = pf
     got: list[int] = []
     closer = None
     try:
+        if sc.api != "iterate" or sc.consumers > 1:
+            other = threading.Thread(target=_consume, args=(pf, sc.api, got), name="consumer2") \
+                if sc.consumers > 1 else None
+            if other is not None:
+                other.start()
+            try:
+                _consume(pf, sc.api, got)
+            finally:
+                if other is not None:
+                    other.join()
+            got.sort()  # two consumers: each in order, interleaved
+            assert got == list(range(sc.items)), f"received {got}"
+            return
         if sc.interrupt == "ctrl_c":
             _consume_through_ctrl_c(pf, got)
             assert got == list(range(sc.items)), f"through Ctrl-C, received {got}"
@@ -261,6 +316,12 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("signal-handler-close", interrupt="signal", bound=0),
     Scenario("finalizer-on-worker", interrupt="finalizer", bound=0),
     Scenario("ctrl-c-while-waiting", interrupt="ctrl_c", bound=1),
+    Scenario("leases-c2-i3", items=3, capacity=2, api="leases", bound=1),
+    Scenario("copy-c2-i3", items=3, capacity=2, api="copy", bound=1),
+    Scenario("two-consumers", items=3, capacity=2, consumers=2, bound=0),
+    Scenario("autotune", items=3, options=(("autotune", True), ("max_capacity", 2)), bound=1),
+    Scenario("executor", options=(("executor", "thread"),), bound=1),
+    Scenario("thread-unsafe-c2-w2-i3", items=3, capacity=2, workers=2, options=(("thread_safe", False),), bound=0),
 )
 
 #: The bigger sweep (``-m slow``, and the bench): more items, capacity 2, two workers, bound 1.
@@ -272,6 +333,9 @@ SLOW_SCENARIOS: tuple[Scenario, ...] = (
     Scenario("close-from-other-thread-b1", mode="close_other", bound=1),
     Scenario("signal-handler-close-b1", interrupt="signal", bound=1),
     Scenario("finalizer-on-worker-b1", interrupt="finalizer", bound=1),
+    Scenario("two-consumers-b1", items=3, capacity=2, consumers=2, bound=1),
+    Scenario("thread-unsafe-c2-w2-i3-b1", items=3, capacity=2, workers=2, options=(("thread_safe", False),),
+             bound=1),
 )
 
 
