@@ -8,6 +8,7 @@ against a baseline in the same run, with a ratio.
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 
@@ -248,3 +249,19 @@ def test_the_profile_names_each_line_for_both_runtimes_and_adds_up():
         assert us["K2"] > 0 and "K2_saves_us" in ceiling
     else:
         assert ceiling["K2"].startswith("skipped: Cython")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed (apt-get install valgrind)")
+def test_instruction_counts_are_exact_and_exclude_the_set_up():
+    """The figure's premise: callgrind counts the same loop the same, and the reduce's own cost comes off."""
+    from safeprefetch._harness.live_instructions import instructions_report, measure
+
+    a, b = measure("np.copyto", 60), measure("np.copyto", 60)
+    assert abs(a - b) <= 0.001 * a  # the same count, run to run, whatever the machine is doing
+    assert measure("np.copyto", 120) > 1.9 * a  # the loop's, not the child's start: it doubles with the steps
+    r = instructions_report(quick=True, names=["np.copyto", "python call"])
+    per = r["instructions_per_item"]
+    assert set(per) == {"queue.Queue put + get", "np.copyto", "python call"} and r["ratio_to_queue"][
+        "queue.Queue put + get"] == 1.0
+    assert all(v > 0 for v in per.values())  # an empty step's cost is subtracted, not more

@@ -374,4 +374,7 @@ def register(sub) -> dict[str, Any]:
     which.choices["live"].add_argument(
         "--profile", action="store_true",
         help="where the protocol's CPU and copy_prefetched's cost go, function by function")
+    which.choices["live"].add_argument(
+        "--instructions", action="store_true",
+        help="instructions per item under valgrind's callgrind, one thread, against queue.Queue (noise-free)")
     return {"bench": _cmd_bench}

@@ -71,7 +71,10 @@ Where a target is missed, docs/performance.md says why, measured: ``--profile``
 prints, instead of the figures, where the protocol's CPU per item and a
 ``copy_prefetched`` call's time go, function by function, for both runtimes
 (``live_profile.py``), and what compiling the transitions and the kernel
-would remove from it, measured (``live_ceiling.py``).
+would remove from it, measured (``live_ceiling.py``). ``--instructions``
+prints the hot path's cost in instructions per item, counted by valgrind's
+callgrind in one thread against ``queue.Queue``'s (``live_instructions.py``):
+exact where the times move by 2x between runs.
 
 The code, by figure family: ``live_common.py`` (the Figure record, the
 baselines, the sources), ``live_handoff.py`` (handoff, protocol_cpu),
@@ -271,6 +274,15 @@ def cmd_bench_live(args: Any) -> int:
         else:
             print("\n\n".join([*(format_profile(t) for t in tables), format_ceiling(ceiling)]))
         return 0
+    if getattr(args, "instructions", False):
+        from .live_instructions import format_instructions, instructions_report
+
+        report = instructions_report(quick)
+        if getattr(args, "json", False):
+            print(json.dumps({"machine": machine_info(), "quick": quick, "instructions": report}, indent=2))
+        else:
+            print(format_instructions(report))
+        return 0 if "skipped" not in report else 2
     result = bench_live(quick=quick, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
     if getattr(args, "json", False):
         print(json.dumps(result, indent=2))
