@@ -12,6 +12,7 @@ import pytest
 
 from safeprefetch import interleavings
 from safeprefetch._harness import prefetcher_code as pc
+from safeprefetch._harness import prefetcher_old
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -34,7 +35,7 @@ def test_todays_prefetcher_shows_no_violation_at_bigger_shapes(sc):
 
 @pytest.mark.parametrize("kind, holder", [("signal", "main"), ("finalizer", "worker0")])
 def test_the_pre_hardening_code_deadlocks_on_its_own_lock(kind, holder):
-    r = pc.check_old(kind)
+    r = prefetcher_old.check_old(kind)
     assert r.verdict == "deadlock", interleavings.render(r)
     assert r.preemptions == 0 and len(r.trace) <= 15
     steps = [(s.thread, s.step) for s in r.trace.steps]
@@ -44,7 +45,7 @@ def test_the_pre_hardening_code_deadlocks_on_its_own_lock(kind, holder):
 
 def test_the_same_interrupts_find_nothing_without_the_reentrancy():
     """The deadlock is the interrupt's doing: the old code without interrupts is fine."""
-    r = interleavings.check(pc.old_scenario("none"), lock_release="any")
+    r = interleavings.check(prefetcher_old.old_scenario("none"), lock_release="any")
     assert r.verdict == "ok" and r.exhaustive
 
 

@@ -15,7 +15,7 @@ What it measures, and against what
   (one condvar, if-not-while, a lost wakeup, close without wake).
 * **The Prefetcher suite.** Every CI scenario, the pre-hardening deadlocks
   and the kernel mutations: verdict, schedules, seconds
-  (:func:`~.prefetcher_code.run_suite`); and the OnDemandPrefetcher's CI
+  (:func:`prefetcher_suite`); and the OnDemandPrefetcher's CI
   scenarios with its two regressions put back
   (:func:`~.ondemand_code.run_suite`).
 * **interleave-test**, run in the same process when it is importable; it
@@ -159,6 +159,28 @@ def _print(proofs: list[ProofRow], bugs: list[dict[str, Any]], suite: list[dict[
                   f"{row['seconds']:>7.2f} s  {bound}")
 
 
+def prefetcher_suite() -> list[dict[str, Any]]:
+    """Every CI scenario of the Prefetcher's code, the old code's two deadlocks and the kernel mutations: one row
+    each (for the docs and this bench)."""
+    from .prefetcher_code import MUTATIONS, SCENARIOS, check_mutation, check_scenario
+    from .prefetcher_old import check_old
+
+    rows = []
+    for sc in SCENARIOS:
+        r = check_scenario(sc)
+        rows.append({"what": sc.name, "expect": "ok", "verdict": r.verdict, "schedules": r.states,
+                     "bound": sc.bound, "covered": r.exhaustive or r.bound_covered, "seconds": r.seconds})
+    for kind in ("signal", "finalizer"):
+        r = check_old(kind)
+        rows.append({"what": f"c24e732 + {kind}", "expect": "deadlock", "verdict": r.verdict, "schedules": r.states,
+                     "bound": None, "covered": True, "seconds": r.seconds, "trace": len(r.trace)})
+    for m in MUTATIONS:
+        r = check_mutation(m)
+        rows.append({"what": f"mutant: {m.name}", "expect": "violation", "verdict": r.verdict, "schedules": r.states,
+                     "bound": None, "covered": r.exhaustive, "seconds": r.seconds, "trace": len(r.trace)})
+    return rows
+
+
 def register(sub: Any) -> dict[str, Any]:
     p = sub.add_parser("bench-code", help="the code checker: proofs, bugs and the Prefetcher suite, against "
                        "interleave-test's recorded figures (docs/interleavings.md)")
@@ -171,12 +193,11 @@ def register(sub: Any) -> dict[str, Any]:
 
 def _cmd(args: Any) -> int:
     from .ondemand_code import run_suite as run_on_demand_suite
-    from .prefetcher_code import run_suite
 
     status = interleave_test_status()
     proofs = bench_proofs(args.quick)
     bugs = bench_bugs()
-    suite = [] if args.no_prefetcher else run_suite()
+    suite = [] if args.no_prefetcher else prefetcher_suite()
     on_demand = [] if args.no_prefetcher else run_on_demand_suite()
     if args.json:
         print(json.dumps({"interleave_test": status, "proofs": [asdict(r) for r in proofs], "bugs": bugs,
