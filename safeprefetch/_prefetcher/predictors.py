@@ -284,7 +284,9 @@ class _Score:
         while expiry and n - expiry[0][0] > horizon:
             entry = expiry.popleft()
             self.outcomes.append(entry[1])
-            if not entry[1]:
+            # Only if it is this entry: an interrupt right after the ``pop`` above leaves an entry popped
+            # and not yet marked used.
+            if not entry[1] and self.pending.get(entry[2]) is entry:
                 del self.pending[entry[2]]
 
     def predicted(self, indices: list[int], n: int) -> None:
