@@ -22,6 +22,15 @@ does not evict the speculation just made for it. Every step is taken with
 the branches that replace it if a worker moved the slot on since the
 caller looked (a queued claim started, a fetch landed): a cancel becomes an
 evict, an uncancel a speculate. None of them parks.
+
+The predictor is the caller's code, like its source: a custom one may be
+slow, or never return. So it is asked in an interruptible frame (``ask``),
+where Ctrl-C raises at once, as in the caller's own demand fetch, instead
+of being deferred to the end of the call like the rest of it. Both of its
+calls come before the request's first step, with the gate held and the
+model consumer at "request or predict": an interrupt there leaves nothing
+half done, and the call simply did not happen (the next call for the same
+index asks the predictor again, so it may observe that index twice).
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._dsl.model import DONE
+from .._runtime.interrupts import deliver, guard, interruptible
 from ..models import _predictive_protocol as Q
 
 __all__ = ["speculate"]
@@ -40,10 +50,10 @@ _EVICTABLE = (Q.READY, Q.FAILED)
 def speculate(core: Any, index: int) -> None:
     """Observe ``index``, then queue, cancel and evict speculation to match the predictor's proposals."""
     predictor = core.predictor
-    predictor.observe(index)
+    ask(predictor.observe, index)
     if core.depth <= 0 or predictor.name == "none":
         return
-    proposals = [p for p in predictor.predict(core.depth) if p != index][:core.depth]
+    proposals = [p for p in ask(predictor.predict, core.depth) if p != index][:core.depth]
     wanted = set(proposals)
     wanted.add(index)
     rt, c = core.rt, core.consumer
@@ -69,6 +79,17 @@ def speculate(core: Any, index: int) -> None:
             rt.step(c, core.branches_speculate[tag])
         if rt.state[core.i_consumer_pc] == DONE:
             return
+
+
+@interruptible
+def ask(method: Any, arg: int) -> Any:
+    """``method(arg)``, a predictor's ``observe`` or ``predict``: Ctrl-C raises in it at once (see the module doc).
+
+    A Ctrl-C deferred earlier in the call is delivered here first, as at any interruptible point.
+    """
+    if guard.deferred:
+        deliver()
+    return method(arg)
 
 
 def _held(slots: tuple, tag: int) -> Any:

@@ -24,7 +24,10 @@ in the stash and is returned by the next call for the same index (any API:
 found wherever the interrupt left it and settled as in step 1. No slot, lock
 or wakeup is leaked. The caller's own demand fetch runs the source inside an
 interruptible frame: Ctrl-C there becomes that request's error (the call
-raises KeyboardInterrupt) and leaves the slot free.
+raises KeyboardInterrupt) and leaves the slot free. The predictor, the
+caller's code too, is asked in an interruptible frame as well
+(``ondemand_policy.ask``), before the request's first step: Ctrl-C there
+raises at once, and the request was not made.
 """
 
 from __future__ import annotations

@@ -6,7 +6,11 @@ indices worth fetching ahead (:meth:`Predictor.predict`, most likely first).
 A predictor is pure bookkeeping: no threads, no arrays, no clock. It cannot
 break the prefetcher -- the checked protocol allows every speculation at
 every moment -- it can only waste fetches by guessing wrong; measuring that
-is ``bench predict``'s job (docs/predictive.md).
+is ``bench predict``'s job (docs/predictive.md). Its calls run on the
+caller's thread, where Ctrl-C raises inside them at once (a custom predictor
+may be slow or hang): a call cut short anywhere must leave the predictor
+consistent, if not exact. The four here do (tests/test_hardening_review6.py
+interrupts them at every point).
 
 The four are the classic software renderings of hardware prefetchers:
 
@@ -52,7 +56,10 @@ class Predictor:
     """The interface: ``observe(index)`` for every request, ``predict(depth)`` for what to fetch next.
 
     Subclasses keep their state bounded: a predictor runs for the life of
-    the prefetcher, over any number of requests.
+    the prefetcher, over any number of requests. Both methods run on the
+    caller's thread, where Ctrl-C may cut either short at any point: keep
+    the state consistent then (the request is asked again, so ``observe``
+    may see its index twice).
     """
 
     #: The name ``OnDemandPrefetcher(predict=...)`` accepts for it.
@@ -284,8 +291,8 @@ class _Score:
         while expiry and n - expiry[0][0] > horizon:
             entry = expiry.popleft()
             self.outcomes.append(entry[1])
-            # Only if it is this entry: an interrupt right after the ``pop`` above leaves an entry popped
-            # and not yet marked used.
+            # Only if it is this entry: a Ctrl-C right after the ``pop`` above (the predictor is the
+            # caller's code, interruptible) leaves an entry popped and not yet marked used.
             if not entry[1] and self.pending.get(entry[2]) is entry:
                 del self.pending[entry[2]]
 
