@@ -154,3 +154,35 @@ def test_2_ctrl_c_anywhere_in_the_adaptive_predictor_leaves_it_consistent(effect
     finally:
         for pf in opened:
             pf.close()
+
+
+class _NextTwo(Predictor):
+    """The docs' recipe: subclass Predictor, write observe and predict (and no ``name``)."""
+
+    def observe(self, index):
+        self.last = index
+
+    def predict(self, depth):
+        return [self.last + 1, self.last + 2][:depth]
+
+
+def _until(predicate, seconds=10.0):
+    """Wait until ``predicate()`` holds (observable state), at most ``seconds``; its last value."""
+    deadline = time.monotonic() + seconds
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return predicate()
+
+
+def test_3_a_custom_predictor_without_a_name_is_asked_to_predict():
+    # A subclass that kept the base class's name "none" was taken for predict=None: never asked to
+    # predict, silently (no speculation; stats said "prediction off (none)").
+    with OnDemandPrefetcher(_Long(), capacity=4, workers=1, predict=_NextTwo(1000)) as pf:
+        for i in range(5):
+            assert pf.get(i)[0] == i
+            assert _until(lambda: ("READY", i + 1) in pf.slots()), f"{i + 1} was not fetched ahead: {pf.slots()}"
+        assert pf.get(5)[0] == 5
+        stats = pf.stats
+    assert stats.hits == 5, stats
+    assert stats.predictor == "_NextTwo" and stats.verdict != "off"
+    assert "predict=_NextTwo" in repr(pf)

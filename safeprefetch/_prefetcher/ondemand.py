@@ -58,7 +58,7 @@ from .lease import NotCopyable
 from .lifecycle import reaper, register
 from .ondemand_core import OnDemandCore
 from .ondemand_stats import OnDemandStats
-from .predictors import Predictor, make_predictor
+from .predictors import Predictor, label, make_predictor
 from .sources import SourceBox, read_first
 
 __all__ = ["DEFAULT_CAPACITY", "OnDemandPrefetcher"]
@@ -240,7 +240,7 @@ class OnDemandPrefetcher(NotCopyable):
         c = self._core
         state = "closed" if c.close_started else "open"
         return (f"<OnDemandPrefetcher {c.name} capacity={self.capacity} workers={self.workers} "
-                f"predict={c.predictor.name} shape={c.shape} dtype={c.dtype} {state}>")
+                f"predict={label(c.predictor)} shape={c.shape} dtype={c.dtype} {state}>")
 
 
 def _length(source: Any) -> int:

@@ -53,7 +53,7 @@ from .closing import CloseSide
 from .fetching import FetchSide
 from .ondemand_serve import ServeSide
 from .ondemand_stats import OnDemandCounters, OnDemandStats
-from .predictors import Predictor
+from .predictors import Predictor, label
 from .sources import SourceBox, stop_iteration_error
 from .waits import SOURCE_BUSY, SourceBusy, first_driver, new_gate, start_threads, wait_gate
 
@@ -237,7 +237,7 @@ class OnDemandCore(ServeSide, CloseSide):
         for st, tag in state[self.i_slots]:
             if st == Q.READY or st == Q.FAILED or (st == Q.FILLING and tag != waited):
                 pending += 1
-        return self.counts.snapshot(self.predictor.name, pending, self.closed, self.batch_bytes,
+        return self.counts.snapshot(label(self.predictor), pending, self.closed, self.batch_bytes,
                                     len(self.slot_views))
 
     def slot_states(self) -> list[tuple[str, int | None]]:

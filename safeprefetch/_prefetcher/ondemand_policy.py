@@ -40,6 +40,7 @@ from typing import Any
 from .._dsl.model import DONE
 from .._runtime.interrupts import deliver, guard, interruptible
 from ..models import _predictive_protocol as Q
+from .predictors import Predictor
 
 __all__ = ["speculate"]
 
@@ -51,7 +52,7 @@ def speculate(core: Any, index: int) -> None:
     """Observe ``index``, then queue, cancel and evict speculation to match the predictor's proposals."""
     predictor = core.predictor
     ask(predictor.observe, index)
-    if core.depth <= 0 or predictor.name == "none":
+    if core.depth <= 0 or type(predictor) is Predictor:  # the base predicts nothing (a subclass may keep its name)
         return
     proposals = [p for p in ask(predictor.predict, core.depth) if p != index][:core.depth]
     wanted = set(proposals)

@@ -49,7 +49,7 @@ from collections import OrderedDict, deque
 from typing import Any, Callable
 
 __all__ = ["AdaptivePredictor", "MarkovPredictor", "PREDICTORS", "Predictor", "SequentialPredictor",
-           "StridePredictor", "make_predictor"]
+           "StridePredictor", "label", "make_predictor"]
 
 
 class Predictor:
@@ -62,7 +62,8 @@ class Predictor:
     may see its index twice).
     """
 
-    #: The name ``OnDemandPrefetcher(predict=...)`` accepts for it.
+    #: The name ``OnDemandPrefetcher(predict=...)`` accepts for it, and stats show (a subclass that
+    #: keeps "none" is shown by its class name; only this base class itself predicts nothing).
     name = "none"
 
     def __init__(self, length: int | None = None):
@@ -381,6 +382,13 @@ PREDICTORS: dict[str, type[Predictor]] = {
     "none": Predictor, "sequential": SequentialPredictor, "stride": StridePredictor, "markov": MarkovPredictor,
     "adaptive": AdaptivePredictor,
 }
+
+
+def label(predictor: Predictor) -> str:
+    """The name stats and repr show: ``name``, or the class's for a subclass that kept the base's "none"."""
+    if predictor.name == "none" and type(predictor) is not Predictor:
+        return type(predictor).__name__
+    return predictor.name
 
 
 def make_predictor(predict: Any, length: int) -> Predictor:
