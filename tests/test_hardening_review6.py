@@ -186,3 +186,56 @@ def test_3_a_custom_predictor_without_a_name_is_asked_to_predict():
     assert stats.hits == 5, stats
     assert stats.predictor == "_NextTwo" and stats.verdict != "off"
     assert "predict=_NextTwo" in repr(pf)
+
+
+class _SlowOnce:
+    """Item i is ``[i, i, i]``; once armed, the next fetch takes 20 s (in Python, so a Ctrl-C can cut it)."""
+
+    def __init__(self):
+        self.armed = False
+
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, i):
+        if self.armed:
+            self.armed = False
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                time.sleep(0.001)
+        return np.full(3, i, np.int64)
+
+
+def test_4_a_ctrl_c_deferred_just_before_the_callers_own_fetch_does_not_wait_for_the_fetch():
+    # A Ctrl-C landing in the request's protected steps (here: as the request step begins) was deferred to
+    # the end of the call, past the caller's own demand fetch: a slow source held it for the whole fetch.
+    # It is delivered as the fetch begins now, as that request's interrupt.
+    import sys
+
+    from safeprefetch._prefetcher.ondemand_serve import ServeSide
+
+    code, fired = ServeSide._request.__code__, []
+
+    def tracer(frame, event, arg):
+        if event == "call" and frame.f_code is code and not fired:
+            fired.append(1)
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, frame)  # what CPython does when SIGINT lands here
+        return None
+
+    src = _SlowOnce()
+    with OnDemandPrefetcher(src, capacity=3, workers=1, predict=None) as pf:
+        assert pf.get(0)[0] == 0
+        src.armed = True
+        t0 = time.monotonic()
+        sys.settrace(tracer)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                pf.get(5)
+        finally:
+            sys.settrace(None)
+        elapsed = time.monotonic() - t0
+        assert fired and elapsed < 10, f"the Ctrl-C waited {elapsed:.1f} s for the source"
+        _nothing_held(pf)
+        assert src.armed, "the source was called after the Ctrl-C"
+        src.armed = False
+        assert pf.get(5).tolist() == [5, 5, 5] and pf.get(6)[0] == 6

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from .._dsl.model import DONE
-from .._runtime.interrupts import interruptible
+from .._runtime.interrupts import deliver, guard, interruptible
 from .._runtime.kernel import LiveError
 from ..models import _predictive_protocol as Q
 from . import core as _streaming_core
@@ -77,7 +77,13 @@ def compile_predictive(capacity: int, workers: int) -> Any:
 
 @interruptible
 def call_source(fill: Any, box: SourceBox, index: int, k: int, deadline: float | None) -> str:
-    """The caller's own fetch: Ctrl-C inside the source raises here (and is that request's error)."""
+    """The caller's own fetch: Ctrl-C inside the source raises here (and is that request's error).
+
+    A Ctrl-C deferred earlier in the call is delivered here first, as at any interruptible point:
+    held until the source returned, it would wait for the whole fetch.
+    """
+    if guard.deferred:
+        deliver()
     return fill(box, index, k, deadline)
 
 
