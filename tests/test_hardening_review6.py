@@ -239,3 +239,63 @@ def test_4_a_ctrl_c_deferred_just_before_the_callers_own_fetch_does_not_wait_for
         assert src.armed, "the source was called after the Ctrl-C"
         src.armed = False
         assert pf.get(5).tolist() == [5, 5, 5] and pf.get(6)[0] == 6
+
+
+class _Proposes(Predictor):
+    """Proposes ``f(last)``: whatever a buggy custom predictor might."""
+
+    name = "proposes"
+
+    def __init__(self, f):
+        super().__init__(10)
+        self.f, self.last = f, 0
+
+    def observe(self, index):
+        self.last = index
+
+    def predict(self, depth):
+        return self.f(self.last)
+
+
+class _Recorded:
+    """A 10-row array source that records every index it is called with."""
+
+    def __init__(self):
+        self.data = np.arange(30.0).reshape(10, 3)
+        self.calls = []
+
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, i):
+        self.calls.append(i)
+        return self.data[i]
+
+
+def test_5_a_float_proposal_is_refused_not_fetched_as_the_index_it_equals():
+    # A custom predictor proposing 1.0 (arithmetic on a float) had a worker fetch source[1.0] into a slot
+    # that stood for index 1, since 1.0 == 1: every get(1) then raised the source's IndexError, the demand
+    # fetch too (its tag still mapped to 1.0), for as long as the prefetcher lived.
+    src = _Recorded()
+    with OnDemandPrefetcher(src, capacity=3, workers=1, predict=_Proposes(lambda last: [last + 1.0])) as pf:
+        with pytest.raises(TypeError, match=r"predictor proposes proposed 1\.0 \(float\)"):
+            pf.get(0)
+        assert all(type(i) is int for i in src.calls), src.calls
+        pf._core.predictor.f = lambda last: [last + 1]  # fixed: the same prefetcher serves on
+        assert pf.get(1).tolist() == [3.0, 4.0, 5.0]
+        assert _until(lambda: ("READY", 2) in pf.slots())
+        assert pf.get(2).tolist() == [6.0, 7.0, 8.0]
+    assert all(type(i) is int for i in src.calls), src.calls
+
+
+def test_5_proposals_out_of_range_are_dropped_not_fetched():
+    # A custom predictor proposing -1 had a worker fetch source[-1] (the last item, into a slot tagged -1),
+    # and one past the end an IndexError: both wasted a fetch. The built-in predictors drop them; so does
+    # the prefetcher now, for any predictor.
+    src = _Recorded()
+    with OnDemandPrefetcher(src, capacity=4, workers=1, predict=_Proposes(lambda last: [-1, 10, last + 1])) as pf:
+        for i in range(4):
+            assert pf.get(i)[0] == 3 * i
+            assert _until(lambda: ("READY", i + 1) in pf.slots()), pf.slots()
+        assert pf.stats.hits == 3
+    assert all(0 <= i < 10 for i in src.calls), src.calls
