@@ -299,3 +299,77 @@ def test_5_proposals_out_of_range_are_dropped_not_fetched():
             assert _until(lambda: ("READY", i + 1) in pf.slots()), pf.slots()
         assert pf.stats.hits == 3
     assert all(0 <= i < 10 for i in src.calls), src.calls
+
+
+class _CallsBack:
+    """Item i is ``[i, i, i]``; fetching ``at`` on a worker calls ``back(pf)`` first (the source calling its
+    own prefetcher back), letting whatever that raises propagate (it is that item's error)."""
+
+    def __init__(self, at, back, wait_for=None):
+        self.at, self.back, self.wait_for = at, back, wait_for
+        self.pf = None
+        self.entered = threading.Event()
+
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, i):
+        if i == self.at and self.pf is not None and "worker" in threading.current_thread().name:
+            self.entered.set()
+            if self.wait_for is not None:
+                assert _until(lambda: self.wait_for(self.pf), 30)
+            self.back(self.pf)
+        return np.full(3, i, np.int64)
+
+
+@pytest.mark.parametrize("call", ["get", "next", "copy_prefetched", "lease"])
+def test_6_a_source_consuming_its_own_prefetcher_from_a_worker_raises_instead_of_deadlocking(call):
+    # The worker waited for the gate the consumer held while it waited for that worker's batch: both
+    # waited forever (here: until the consumer's 5 s timeout).
+    from safeprefetch import Prefetcher
+
+    back = {"get": lambda pf: pf.get(), "next": lambda pf: next(pf),
+            "copy_prefetched": lambda pf: pf.copy_prefetched(np.empty(3, np.int64)),
+            "lease": lambda pf: pf.lease()}[call]
+    src = _CallsBack(3, back)
+    with Prefetcher(src, capacity=2, workers=2, timeout=5) as pf:
+        src.pf = pf
+        got = []
+        with pytest.raises(RuntimeError, match="its own worker") as info:
+            for batch in pf:
+                got.append(int(batch[0]))
+        assert got == [0, 1, 2]
+        assert "__getitem__" in "".join(str(f.name) for f in info.traceback)  # the source's own traceback
+
+
+def test_6_a_source_calling_its_on_demand_prefetcher_from_a_worker_raises_instead_of_deadlocking():
+    # The worker's speculative fetch of 3 asked for 5 while the caller waited for that very fetch: the worker
+    # waited for the gate the caller held (here: until the caller's 5 s timeout).
+    src = _CallsBack(3, lambda pf: pf.get(5),
+                     wait_for=lambda pf: pf._core.rt.is_parked(pf._core.consumer))  # the caller waits for 3
+    with OnDemandPrefetcher(src, capacity=3, workers=1, predict=_Proposes(lambda last: [3] if last == 0 else [])) \
+            as pf:
+        src.pf = pf
+        assert pf.get(0)[0] == 0
+        assert src.entered.wait(30)
+        with pytest.raises(RuntimeError, match="its own worker"):
+            pf.get(3, timeout=5)
+        src.pf = None
+        assert pf.get(3)[0] == 3 and pf.get(5)[0] == 5
+
+
+def test_6_a_call_from_inside_the_callers_own_fetch_says_so():
+    # The caller's own demand fetch calling get() raised an error blaming a signal handler or finalizer.
+    class Src(Tiles):
+        pf = None
+
+        def __getitem__(self, i):
+            if i == 3 and self.pf is not None:
+                self.pf.get(5)
+            return super().__getitem__(i)
+
+    src = Src()
+    with OnDemandPrefetcher(src, capacity=3, workers=1, predict=None) as pf:
+        src.pf = pf
+        with pytest.raises(RuntimeError, match="the source or predictor it runs"):
+            pf.get(3)

@@ -27,6 +27,7 @@ thread took in between (never lost, never duplicated).
 from __future__ import annotations
 
 import sys
+import threading
 import time
 import weakref
 from typing import Any
@@ -81,9 +82,18 @@ class ConsumerSide:
         t = self.timeout if timeout is DEFAULT else as_seconds("timeout", timeout)
         return None if t is None else time.monotonic() + t
 
-    def _reentered(self) -> None:
-        raise RuntimeError(f"prefetcher {self.name!r}: a consumer call from a signal handler or finalizer that "
-                           "interrupted another consumer call on this thread; only close() may be called there")
+    def refuse_reentry(self) -> None:
+        """Raise RuntimeError for a consumer call that would wait for itself: made on a thread that holds the gate
+        (from inside another call: its source or predictor, or a signal handler or finalizer that interrupted
+        it), or on one of this prefetcher's workers (its source calling back)."""
+        if self.gate._is_owned():
+            raise RuntimeError(f"prefetcher {self.name!r}: a consumer call from inside another call on this thread "
+                               "(the source or predictor it runs, or a signal handler or finalizer that interrupted "
+                               "it); only close() may be called there")
+        if threading.get_ident() in self.worker_idents:
+            raise RuntimeError(f"prefetcher {self.name!r}: a consumer call from its own worker (the source calling "
+                               "its prefetcher back): it would wait for the fetch it is inside; only close() may be "
+                               "called there")
 
     @protected
     def consume(self, api: str, out: Any, deadline: float | None) -> tuple:
@@ -91,8 +101,8 @@ class ConsumerSide:
         if self.forked:
             raise PrefetcherForked(f"prefetcher {self.name!r} belongs to the process that forked this one")
         gate = self.gate
-        if gate._is_owned():
-            self._reentered()
+        if gate._is_owned() or threading.get_ident() in self.worker_idents:
+            self.refuse_reentry()
         committed = None
         try:
             with (gate if wait_gate(gate, deadline) else NO_GATE):
@@ -339,7 +349,7 @@ class ConsumerSide:
             return
         gate = self.gate
         if gate._is_owned():
-            self._reentered()
+            self.refuse_reentry()
         with (gate if wait_gate(gate, None) else NO_GATE):
             if lease._released:
                 return

@@ -32,6 +32,7 @@ raises at once, and the request was not made.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -68,6 +69,7 @@ class ServeSide:
     # first (putting the outcome back for the next call with ``unreturn``).
     deadline = ConsumerSide.deadline
     handout = ConsumerSide.handout
+    refuse_reentry = ConsumerSide.refuse_reentry
 
     @protected
     def consume(self, api: str, request: tuple[int, Any], deadline: float | None) -> tuple:
@@ -76,9 +78,8 @@ class ServeSide:
         if self.forked:
             raise PrefetcherForked(f"prefetcher {self.name!r} belongs to the process that forked this one")
         gate = self.gate
-        if gate._is_owned():
-            raise RuntimeError(f"prefetcher {self.name!r}: a call from a signal handler or finalizer that "
-                               "interrupted another call on this thread; only close() may be called there")
+        if gate._is_owned() or threading.get_ident() in self.worker_idents:
+            self.refuse_reentry()
         committed = None
         t0 = time.perf_counter()
         try:

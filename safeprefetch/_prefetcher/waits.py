@@ -43,8 +43,14 @@ def start_threads(core: Any, workers: list[tuple[str, Callable[..., None], tuple
 
 
 def first_driver(core: Any, t: int) -> bool:
-    """Whether the calling thread is the one to drive model thread ``t`` (the first to ask; atomic)."""
+    """Whether the calling thread is the one to drive model thread ``t`` (the first to ask; atomic).
+
+    A worker thread also records itself in ``core.worker_idents`` here, before its first fetch: its
+    starter records it only once ``start`` returns, and its source may call the prefetcher before that.
+    """
     me = threading.get_ident()
+    if threading.current_thread() in core.threads:  # a worker's own thread, not close() driving it out
+        core.worker_idents.add(me)
     return core.drivers.setdefault(t, me) == me
 
 
