@@ -47,6 +47,30 @@ def _nothing_held(pf):
     assert got == [None], "the kernel lock is held"
 
 
+def _interrupted_at_entry(code, call):
+    """Run ``call()`` with a Ctrl-C landing as ``code`` is first entered (the installed SIGINT handler called
+    there, as CPython does); the seconds until ``call`` raised KeyboardInterrupt."""
+    import sys
+
+    fired = []
+
+    def tracer(frame, event, arg):
+        if event == "call" and frame.f_code is code and not fired:
+            fired.append(1)
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, frame)
+        return None
+
+    t0 = time.monotonic()
+    sys.settrace(tracer)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            call()
+    finally:
+        sys.settrace(None)
+    assert fired
+    return time.monotonic() - t0
+
+
 class _HangingPredictor(Predictor):
     """Sequential, but once armed its ``observe`` or ``predict`` does not return until released."""
 
@@ -210,31 +234,14 @@ def test_4_a_ctrl_c_deferred_just_before_the_callers_own_fetch_does_not_wait_for
     # A Ctrl-C landing in the request's protected steps (here: as the request step begins) was deferred to
     # the end of the call, past the caller's own demand fetch: a slow source held it for the whole fetch.
     # It is delivered as the fetch begins now, as that request's interrupt.
-    import sys
-
     from safeprefetch._prefetcher.ondemand_serve import ServeSide
-
-    code, fired = ServeSide._request.__code__, []
-
-    def tracer(frame, event, arg):
-        if event == "call" and frame.f_code is code and not fired:
-            fired.append(1)
-            signal.getsignal(signal.SIGINT)(signal.SIGINT, frame)  # what CPython does when SIGINT lands here
-        return None
 
     src = _SlowOnce()
     with OnDemandPrefetcher(src, capacity=3, workers=1, predict=None) as pf:
         assert pf.get(0)[0] == 0
         src.armed = True
-        t0 = time.monotonic()
-        sys.settrace(tracer)
-        try:
-            with pytest.raises(KeyboardInterrupt):
-                pf.get(5)
-        finally:
-            sys.settrace(None)
-        elapsed = time.monotonic() - t0
-        assert fired and elapsed < 10, f"the Ctrl-C waited {elapsed:.1f} s for the source"
+        elapsed = _interrupted_at_entry(ServeSide._request.__code__, lambda: pf.get(5))
+        assert elapsed < 10, f"the Ctrl-C waited {elapsed:.1f} s for the source"
         _nothing_held(pf)
         assert src.armed, "the source was called after the Ctrl-C"
         src.armed = False
@@ -373,3 +380,38 @@ def test_6_a_call_from_inside_the_callers_own_fetch_says_so():
         src.pf = pf
         with pytest.raises(RuntimeError, match="the source or predictor it runs"):
             pf.get(3)
+
+
+def test_7_a_ctrl_c_inside_another_prefetcher_read_by_the_callers_own_fetch_is_not_held_by_the_fetch():
+    # An on-demand source that reads another Prefetcher: a Ctrl-C landing in the inner prefetcher's protected
+    # code was deferred until no protected frame was left on the stack, i.e. past the whole outer fetch
+    # (20 s of the source's own work here). It is delivered as the inner call returns now, into the source.
+    from safeprefetch import Prefetcher
+    from safeprefetch._prefetcher.consumer import ConsumerSide
+
+    inner = Prefetcher(np.arange(30).reshape(10, 3), capacity=2)
+
+    class Outer:
+        slow = True
+
+        def __len__(self):
+            return 10
+
+        def __getitem__(self, i):
+            part = inner.get()
+            deadline = time.monotonic() + (20 if self.slow else 0)
+            while time.monotonic() < deadline:  # the source's own work
+                time.sleep(0.001)
+            return part
+
+    src = Outer()
+    try:
+        with OnDemandPrefetcher(src, capacity=2, workers=1, predict=None, shape=(3,), dtype=np.int64) as pf:
+            elapsed = _interrupted_at_entry(ConsumerSide._serve.__code__, lambda: pf.get(0))
+            assert elapsed < 10, f"the Ctrl-C waited {elapsed:.1f} s for the outer source"
+            _nothing_held(pf)
+            src.slow = False
+            # Nothing lost on either side: the inner batch the interrupted call was handing out comes next.
+            assert pf.get(0).tolist() == [0, 1, 2] and pf.get(1).tolist() == [3, 4, 5]
+    finally:
+        inner.close()
