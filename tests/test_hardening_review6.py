@@ -415,3 +415,48 @@ def test_7_a_ctrl_c_inside_another_prefetcher_read_by_the_callers_own_fetch_is_n
             assert pf.get(0).tolist() == [0, 1, 2] and pf.get(1).tolist() == [3, 4, 5]
     finally:
         inner.close()
+
+
+def test_8_a_leases_generator_collected_inside_a_call_releases_its_lease_quietly(monkeypatch):
+    # An abandoned ``for lease in pf.leases()`` in a reference cycle is closed by whichever collection finds it;
+    # one starting inside the next consumer call (any allocation can start one) ran the generator's
+    # ``finally``, whose lease.release() raised RuntimeError (a call from inside a call): printed as
+    # "Exception ignored in: <generator object Prefetcher.leases>", the lease left unreleased.
+    import gc
+    import sys
+
+    from safeprefetch import Prefetcher
+    from safeprefetch._prefetcher.consumer import ConsumerSide
+
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    gc.disable()
+    try:
+        with Prefetcher(np.arange(60).reshape(20, 3), capacity=3, workers=1) as pf:
+            class Cycle:
+                pass
+
+            c = Cycle()
+            c.me, c.gen = c, pf.leases()
+            held = next(c.gen)
+            assert held.position == 0
+            del held, c  # cyclic garbage now, its lease unreleased
+
+            code = ConsumerSide._serve.__code__
+
+            def tracer(frame, event, arg):
+                if event == "call" and frame.f_code is code:
+                    sys.settrace(None)
+                    gc.collect()  # the collection starts inside the call
+                return None
+
+            sys.settrace(tracer)
+            try:
+                first = pf.get()
+            finally:
+                sys.settrace(None)
+            rest = [int(b[0]) for b in pf]
+    finally:
+        gc.enable()
+    assert not unraisable, [u.exc_value for u in unraisable]
+    assert first.tolist() == [3, 4, 5] and rest == list(range(6, 60, 3))

@@ -349,7 +349,11 @@ class ConsumerSide:
             return
         gate = self.gate
         if gate._is_owned():
-            self.refuse_reentry()
+            # Inside a call of ours on this thread: a ``leases()`` generator closed by a collection that started
+            # there (its ``finally`` releases the lease). Waiting for the gate would wait for ourselves; marked
+            # released, its run is given back by the next take (``_take_run``), as a dropped Lease's is.
+            lease._released = True; lease._array = RELEASED_ARRAY  # noqa: E702
+            return
         with (gate if wait_gate(gate, None) else NO_GATE):
             if lease._released:
                 return
