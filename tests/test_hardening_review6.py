@@ -495,3 +495,43 @@ def test_9_the_sweep_covers_autotune_and_timeline_calls(option, function):
     report = sweep(chosen)
     assert report.problems == (), "\n".join(f"{p.point}: {p.what}" for p in report.problems)
     assert report.fired >= 0.8 * report.runs
+
+
+class _FlattensOut:
+    """A fetch_into source that flattens the array it is handed to fill it (``out.shape = -1``)."""
+
+    def __len__(self):
+        return 6
+
+    def fetch_into(self, i, out):
+        out.shape = (out.size,)
+        out[:] = np.arange(out.size) + 10 * i
+
+
+@pytest.mark.parametrize("api", ["iter", "copy_prefetched", "get", "copy_into"])
+def test_10_a_fetch_into_source_reshaping_its_out_does_not_reshape_later_batches(api):
+    # fetch_into was handed the slot's own kept view: setting its shape reshaped that view for good, and every
+    # later batch from the slot came out (6,) instead of (2, 3) (copy_prefetched raised a broadcast error).
+    expected = [(np.arange(6) + 10 * i).reshape(2, 3) for i in range(6)]
+    if api in ("get", "copy_into"):
+        with OnDemandPrefetcher(_FlattensOut(), capacity=2, workers=1, shape=(2, 3), dtype=np.int64) as pf:
+            if api == "get":
+                got = [pf.get(i) for i in range(6)]
+            else:
+                got = []
+                for i in range(6):
+                    out = np.empty((2, 3), np.int64)
+                    pf.copy_into(i, out)
+                    got.append(out)
+    else:
+        from safeprefetch import Prefetcher
+
+        with Prefetcher(_FlattensOut(), capacity=2, workers=1, shape=(2, 3), dtype=np.int64) as pf:
+            if api == "iter":
+                got = list(pf)
+            else:
+                got, out = [], np.empty((2, 3), np.int64)
+                while pf.copy_prefetched(out):
+                    got.append(out.copy())
+    assert [g.shape for g in got] == [(2, 3)] * 6
+    assert all(np.array_equal(g, e) for g, e in zip(got, expected))

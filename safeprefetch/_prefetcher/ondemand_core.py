@@ -225,7 +225,7 @@ class OnDemandCore(ServeSide, CloseSide):
 
     def _fill_unlocked(self, box: SourceBox, index: int, k: int) -> str:
         if box.fetch_into is not None:
-            box.fetch_into(index, self.slot_views[k])
+            box.fetch_into(index, self.slot_views[k][...])  # a view of its own, as in fetching._fill
             return Q.FETCH_OK
         item = box.getitem(index)
         self._check(index, item)
