@@ -535,3 +535,27 @@ def test_10_a_fetch_into_source_reshaping_its_out_does_not_reshape_later_batches
                     got.append(out.copy())
     assert [g.shape for g in got] == [(2, 3)] * 6
     assert all(np.array_equal(g, e) for g, e in zip(got, expected))
+
+
+@pytest.mark.parametrize("cls", ["Prefetcher", "OnDemandPrefetcher"])
+def test_11_a_ctrl_c_during_a_failed_constructors_close_is_raised_by_the_constructor(cls, monkeypatch):
+    # A constructor whose worker could not start closes its core before raising. A Ctrl-C landing in that
+    # close was deferred there and never delivered: the constructor raised its RuntimeError, and the next
+    # call of another prefetcher, later, raised the KeyboardInterrupt instead of returning its batch.
+    import safeprefetch
+    from safeprefetch._prefetcher.closing import CloseSide
+    from safeprefetch._runtime import interrupts
+
+    real_start = threading.Thread.start
+
+    def failing_start(self):
+        if self.name.startswith("safeprefetch-") and "-worker" in self.name:
+            raise RuntimeError("can't start new thread")
+        return real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", failing_start)
+    _interrupted_at_entry(CloseSide.close.__code__, lambda: getattr(safeprefetch, cls)(Tiles(), capacity=2))
+    monkeypatch.setattr(threading.Thread, "start", real_start)
+    assert not interrupts.pending()
+    with safeprefetch.Prefetcher(np.arange(30).reshape(10, 3), capacity=2) as later:
+        assert later.get().tolist() == [0, 1, 2]

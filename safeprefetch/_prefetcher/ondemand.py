@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from .._runtime import interrupts as _interrupts
-from .api import Prefetcher, _abandon  # the finalizer: a close request for the reaper
+from .api import Prefetcher, _abandon, _close_failed  # _abandon: the finalizer, a close request for the reaper
 from .args import as_bool, as_dtype, as_int, as_seconds, as_shape
 from .consumer import COPY, DEFAULT, GET
 from .lease import NotCopyable
@@ -138,7 +138,7 @@ class OnDemandPrefetcher(NotCopyable):
             self._finalizer.atexit = False
             core.start()
         except BaseException:
-            core.close(DEFAULT)
+            _close_failed(core)
             raise
 
     # -- requests -----------------------------------------------------------
