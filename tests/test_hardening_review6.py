@@ -4,6 +4,7 @@ Each failed on the code before its fix.
 """
 
 import signal
+import sys
 import threading
 import time
 
@@ -50,8 +51,6 @@ def _nothing_held(pf):
 def _interrupted_at_entry(code, call):
     """Run ``call()`` with a Ctrl-C landing as ``code`` is first entered (the installed SIGINT handler called
     there, as CPython does); the seconds until ``call`` raised KeyboardInterrupt."""
-    import sys
-
     fired = []
 
     def tracer(frame, event, arg):
@@ -423,7 +422,6 @@ def test_8_a_leases_generator_collected_inside_a_call_releases_its_lease_quietly
     # ``finally``, whose lease.release() raised RuntimeError (a call from inside a call): printed as
     # "Exception ignored in: <generator object Prefetcher.leases>", the lease left unreleased.
     import gc
-    import sys
 
     from safeprefetch import Prefetcher
     from safeprefetch._prefetcher.consumer import ConsumerSide
@@ -559,3 +557,82 @@ def test_11_a_ctrl_c_during_a_failed_constructors_close_is_raised_by_the_constru
     assert not interrupts.pending()
     with safeprefetch.Prefetcher(np.arange(30).reshape(10, 3), capacity=2) as later:
         assert later.get().tolist() == [0, 1, 2]
+
+
+def test_12_a_ctrl_c_landing_as_a_with_lease_block_exits_releases_the_lease_first():
+    # Lease.__exit__ is protected: a Ctrl-C landing at its entry is deferred "until the lease is released".
+    # The release's wait for the gate delivered it first, so the lease stayed held, out of the caller's reach
+    # (a with-block's lease): while the KeyboardInterrupt lived (sys.last_value in a REPL, a saved exception),
+    # every call raised LeaseHeld.
+    from safeprefetch import Prefetcher
+    from safeprefetch._prefetcher.lease import Lease
+
+    code, fired = Lease.__exit__.__code__, []
+
+    def tracer(frame, event, arg):
+        if event == "call" and frame.f_code is code and not fired:
+            fired.append(1)
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, frame)
+        return None
+
+    with Prefetcher(np.arange(30).reshape(10, 3), capacity=2) as pf:
+        kept = None
+        sys.settrace(tracer)
+        try:
+            with pf.lease() as view:
+                assert view.tolist() == [0, 1, 2]
+        except KeyboardInterrupt as e:
+            kept = e  # kept alive, as a REPL keeps sys.last_value
+        finally:
+            sys.settrace(None)
+        assert fired and isinstance(kept, KeyboardInterrupt)
+        assert pf.get().tolist() == [3, 4, 5]
+        del kept
+
+
+def test_12_a_second_ctrl_c_while_the_first_puts_the_batch_back_loses_nothing():
+    # A Ctrl-C deferred in a call is raised as the call hands its batch out, and the batch is put back for
+    # the next call (unreturn). A second Ctrl-C landing as it is put back was delivered by the wait for the
+    # gate, before the batch was back: that batch was lost (the next call returned the one after it).
+    from safeprefetch import Prefetcher
+    from safeprefetch._prefetcher.consumer import ConsumerSide
+
+    targets, fired = {ConsumerSide._serve.__code__, ConsumerSide.unreturn.__code__}, set()
+
+    def tracer(frame, event, arg):
+        if event == "call" and frame.f_code in targets and frame.f_code not in fired:
+            fired.add(frame.f_code)
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, frame)
+        return None
+
+    with Prefetcher(np.arange(30).reshape(10, 3), capacity=2) as pf:
+        assert pf.get().tolist() == [0, 1, 2]
+        sys.settrace(tracer)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                pf.get()
+        finally:
+            sys.settrace(None)
+        assert fired == targets
+        with pytest.raises(KeyboardInterrupt):  # the second Ctrl-C, delivered by the next call
+            pf.get()
+        assert [int(b[0]) for b in pf] == list(range(3, 30, 3))
+
+
+def test_12_a_ctrl_c_as_a_with_block_closes_still_tells_the_workers_to_stop():
+    # __exit__ is protected so that a Ctrl-C landing on the way in waits for the close. With close_timeout=inf
+    # the close lock's wait delivered it before the close set ``closing``: the with-block raised with the
+    # prefetcher marked closed and its workers never told to stop.
+    from safeprefetch import Prefetcher
+
+    pf = Prefetcher(np.zeros((100, 3)), capacity=2, workers=2, close_timeout=float("inf"))
+    pf.get()
+    try:
+        _interrupted_at_entry(Prefetcher.__exit__.__code__, lambda: pf.__exit__(None, None, None))
+        core = pf._core
+        assert core.rt.state[core.i_closing], "the workers were not told to stop"
+        for th in core.threads:
+            th.join(10)
+            assert not th.is_alive()
+    finally:
+        pf.close()

@@ -165,7 +165,9 @@ class ConsumerSide:
         """Put back an outcome whose call is raising a deferred Ctrl-C instead: the next call returns it."""
         gate = self.gate
         entry = _owned(entry)
-        with (gate if wait_gate(gate, None) else NO_GATE):
+        # A Ctrl-C deferred meanwhile (a second one) waits until the outcome is back: delivered before, it
+        # would lose it.
+        with (gate if wait_gate(gate, None, deliver_deferred=False) else NO_GATE):
             if entry[0] is LEASE and self.lease_out is entry[4]:
                 self.lease_out = None
             if self.stash is None:
@@ -354,7 +356,9 @@ class ConsumerSide:
             # released, its run is given back by the next take (``_take_run``), as a dropped Lease's is.
             lease._released = True; lease._array = RELEASED_ARRAY  # noqa: E702
             return
-        with (gate if wait_gate(gate, None) else NO_GATE):
+        # A Ctrl-C deferred on the way in (at ``Lease.__exit__``) is delivered once the lease is released, by the
+        # caller: delivered here, before the release, it left a ``with`` block's lease held for good.
+        with (gate if wait_gate(gate, None, deliver_deferred=False) else NO_GATE):
             if lease._released:
                 return
             if not lease._private and not self.closed:

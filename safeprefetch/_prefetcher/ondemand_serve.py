@@ -114,7 +114,7 @@ class ServeSide:
         """Put back an outcome whose call is raising an interrupt instead: the next call for its index returns it."""
         gate = self.gate
         entry = _kept(entry)
-        with (gate if wait_gate(gate, None) else NO_GATE):
+        with (gate if wait_gate(gate, None, deliver_deferred=False) else NO_GATE):  # as ConsumerSide.unreturn
             if self.stash is None:
                 self.stash = entry
 

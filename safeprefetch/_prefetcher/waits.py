@@ -85,9 +85,12 @@ def wait_gate(gate: Any, deadline: float | None, deliver_deferred: bool = True) 
     Interruptible while waiting; once the gate is owned, an interrupt is
     deferred (SIGINT wrapper) or, raised anyway, releases it here before
     propagating: the caller's ``with`` has not taken charge of it yet.
-    A ``thread_safe=False`` source's lock is taken here too, with
-    ``deliver_deferred=False`` (workers take it, and an on-demand miss waits
-    for a worker's speculative call with its request's deadline).
+    A Ctrl-C deferred earlier in the call is delivered first, unless
+    ``deliver_deferred=False``: the waits that finish work the interrupted
+    call owes (putting an outcome back, releasing a lease, setting
+    ``closing``) pass it, and so does a ``thread_safe=False`` source's lock
+    (workers take it, and an on-demand miss waits for a worker's speculative
+    call with its request's deadline).
     """
     # (No ``return gate.acquire()``: an interrupt at the end of that call is caught by the
     # ``except`` below, but the instruction after it, the return, lies outside the ``try``.)
