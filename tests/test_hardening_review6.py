@@ -636,3 +636,16 @@ def test_12_a_ctrl_c_as_a_with_block_closes_still_tells_the_workers_to_stop():
             assert not th.is_alive()
     finally:
         pf.close()
+
+
+def test_12_the_sweep_checks_that_a_deferred_ctrl_c_in_release_comes_after_the_release():
+    # The sweep let an interrupted release() be finished by calling it again, which a with-block cannot do.
+    # Under the SIGINT handler it now requires the lease released when the Ctrl-C is raised (failed before
+    # the fix above: at every point before release_lease took the gate).
+    from safeprefetch._harness.injection_sweep import Scenario, default_scenarios, sweep
+
+    pair = (Scenario("release", "ready"), "signal")
+    assert pair in default_scenarios()
+    report = sweep([pair])
+    assert report.problems == (), "\n".join(f"{p.point}: {p.what}" for p in report.problems)
+    assert report.runs >= 15 and report.fired >= 0.8 * report.runs

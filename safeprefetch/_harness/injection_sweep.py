@@ -434,6 +434,10 @@ def run_point(sc: Scenario, point: _inject.InjectionPoint, effect: str) -> Injec
         setup.out.fill(SCRIBBLE)  # the caller reuses its buffer
         if effect in ("raise", "signal") and fired and outcome != "KeyboardInterrupt":
             problems.append(f"the interrupt was not raised by the call (it ended with: {outcome})")
+        if effect == "signal" and fired and sc.api == "release" and not setup.lease.released:
+            # Deferred, a Ctrl-C in release() comes once the lease is released: a with-block's lease (no
+            # reference left to release it again) would stay held otherwise.
+            problems.append("the Ctrl-C was raised before the lease was released")
         if effect == "close":
             if close_seconds and close_seconds[0] > 2.0:
                 problems.append(f"close() from the handler took {close_seconds[0]:.1f} s")
@@ -485,6 +489,7 @@ def default_scenarios(full: bool = False) -> list[tuple[Scenario, str]]:
         (Scenario("close", "park"), "raise"),
         (Scenario("get", "ready", workers=1, capacity=1), "raise"),
         (Scenario("get", "park"), "signal"), (Scenario("lease", "held"), "signal"),
+        (Scenario("release", "ready"), "signal"),
         (Scenario("copy", "ready", workers=1, capacity=1), "signal"),
         (Scenario("get", "park"), "close"), (Scenario("lease", "ready"), "close"), (Scenario("close", "ready"), "close"),
         (Scenario("get", "ready", workers=1, capacity=1), "finalize"),

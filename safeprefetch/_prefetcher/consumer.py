@@ -41,7 +41,7 @@ from ..models import _protocol as P
 from .args import as_seconds
 from .errors import LeaseHeld, PrefetcherClosed, PrefetcherForked, PrefetchTimeout
 from .lease import RELEASED_ARRAY, Lease
-from .waits import NO_GATE, wait_gate
+from .waits import NO_GATE, hold_gate, wait_gate
 
 __all__ = ["DEFAULT", "ConsumerSide", "COPY", "END", "GET", "LEASE", "TERMINAL"]
 
@@ -356,9 +356,9 @@ class ConsumerSide:
             # released, its run is given back by the next take (``_take_run``), as a dropped Lease's is.
             lease._released = True; lease._array = RELEASED_ARRAY  # noqa: E702
             return
-        # A Ctrl-C deferred on the way in (at ``Lease.__exit__``) is delivered once the lease is released, by the
-        # caller: delivered here, before the release, it left a ``with`` block's lease held for good.
-        with (gate if wait_gate(gate, None, deliver_deferred=False) else NO_GATE):
+        # A Ctrl-C on the way in (at ``Lease.__exit__``) or while waiting for the gate is delivered once the
+        # lease is released, by the caller: raised before, it left a ``with`` block's lease held for good.
+        with (gate if hold_gate(gate) else NO_GATE):
             if lease._released:
                 return
             if not lease._private and not self.closed:

@@ -4,7 +4,9 @@ Each wait is marked for the SIGINT wrapper (``_runtime/interrupts.py``):
 joining threads and waiting for the first batch are interruptible; the
 consumer gate's wait is interruptible until the gate is owned, then
 protected, and releases the gate itself if an exception arrives before the
-caller's ``with`` owns it.
+caller's ``with`` owns it. A lease's release takes the gate protected
+(``hold_gate``): a Ctrl-C then comes once the lease is released, as
+a with-block's exit must have it.
 """
 
 from __future__ import annotations
@@ -13,11 +15,11 @@ import threading
 import time
 from typing import Any, Callable
 
-from .._runtime.interrupts import deliver, guard, interruptible, interruptible_until_owned
+from .._runtime.interrupts import deliver, guard, interruptible, interruptible_until_owned, protected
 from .errors import PrefetchTimeout
 
-__all__ = ["Gate", "NO_GATE", "SOURCE_BUSY", "SourceBusy", "first_driver", "join_threads", "start_threads",
-           "wait_event", "wait_gate"]
+__all__ = ["Gate", "NO_GATE", "SOURCE_BUSY", "SourceBusy", "first_driver", "hold_gate", "join_threads",
+           "start_threads", "wait_event", "wait_gate"]
 
 _TIMEOUT_MAX = threading.TIMEOUT_MAX
 
@@ -106,6 +108,23 @@ def wait_gate(gate: Any, deadline: float | None, deliver_deferred: bool = True) 
                 return True
             if time.monotonic() >= deadline:
                 return False
+    except BaseException:
+        if gate._is_owned():
+            gate.release()
+        raise
+
+
+@protected
+def hold_gate(gate: Any) -> bool:
+    """Take ``gate`` for work a call must finish once begun (releasing a lease): not interruptible.
+
+    A Ctrl-C while waiting is deferred to the end of the call, after that work, so this is only for
+    a gate that nobody holds for long (while a lease is out, every other consumer call raises
+    LeaseHeld at once). An exception raised anyway releases the gate here, as in :func:`wait_gate`.
+    """
+    try:
+        got = gate.acquire()
+        return got
     except BaseException:
         if gate._is_owned():
             gate.release()
