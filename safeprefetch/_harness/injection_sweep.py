@@ -107,10 +107,16 @@ class Scenario:
     then: str = "get"
     workers: int = 2
     capacity: int = 3
+    #: Constructor options whose code runs inside a consumer call: the autotuner's resize after a take,
+    #: the timeline's spans around it.
+    autotune: bool = False
+    timeline: bool = False
 
     def __str__(self) -> str:
-        return f"{self.api}@{self.phase}" + (f"->{self.then}" if self.then != "get" else "") + \
-            (f" w={self.workers}" if self.workers != 2 else "") + (f" k={self.capacity}" if self.capacity != 3 else "")
+        return (f"{self.api}@{self.phase}" + (f"->{self.then}" if self.then != "get" else "")
+                + (f" w={self.workers}" if self.workers != 2 else "")
+                + (f" k={self.capacity}" if self.capacity != 3 else "")
+                + (" autotune" if self.autotune else "") + (" timeline" if self.timeline else ""))
 
 
 @dataclass(frozen=True)
@@ -148,7 +154,8 @@ class _Setup:
         prefix = {"ready": 2, "held": 1, "park": 2, "end": N, "error": 2}[phase]
         self.expect_error_at = 2 if phase == "error" else -1
         self.source = _Source(N, fail_at=self.expect_error_at, gate_at=2 if phase == "park" else -1)
-        self.pf = Prefetcher(self.source, capacity=sc.capacity, workers=sc.workers, close_timeout=5.0)
+        self.pf = Prefetcher(self.source, capacity=sc.capacity, workers=sc.workers, close_timeout=5.0,
+                             autotune=sc.autotune, timeline=sc.timeline)
         self.core = self.pf._core
         self.got: list[int] = []
         self.error_seen = -1
@@ -427,6 +434,10 @@ def run_point(sc: Scenario, point: _inject.InjectionPoint, effect: str) -> Injec
         setup.out.fill(SCRIBBLE)  # the caller reuses its buffer
         if effect in ("raise", "signal") and fired and outcome != "KeyboardInterrupt":
             problems.append(f"the interrupt was not raised by the call (it ended with: {outcome})")
+        if effect == "signal" and fired and sc.api == "release" and not setup.lease.released:
+            # Deferred, a Ctrl-C in release() comes once the lease is released: a with-block's lease (no
+            # reference left to release it again) would stay held otherwise.
+            problems.append("the Ctrl-C was raised before the lease was released")
         if effect == "close":
             if close_seconds and close_seconds[0] > 2.0:
                 problems.append(f"close() from the handler took {close_seconds[0]:.1f} s")
@@ -463,6 +474,10 @@ def default_scenarios(full: bool = False) -> list[tuple[Scenario, str]]:
         out.append((Scenario("get", "ready"), "finalize"))
         out.append((Scenario("get", "park"), "finalize"))
         out.append((Scenario("get", "ready", workers=1, capacity=1), "finalize"))
+        for api in ("get", "copy", "lease"):
+            for effect in ("raise", "signal"):
+                out.append((Scenario(api, "ready", then="copy", autotune=True), effect))
+                out.append((Scenario(api, "park", timeline=True), effect))
         return out
     # The CI-sized set: every API and every situation at least once with a raw interrupt; the
     # SIGINT handler, a handler's close() and the finalizer where each matters most.
@@ -474,9 +489,12 @@ def default_scenarios(full: bool = False) -> list[tuple[Scenario, str]]:
         (Scenario("close", "park"), "raise"),
         (Scenario("get", "ready", workers=1, capacity=1), "raise"),
         (Scenario("get", "park"), "signal"), (Scenario("lease", "held"), "signal"),
+        (Scenario("release", "ready"), "signal"),
         (Scenario("copy", "ready", workers=1, capacity=1), "signal"),
         (Scenario("get", "park"), "close"), (Scenario("lease", "ready"), "close"), (Scenario("close", "ready"), "close"),
         (Scenario("get", "ready", workers=1, capacity=1), "finalize"),
+        (Scenario("copy", "ready", then="copy", autotune=True), "raise"),
+        (Scenario("get", "park", timeline=True), "signal"),
     ]
 
 

@@ -160,7 +160,7 @@ class Prefetcher(NotCopyable):
             self._finalizer.atexit = False
             core.start()
         except BaseException:
-            core.close(DEFAULT)
+            _close_failed(core)
             raise
 
     # -- consuming ----------------------------------------------------------
@@ -580,6 +580,15 @@ def _pool(opened: _Opened, cfg: _Config) -> tuple[np.ndarray | None, int]:
                              f"more than memory_budget={cfg.memory_budget}")
         slots = max(1, min(slots, cfg.memory_budget // batch_bytes))
     return np.empty((slots, *opened.shape), opened.dtype), slots
+
+
+def _close_failed(core: Any) -> None:
+    """A constructor's cleanup once a statement after ``register`` raised: close the core, then deliver a
+    Ctrl-C that landed in that close (deferred there): left pending, the next call of any prefetcher would
+    raise it. The constructor raises its own exception after this, if nothing was delivered."""
+    core.close(DEFAULT)
+    if guard.deferred and outermost(sys._getframe(1)):
+        deliver()
 
 
 def _abandon(core: Core) -> None:

@@ -80,7 +80,9 @@ class CloseSide:
         rt = self.rt
         lock = self.close_lock
         try:
-            with (lock if wait_gate(lock, deadline) else CLOSE_BUSY):
+            # A Ctrl-C deferred on the way in (at a with-block's ``__exit__``) is not delivered before ``closing``
+            # is set: the workers would be left running. The join's wait delivers it.
+            with (lock if wait_gate(lock, deadline, deliver_deferred=False) else CLOSE_BUSY):
                 try:
                     if rt.state[self.i_closer_pc] == P.CLOSE:
                         rt.step(self.closer)

@@ -27,6 +27,7 @@ thread took in between (never lost, never duplicated).
 from __future__ import annotations
 
 import sys
+import threading
 import time
 import weakref
 from typing import Any
@@ -40,7 +41,7 @@ from ..models import _protocol as P
 from .args import as_seconds
 from .errors import LeaseHeld, PrefetcherClosed, PrefetcherForked, PrefetchTimeout
 from .lease import RELEASED_ARRAY, Lease
-from .waits import NO_GATE, wait_gate
+from .waits import NO_GATE, hold_gate, wait_gate
 
 __all__ = ["DEFAULT", "ConsumerSide", "COPY", "END", "GET", "LEASE", "TERMINAL"]
 
@@ -81,9 +82,18 @@ class ConsumerSide:
         t = self.timeout if timeout is DEFAULT else as_seconds("timeout", timeout)
         return None if t is None else time.monotonic() + t
 
-    def _reentered(self) -> None:
-        raise RuntimeError(f"prefetcher {self.name!r}: a consumer call from a signal handler or finalizer that "
-                           "interrupted another consumer call on this thread; only close() may be called there")
+    def refuse_reentry(self) -> None:
+        """Raise RuntimeError for a consumer call that would wait for itself: made on a thread that holds the gate
+        (from inside another call: its source or predictor, or a signal handler or finalizer that interrupted
+        it), or on one of this prefetcher's workers (its source calling back)."""
+        if self.gate._is_owned():
+            raise RuntimeError(f"prefetcher {self.name!r}: a consumer call from inside another call on this thread "
+                               "(the source or predictor it runs, or a signal handler or finalizer that interrupted "
+                               "it); only close() may be called there")
+        if threading.get_ident() in self.worker_idents:
+            raise RuntimeError(f"prefetcher {self.name!r}: a consumer call from its own worker (the source calling "
+                               "its prefetcher back): it would wait for the fetch it is inside; only close() may be "
+                               "called there")
 
     @protected
     def consume(self, api: str, out: Any, deadline: float | None) -> tuple:
@@ -91,8 +101,8 @@ class ConsumerSide:
         if self.forked:
             raise PrefetcherForked(f"prefetcher {self.name!r} belongs to the process that forked this one")
         gate = self.gate
-        if gate._is_owned():
-            self._reentered()
+        if gate._is_owned() or threading.get_ident() in self.worker_idents:
+            self.refuse_reentry()
         committed = None
         try:
             with (gate if wait_gate(gate, deadline) else NO_GATE):
@@ -155,7 +165,9 @@ class ConsumerSide:
         """Put back an outcome whose call is raising a deferred Ctrl-C instead: the next call returns it."""
         gate = self.gate
         entry = _owned(entry)
-        with (gate if wait_gate(gate, None) else NO_GATE):
+        # A Ctrl-C deferred meanwhile (a second one) waits until the outcome is back: delivered before, it
+        # would lose it.
+        with (gate if wait_gate(gate, None, deliver_deferred=False) else NO_GATE):
             if entry[0] is LEASE and self.lease_out is entry[4]:
                 self.lease_out = None
             if self.stash is None:
@@ -339,8 +351,14 @@ class ConsumerSide:
             return
         gate = self.gate
         if gate._is_owned():
-            self._reentered()
-        with (gate if wait_gate(gate, None) else NO_GATE):
+            # Inside a call of ours on this thread: a ``leases()`` generator closed by a collection that started
+            # there (its ``finally`` releases the lease). Waiting for the gate would wait for ourselves; marked
+            # released, its run is given back by the next take (``_take_run``), as a dropped Lease's is.
+            lease._released = True; lease._array = RELEASED_ARRAY  # noqa: E702
+            return
+        # A Ctrl-C on the way in (at ``Lease.__exit__``) or while waiting for the gate is delivered once the
+        # lease is released, by the caller: raised before, it left a ``with`` block's lease held for good.
+        with (gate if hold_gate(gate) else NO_GATE):
             if lease._released:
                 return
             if not lease._private and not self.closed:

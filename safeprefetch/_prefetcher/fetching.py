@@ -100,7 +100,9 @@ class FetchSide:
                 if item is CLOSING:
                     return "ok"
             elif box.fetch_into is not None:
-                box.fetch_into(index, self.slot_views[k])
+                # A view of its own: the source may set its shape or dtype (``out.shape = -1``, a numpy idiom),
+                # which on the slot's kept view would reshape every later batch from that slot.
+                box.fetch_into(index, self.slot_views[k][...])
                 return "ok"
             else:
                 item = box.getitem(index)

@@ -51,14 +51,14 @@ from typing import Any
 import numpy as np
 
 from .._runtime import interrupts as _interrupts
-from .api import Prefetcher, _abandon  # the finalizer: a close request for the reaper
+from .api import Prefetcher, _abandon, _close_failed  # _abandon: the finalizer, a close request for the reaper
 from .args import as_bool, as_dtype, as_int, as_seconds, as_shape
 from .consumer import COPY, DEFAULT, GET
 from .lease import NotCopyable
 from .lifecycle import reaper, register
 from .ondemand_core import OnDemandCore
 from .ondemand_stats import OnDemandStats
-from .predictors import Predictor, make_predictor
+from .predictors import Predictor, label, make_predictor
 from .sources import SourceBox, read_first
 
 __all__ = ["DEFAULT_CAPACITY", "OnDemandPrefetcher"]
@@ -138,7 +138,7 @@ class OnDemandPrefetcher(NotCopyable):
             self._finalizer.atexit = False
             core.start()
         except BaseException:
-            core.close(DEFAULT)
+            _close_failed(core)
             raise
 
     # -- requests -----------------------------------------------------------
@@ -240,7 +240,7 @@ class OnDemandPrefetcher(NotCopyable):
         c = self._core
         state = "closed" if c.close_started else "open"
         return (f"<OnDemandPrefetcher {c.name} capacity={self.capacity} workers={self.workers} "
-                f"predict={c.predictor.name} shape={c.shape} dtype={c.dtype} {state}>")
+                f"predict={label(c.predictor)} shape={c.shape} dtype={c.dtype} {state}>")
 
 
 def _length(source: Any) -> int:

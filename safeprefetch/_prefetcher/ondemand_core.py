@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from .._dsl.model import DONE
-from .._runtime.interrupts import interruptible
+from .._runtime.interrupts import deliver, guard, interruptible
 from .._runtime.kernel import LiveError
 from ..models import _predictive_protocol as Q
 from . import core as _streaming_core
@@ -53,7 +53,7 @@ from .closing import CloseSide
 from .fetching import FetchSide
 from .ondemand_serve import ServeSide
 from .ondemand_stats import OnDemandCounters, OnDemandStats
-from .predictors import Predictor
+from .predictors import Predictor, label
 from .sources import SourceBox, stop_iteration_error
 from .waits import SOURCE_BUSY, SourceBusy, first_driver, new_gate, start_threads, wait_gate
 
@@ -77,7 +77,13 @@ def compile_predictive(capacity: int, workers: int) -> Any:
 
 @interruptible
 def call_source(fill: Any, box: SourceBox, index: int, k: int, deadline: float | None) -> str:
-    """The caller's own fetch: Ctrl-C inside the source raises here (and is that request's error)."""
+    """The caller's own fetch: Ctrl-C inside the source raises here (and is that request's error).
+
+    A Ctrl-C deferred earlier in the call is delivered here first, as at any interruptible point:
+    held until the source returned, it would wait for the whole fetch.
+    """
+    if guard.deferred:
+        deliver()
     return fill(box, index, k, deadline)
 
 
@@ -219,7 +225,7 @@ class OnDemandCore(ServeSide, CloseSide):
 
     def _fill_unlocked(self, box: SourceBox, index: int, k: int) -> str:
         if box.fetch_into is not None:
-            box.fetch_into(index, self.slot_views[k])
+            box.fetch_into(index, self.slot_views[k][...])  # a view of its own, as in fetching._fill
             return Q.FETCH_OK
         item = box.getitem(index)
         self._check(index, item)
@@ -237,7 +243,7 @@ class OnDemandCore(ServeSide, CloseSide):
         for st, tag in state[self.i_slots]:
             if st == Q.READY or st == Q.FAILED or (st == Q.FILLING and tag != waited):
                 pending += 1
-        return self.counts.snapshot(self.predictor.name, pending, self.closed, self.batch_bytes,
+        return self.counts.snapshot(label(self.predictor), pending, self.closed, self.batch_bytes,
                                     len(self.slot_views))
 
     def slot_states(self) -> list[tuple[str, int | None]]:

@@ -8,7 +8,9 @@ asked for (so the workers start on the proposals while a miss is fetched):
 
 1. the predictor observes ``i`` and proposes up to ``depth`` indices, most
    likely first (``depth`` is at most ``capacity - 1``: a slot stays for the
-   request itself);
+   request itself); proposals outside ``0..length-1`` are dropped, and one
+   that is not an int is a TypeError (a float ``2.0`` equals ``2``: a slot
+   fetched as ``source[2.0]`` would answer every request for 2);
 2. a speculation no longer proposed is dropped: *cancelled* if queued (no
    fetch was spent) or in flight (its result is discarded when it lands),
    and *evicted* if ready -- but only when its slot is needed, since a ready
@@ -22,14 +24,29 @@ does not evict the speculation just made for it. Every step is taken with
 the branches that replace it if a worker moved the slot on since the
 caller looked (a queued claim started, a fetch landed): a cancel becomes an
 evict, an uncancel a speculate. None of them parks.
+
+The predictor is the caller's code, like its source: a custom one may be
+slow, or never return. So it is asked in an interruptible frame (``ask``),
+where Ctrl-C raises at once, as in the caller's own demand fetch, instead
+of being deferred to the end of the call like the rest of it (its proposals
+are taken there too: ``predict`` may return a generator, whose body is the
+predictor's code). It is asked before the request's first step, with the
+gate held and the model consumer at "request or predict": an interrupt
+there leaves nothing half done, and the call simply did not happen (the next
+call for the same index asks the predictor again, so it may observe that
+index twice).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .._dsl.model import DONE
+from .._runtime.interrupts import deliver, guard, interruptible
 from ..models import _predictive_protocol as Q
+from .predictors import Predictor, label
 
 __all__ = ["speculate"]
 
@@ -39,11 +56,9 @@ _EVICTABLE = (Q.READY, Q.FAILED)
 
 def speculate(core: Any, index: int) -> None:
     """Observe ``index``, then queue, cancel and evict speculation to match the predictor's proposals."""
-    predictor = core.predictor
-    predictor.observe(index)
-    if core.depth <= 0 or predictor.name == "none":
+    proposals = ask(core, index)
+    if proposals is None:
         return
-    proposals = [p for p in predictor.predict(core.depth) if p != index][:core.depth]
     wanted = set(proposals)
     wanted.add(index)
     rt, c = core.rt, core.consumer
@@ -69,6 +84,31 @@ def speculate(core: Any, index: int) -> None:
             rt.step(c, core.branches_speculate[tag])
         if rt.state[core.i_consumer_pc] == DONE:
             return
+
+
+@interruptible
+def ask(core: Any, index: int) -> list[int] | None:
+    """The predictor observes ``index``; its proposals, checked (None: it predicts nothing). Ctrl-C raises in
+    here at once (see the module doc), and a Ctrl-C deferred earlier in the call is delivered first, as at
+    any interruptible point."""
+    if guard.deferred:
+        deliver()
+    predictor = core.predictor
+    predictor.observe(index)
+    depth = core.depth
+    if depth <= 0 or type(predictor) is Predictor:  # the base predicts nothing (a subclass may keep its name)
+        return None
+    proposals: list[int] = []
+    for p in predictor.predict(depth):
+        if isinstance(p, bool) or not isinstance(p, (int, np.integer)):
+            raise TypeError(f"predictor {label(predictor)} proposed {p!r} ({type(p).__name__}); a proposal is an "
+                            "index: an int")
+        p = int(p)
+        if p != index and 0 <= p < core.length:
+            proposals.append(p)
+            if len(proposals) >= depth:
+                break
+    return proposals
 
 
 def _held(slots: tuple, tag: int) -> Any:

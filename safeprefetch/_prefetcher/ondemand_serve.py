@@ -24,11 +24,15 @@ in the stash and is returned by the next call for the same index (any API:
 found wherever the interrupt left it and settled as in step 1. No slot, lock
 or wakeup is leaked. The caller's own demand fetch runs the source inside an
 interruptible frame: Ctrl-C there becomes that request's error (the call
-raises KeyboardInterrupt) and leaves the slot free.
+raises KeyboardInterrupt) and leaves the slot free. The predictor, the
+caller's code too, is asked in an interruptible frame as well
+(``ondemand_policy.ask``), before the request's first step: Ctrl-C there
+raises at once, and the request was not made.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -65,6 +69,7 @@ class ServeSide:
     # first (putting the outcome back for the next call with ``unreturn``).
     deadline = ConsumerSide.deadline
     handout = ConsumerSide.handout
+    refuse_reentry = ConsumerSide.refuse_reentry
 
     @protected
     def consume(self, api: str, request: tuple[int, Any], deadline: float | None) -> tuple:
@@ -73,9 +78,8 @@ class ServeSide:
         if self.forked:
             raise PrefetcherForked(f"prefetcher {self.name!r} belongs to the process that forked this one")
         gate = self.gate
-        if gate._is_owned():
-            raise RuntimeError(f"prefetcher {self.name!r}: a call from a signal handler or finalizer that "
-                               "interrupted another call on this thread; only close() may be called there")
+        if gate._is_owned() or threading.get_ident() in self.worker_idents:
+            self.refuse_reentry()
         committed = None
         t0 = time.perf_counter()
         try:
@@ -110,7 +114,7 @@ class ServeSide:
         """Put back an outcome whose call is raising an interrupt instead: the next call for its index returns it."""
         gate = self.gate
         entry = _kept(entry)
-        with (gate if wait_gate(gate, None) else NO_GATE):
+        with (gate if wait_gate(gate, None, deliver_deferred=False) else NO_GATE):  # as ConsumerSide.unreturn
             if self.stash is None:
                 self.stash = entry
 

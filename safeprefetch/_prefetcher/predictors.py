@@ -6,7 +6,11 @@ indices worth fetching ahead (:meth:`Predictor.predict`, most likely first).
 A predictor is pure bookkeeping: no threads, no arrays, no clock. It cannot
 break the prefetcher -- the checked protocol allows every speculation at
 every moment -- it can only waste fetches by guessing wrong; measuring that
-is ``bench predict``'s job (docs/predictive.md).
+is ``bench predict``'s job (docs/predictive.md). Its calls run on the
+caller's thread, where Ctrl-C raises inside them at once (a custom predictor
+may be slow or hang): a call cut short anywhere must leave the predictor
+consistent, if not exact. The four here do (tests/test_hardening_review6.py
+interrupts them at every point).
 
 The four are the classic software renderings of hardware prefetchers:
 
@@ -45,17 +49,21 @@ from collections import OrderedDict, deque
 from typing import Any, Callable
 
 __all__ = ["AdaptivePredictor", "MarkovPredictor", "PREDICTORS", "Predictor", "SequentialPredictor",
-           "StridePredictor", "make_predictor"]
+           "StridePredictor", "label", "make_predictor"]
 
 
 class Predictor:
     """The interface: ``observe(index)`` for every request, ``predict(depth)`` for what to fetch next.
 
     Subclasses keep their state bounded: a predictor runs for the life of
-    the prefetcher, over any number of requests.
+    the prefetcher, over any number of requests. Both methods run on the
+    caller's thread, where Ctrl-C may cut either short at any point: keep
+    the state consistent then (the request is asked again, so ``observe``
+    may see its index twice).
     """
 
-    #: The name ``OnDemandPrefetcher(predict=...)`` accepts for it.
+    #: The name ``OnDemandPrefetcher(predict=...)`` accepts for it, and stats show (a subclass that
+    #: keeps "none" is shown by its class name; only this base class itself predicts nothing).
     name = "none"
 
     def __init__(self, length: int | None = None):
@@ -284,7 +292,9 @@ class _Score:
         while expiry and n - expiry[0][0] > horizon:
             entry = expiry.popleft()
             self.outcomes.append(entry[1])
-            if not entry[1]:
+            # Only if it is this entry: a Ctrl-C right after the ``pop`` above (the predictor is the
+            # caller's code, interruptible) leaves an entry popped and not yet marked used.
+            if not entry[1] and self.pending.get(entry[2]) is entry:
                 del self.pending[entry[2]]
 
     def predicted(self, indices: list[int], n: int) -> None:
@@ -372,6 +382,13 @@ PREDICTORS: dict[str, type[Predictor]] = {
     "none": Predictor, "sequential": SequentialPredictor, "stride": StridePredictor, "markov": MarkovPredictor,
     "adaptive": AdaptivePredictor,
 }
+
+
+def label(predictor: Predictor) -> str:
+    """The name stats and repr show: ``name``, or the class's for a subclass that kept the base's "none"."""
+    if predictor.name == "none" and type(predictor) is not Predictor:
+        return type(predictor).__name__
+    return predictor.name
 
 
 def make_predictor(predict: Any, length: int) -> Predictor:

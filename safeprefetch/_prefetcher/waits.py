@@ -4,7 +4,9 @@ Each wait is marked for the SIGINT wrapper (``_runtime/interrupts.py``):
 joining threads and waiting for the first batch are interruptible; the
 consumer gate's wait is interruptible until the gate is owned, then
 protected, and releases the gate itself if an exception arrives before the
-caller's ``with`` owns it.
+caller's ``with`` owns it. A lease's release takes the gate protected
+(``hold_gate``): a Ctrl-C then comes once the lease is released, as
+a with-block's exit must have it.
 """
 
 from __future__ import annotations
@@ -13,11 +15,11 @@ import threading
 import time
 from typing import Any, Callable
 
-from .._runtime.interrupts import deliver, guard, interruptible, interruptible_until_owned
+from .._runtime.interrupts import deliver, guard, interruptible, interruptible_until_owned, protected
 from .errors import PrefetchTimeout
 
-__all__ = ["Gate", "NO_GATE", "SOURCE_BUSY", "SourceBusy", "first_driver", "join_threads", "start_threads",
-           "wait_event", "wait_gate"]
+__all__ = ["Gate", "NO_GATE", "SOURCE_BUSY", "SourceBusy", "first_driver", "hold_gate", "join_threads",
+           "start_threads", "wait_event", "wait_gate"]
 
 _TIMEOUT_MAX = threading.TIMEOUT_MAX
 
@@ -43,8 +45,14 @@ def start_threads(core: Any, workers: list[tuple[str, Callable[..., None], tuple
 
 
 def first_driver(core: Any, t: int) -> bool:
-    """Whether the calling thread is the one to drive model thread ``t`` (the first to ask; atomic)."""
+    """Whether the calling thread is the one to drive model thread ``t`` (the first to ask; atomic).
+
+    A worker thread also records itself in ``core.worker_idents`` here, before its first fetch: its
+    starter records it only once ``start`` returns, and its source may call the prefetcher before that.
+    """
     me = threading.get_ident()
+    if threading.current_thread() in core.threads:  # a worker's own thread, not close() driving it out
+        core.worker_idents.add(me)
     return core.drivers.setdefault(t, me) == me
 
 
@@ -79,9 +87,12 @@ def wait_gate(gate: Any, deadline: float | None, deliver_deferred: bool = True) 
     Interruptible while waiting; once the gate is owned, an interrupt is
     deferred (SIGINT wrapper) or, raised anyway, releases it here before
     propagating: the caller's ``with`` has not taken charge of it yet.
-    A ``thread_safe=False`` source's lock is taken here too, with
-    ``deliver_deferred=False`` (workers take it, and an on-demand miss waits
-    for a worker's speculative call with its request's deadline).
+    A Ctrl-C deferred earlier in the call is delivered first, unless
+    ``deliver_deferred=False``: the waits that finish work the interrupted
+    call owes (putting an outcome back, releasing a lease, setting
+    ``closing``) pass it, and so does a ``thread_safe=False`` source's lock
+    (workers take it, and an on-demand miss waits for a worker's speculative
+    call with its request's deadline).
     """
     # (No ``return gate.acquire()``: an interrupt at the end of that call is caught by the
     # ``except`` below, but the instruction after it, the return, lies outside the ``try``.)
@@ -97,6 +108,23 @@ def wait_gate(gate: Any, deadline: float | None, deliver_deferred: bool = True) 
                 return True
             if time.monotonic() >= deadline:
                 return False
+    except BaseException:
+        if gate._is_owned():
+            gate.release()
+        raise
+
+
+@protected
+def hold_gate(gate: Any) -> bool:
+    """Take ``gate`` for work a call must finish once begun (releasing a lease): not interruptible.
+
+    A Ctrl-C while waiting is deferred to the end of the call, after that work, so this is only for
+    a gate that nobody holds for long (while a lease is out, every other consumer call raises
+    LeaseHeld at once). An exception raised anyway releases the gate here, as in :func:`wait_gate`.
+    """
+    try:
+        got = gate.acquire()
+        return got
     except BaseException:
         if gate._is_owned():
             gate.release()

@@ -33,6 +33,10 @@ interpreter would, or run any callable, e.g. a signal handler's
 there); ``threads=True`` traces the threads started inside the action too,
 for finalizers and other code that runs on any thread.
 
+A generator resumed by ``next`` or ``send`` runs its RESUME (a point); one
+entered by ``throw`` or ``close`` does not (the exception is raised into the
+frame at its YIELD_VALUE), so its call event is not a point.
+
 A call's callee is known to be Python when the 'call' event of a new frame
 arrives from the calling frame before its next instruction; such a call is
 taken to be inlined (no check after it) unless the callee is ``__init__``,
@@ -200,7 +204,10 @@ class _Tracer:
             return None
         frame.f_trace_opcodes = True
         self.states[frame] = _FrameState()
-        self.visit(frame, self._point(frame, -1, "entry"))
+        # The check is RESUME's. A generator entered by ``throw`` or ``close`` (GeneratorExit, as when
+        # ``any()`` drops its generator early) runs none: its call event stops at the YIELD_VALUE instead.
+        if _ops(frame.f_code).get(frame.f_lasti) == "RESUME":
+            self.visit(frame, self._point(frame, -1, "entry"))
         return self.local_trace
 
     def local_trace(self, frame: FrameType, event: str, arg: Any) -> Any:

@@ -22,8 +22,10 @@ Two layers, each sufficient against one interrupt, together against storms.
    SIGINT handler is a Python callable, it is wrapped by :func:`_on_sigint`,
    which walks the interrupted frame's stack: the innermost *marked* frame
    decides. In a protected frame the signal is recorded and the handler
-   returns; the interrupt is delivered at the next interruptible wait or when
-   the outermost protected frame is about to return (:func:`deliver`). A
+   returns; the interrupt is delivered at the next interruptible point or when
+   a protected frame is about to return to code that is not protected (the
+   outermost one, or one the caller's own code called from inside an
+   interruptible frame: :func:`outermost`, :func:`deliver`). A
    frame marked :func:`interruptible_until_owned` is interruptible until it
    owns the lock it waits for, then protected: that closes the window between
    a timed ``acquire`` returning and the ``with`` that releases it, which no
@@ -236,17 +238,18 @@ def deliver() -> None:
 
 
 def outermost(frame: FrameType) -> bool:
-    """Whether no protected frame encloses ``frame``: its function is the entry that must deliver."""
-    frame = frame.f_back
-    while frame is not None:
-        if frame.f_code in _PROTECTED:
-            return False  # an enclosing critical section delivers it when it returns
-        frame = frame.f_back
-    return True
+    """Whether ``frame``'s function is the entry that must deliver: what it returns to is not protected.
+
+    The innermost marked frame above it decides, as for a signal landing there: a protected one
+    delivers when it returns; an interruptible one (the caller's own code running inside a call of
+    ours, such as an on-demand source that reads another prefetcher) or none means now, or the
+    interrupt would wait for all of that code.
+    """
+    return _decide(frame.f_back) == "raise"
 
 
 def deliver_if_outermost() -> None:
-    """Deliver a deferred SIGINT if the caller is the outermost protected frame."""
+    """Deliver a deferred SIGINT if the caller returns to code that is not protected (:func:`outermost`)."""
     if _guard.deferred and outermost(sys._getframe(1)):
         deliver()
 
