@@ -311,6 +311,8 @@ class _CallsBack:
     """Item i is ``[i, i, i]``; fetching ``at`` on a worker calls ``back(pf)`` first (the source calling its
     own prefetcher back), letting whatever that raises propagate (it is that item's error)."""
 
+    on = "worker"  # the threads (by name) whose fetch calls back
+
     def __init__(self, at, back, wait_for=None):
         self.at, self.back, self.wait_for = at, back, wait_for
         self.pf = None
@@ -320,7 +322,7 @@ class _CallsBack:
         return 10
 
     def __getitem__(self, i):
-        if i == self.at and self.pf is not None and "worker" in threading.current_thread().name:
+        if i == self.at and self.pf is not None and self.on in threading.current_thread().name:
             self.entered.set()
             if self.wait_for is not None:
                 assert _until(lambda: self.wait_for(self.pf), 30)

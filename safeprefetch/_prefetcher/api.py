@@ -283,7 +283,8 @@ class Prefetcher(NotCopyable):
 
         Called where it must not wait -- from a signal handler or finalizer
         that interrupted a call of this prefetcher on the same thread, or from
-        the source on a worker -- it marks the prefetcher closed at once and
+        the source on a worker or on an executor's thread running one of its
+        fetches -- it marks the prefetcher closed at once and
         returns; the reaper thread finishes the close as soon as the
         interrupted call leaves the kernel.
         """

@@ -37,14 +37,13 @@ class CloseSide:
     """The closing half of the core (a mixin of ``_Core``)."""
 
     def cannot_wait(self) -> bool:
-        """Whether the calling thread is inside this prefetcher: holds the kernel or close lock, or is a worker.
+        """Whether the calling thread is inside this prefetcher: holds the kernel or close lock, or runs a fetch.
 
         Such a caller is a signal handler or finalizer that interrupted us, or
         a source closing its own prefetcher; waiting for the lock there would
         wait for itself.
         """
-        return (self.rt.owned_by_current_thread() or self.close_lock._is_owned()
-                or threading.get_ident() in self.worker_idents)
+        return self.rt.owned_by_current_thread() or self.close_lock._is_owned() or self.on_own_thread()
 
     def request_close(self) -> None:
         """Close without waiting: marked closed now, carried out by the reaper. Safe from any context."""

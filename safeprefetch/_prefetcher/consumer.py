@@ -41,6 +41,7 @@ from ..models import _protocol as P
 from .args import as_seconds
 from .errors import LeaseHeld, PrefetcherClosed, PrefetcherForked, PrefetchTimeout
 from .lease import RELEASED_ARRAY, Lease
+from .sources import EXECUTING
 from .waits import NO_GATE, hold_gate, wait_gate
 
 __all__ = ["DEFAULT", "ConsumerSide", "COPY", "END", "GET", "LEASE", "TERMINAL"]
@@ -82,6 +83,12 @@ class ConsumerSide:
         t = self.timeout if timeout is DEFAULT else as_seconds("timeout", timeout)
         return None if t is None else time.monotonic() + t
 
+    def on_own_thread(self) -> bool:
+        """Whether the calling thread runs a fetch of this prefetcher: one of its workers, or an executor's
+        thread inside one of its fetches (``sources.EXECUTING``)."""
+        me = threading.get_ident()
+        return me in self.worker_idents or (me in EXECUTING and EXECUTING[me] == self.token)  # only ``me`` sets it
+
     def refuse_reentry(self) -> None:
         """Raise RuntimeError for a consumer call that would wait for itself: made on a thread that holds the gate
         (from inside another call: its source or predictor, or a signal handler or finalizer that interrupted
@@ -90,7 +97,7 @@ class ConsumerSide:
             raise RuntimeError(f"prefetcher {self.name!r}: a consumer call from inside another call on this thread "
                                "(the source or predictor it runs, or a signal handler or finalizer that interrupted "
                                "it); only close() may be called there")
-        if threading.get_ident() in self.worker_idents:
+        if self.on_own_thread():
             raise RuntimeError(f"prefetcher {self.name!r}: a consumer call from its own worker (the source calling "
                                "its prefetcher back): it would wait for the fetch it is inside; only close() may be "
                                "called there")
@@ -101,7 +108,7 @@ class ConsumerSide:
         if self.forked:
             raise PrefetcherForked(f"prefetcher {self.name!r} belongs to the process that forked this one")
         gate = self.gate
-        if gate._is_owned() or threading.get_ident() in self.worker_idents:
+        if gate._is_owned() or threading.get_ident() in self.worker_idents or (EXECUTING and self.on_own_thread()):
             self.refuse_reentry()
         committed = None
         try:

@@ -27,7 +27,7 @@ from .closing import CloseSide
 from .consumer import ConsumerSide
 from .fetching import FetchSide
 from .policy import Autotuner, RunPolicy
-from .sources import SourceBox
+from .sources import SourceBox, new_token
 from .stats import Counters, PrefetchStats
 from .waits import new_gate
 
@@ -103,6 +103,7 @@ class Core(FetchSide, ConsumerSide, CloseSide):
         self.sigint = False                     # this prefetcher asked for the SIGINT wrapper
         self.threads: list[threading.Thread] = []
         self.worker_idents: set[int] = set()
+        self.token = new_token()                    # marks an executor's threads running our fetch (sources.py)
         self.unstarted: list[tuple] = []            # (target, args) of workers whose thread never started
         self.drivers: dict[int, int] = {}           # model worker -> the thread driving it (waits.first_driver)
 

@@ -54,7 +54,7 @@ from .fetching import FetchSide
 from .ondemand_serve import ServeSide
 from .ondemand_stats import OnDemandCounters, OnDemandStats
 from .predictors import Predictor, label
-from .sources import SourceBox, stop_iteration_error
+from .sources import SourceBox, new_token, stop_iteration_error
 from .waits import SOURCE_BUSY, SourceBusy, first_driver, new_gate, start_threads, wait_gate
 
 __all__ = ["OnDemandCore", "compile_predictive"]
@@ -127,6 +127,7 @@ class OnDemandCore(ServeSide, CloseSide):
         self.stuck: list[str] = []
         self.threads: list[threading.Thread] = []
         self.worker_idents: set[int] = set()
+        self.token = new_token()  # no executor here: a token marks no thread, but the streaming checks read it
         self.unstarted: list[tuple] = []
         self.drivers: dict[int, int] = {}
 

@@ -70,6 +70,7 @@ class ServeSide:
     deadline = ConsumerSide.deadline
     handout = ConsumerSide.handout
     refuse_reentry = ConsumerSide.refuse_reentry
+    on_own_thread = ConsumerSide.on_own_thread
 
     @protected
     def consume(self, api: str, request: tuple[int, Any], deadline: float | None) -> tuple:

@@ -7,6 +7,10 @@
   it; the workers see it through a weak reference, one fetch at a time, so
   a source that refers back to its own Prefetcher does not keep it alive
   through the worker threads (the garbage collector can collect the cycle).
+* **An executor's thread** running a fetch (``remote_item``) is marked, in
+  this process, as running that prefetcher's fetch (``EXECUTING``), so a
+  source that calls its own prefetcher back from there is refused as it is
+  from a worker: the consumer it would wait for is waiting for this fetch.
 * **The first read** sizes the slot pool. A ``StopIteration`` from a
   map-style source is an error there, as everywhere: an indexed source has
   no end of stream.
@@ -14,6 +18,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 from typing import Any, Callable
 
@@ -22,7 +27,18 @@ import numpy as np
 from .errors import PrefetchTimeout
 from .waits import new_gate, wait_event
 
-__all__ = ["SourceBox", "index_plan", "read_first", "remote_item", "stop_iteration_error"]
+__all__ = ["EXECUTING", "SourceBox", "index_plan", "new_token", "read_first", "remote_item", "stop_iteration_error"]
+
+#: The threads of this process inside an executor's fetch: thread ident -> the token of the prefetcher whose
+#: fetch it runs. Only the thread itself adds or removes its own key (one dict store: atomic under the GIL).
+EXECUTING: dict[int, int] = {}
+_TOKENS = itertools.count(1)
+
+
+def new_token() -> int:
+    """A prefetcher's token for ``EXECUTING``: unique in this process, and picklable (it travels with the
+    fetch to process executors, where it marks nothing anyone asks about)."""
+    return next(_TOKENS)
 
 
 def index_plan(n: int, shuffle: bool, seed: int, epoch: int, rank: int, world_size: int, even: str | None) -> np.ndarray:
@@ -46,13 +62,24 @@ def index_plan(n: int, shuffle: bool, seed: int, epoch: int, rank: int, world_si
     return plan
 
 
-def remote_item(source: Any, index: int, shape: tuple[int, ...] | None, dtype: np.dtype | None) -> Any:
-    """What an executor runs: fetch one item and return it (the worker copies it into its slot)."""
-    if hasattr(source, "__getitem__"):
-        return source[index]
-    out = np.empty(shape, dtype)
-    source.fetch_into(index, out)
-    return out
+def remote_item(source: Any, index: int, shape: tuple[int, ...] | None, dtype: np.dtype | None,
+                token: int = 0) -> Any:
+    """What an executor runs: fetch one item and return it (the worker copies it into its slot). The running
+    thread is marked in ``EXECUTING`` with the prefetcher's ``token`` while the source runs."""
+    me = threading.get_ident()
+    outer = EXECUTING.get(me)  # an executor that runs the call on a thread already inside one (nested)
+    EXECUTING[me] = token
+    try:
+        if hasattr(source, "__getitem__"):
+            return source[index]
+        out = np.empty(shape, dtype)
+        source.fetch_into(index, out)
+        return out
+    finally:
+        if outer is None:
+            del EXECUTING[me]
+        else:
+            EXECUTING[me] = outer
 
 
 class SourceBox:
