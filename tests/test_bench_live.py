@@ -265,3 +265,44 @@ def test_instruction_counts_are_exact_and_exclude_the_set_up():
     assert set(per) == {"queue.Queue put + get", "np.copyto", "python call"} and r["ratio_to_queue"][
         "queue.Queue put + get"] == 1.0
     assert all(v > 0 for v in per.values())  # an empty step's cost is subtracted, not more
+
+
+def test_the_ceiling_rounds_compute_the_protocol():
+    """The instruction table's ceiling rows drive ``direct_round``: with a lock per step (K6) and over the in-place
+    layout (K4) it must reach the state the generated transitions reach, or the rows count other work."""
+    import threading
+
+    from safeprefetch._harness.live_ceiling import direct_round
+    from safeprefetch._harness.live_layout import mutable_transitions
+    from safeprefetch._prefetcher.machine import transitions_for
+
+    cm = transitions_for(8, 1, True, True, 0, 8)
+    gen = {(t, pc): g for t, table in enumerate(cm.steps) for pc, g in table.items()}
+    plain = ({k: g.first for k, g in gen.items()}, {k: g.ones for k, g in gen.items()})
+    mt = mutable_transitions(cm)
+    runs = {"K1": direct_round(70, *plain), "K6": direct_round(70, *plain, threading.Lock()),
+            "K4": direct_round(70, mt.firsts, mt.ones, layout=mt.to_list)}
+    got = {}
+    for k, (st, one_round) in runs.items():
+        for _ in range(10):
+            st = one_round(st)
+        got[k] = mt.to_tuple(st) if k == "K4" else st
+    assert got["K1"] == got["K6"] == got["K4"]
+    assert got["K1"][cm.machine.field_names.index("delivered")] == 70  # ten rounds of seven batches went through
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed (apt-get install valgrind)")
+def test_the_ceiling_rows_are_counted():
+    from _cython import cython_here
+
+    from safeprefetch._harness.live_instructions import CEILING, instructions_report
+
+    r = instructions_report(quick=True, names=list(CEILING))
+    counted = set(r["instructions_per_item"]) - {"queue.Queue put + get"}
+    if cython_here():
+        assert counted == set(CEILING) and not r["skipped_rows"]
+    else:
+        assert counted == {"K1 transitions alone", "K4 in place"}
+        assert all(why.startswith("skipped: Cython") for why in r["skipped_rows"].values())
+    assert all(v > 0 for v in r["instructions_per_item"].values())

@@ -45,7 +45,7 @@ from typing import Any, Callable
 from .live_common import median, one_thread_queue_loops
 from .live_profile import protocol_loop, timed_loop
 
-__all__ = ["ceiling_report", "format_ceiling"]
+__all__ = ["ceiling_report", "direct_round", "format_ceiling", "in_place_compiled"]
 
 _DEPTH, _RUN = 8, 7
 
@@ -64,23 +64,55 @@ print(json.dumps({"file": k.__file__, "us": timed_loop(loop) / (items // run * r
 """
 
 
-def _direct_loop(cm: Any, items: int, firsts: dict, ones: dict) -> Callable[[], tuple]:
-    """K1/K2: the protocol loop's transitions, called directly in the order the kernel takes them."""
+def _threads(items: int) -> tuple[Any, int, int, int, int]:
     from .._prefetcher.machine import machine_for
 
     m = machine_for(_DEPTH, 1, items + 1, True, True, 0, _DEPTH)
     w, c = m.thread_names.index("worker0"), m.thread_names.index("consumer")
-    pw, pc = m.pc_index[w], m.pc_index[c]
-    st0 = m.init
+    return m, w, c, m.pc_index[w], m.pc_index[c]
 
-    def loop() -> tuple:
-        st = firsts[w, st0[pw]](st0)[1]
-        for _ in range(items // _RUN):
-            for _ in range(_RUN):
+
+def direct_round(items: int, firsts: dict, ones: dict, lock: Any = None,
+                 layout: Callable[[tuple], Any] | None = None) -> tuple[Any, Callable[[Any], Any]]:
+    """K1/K2 (K4/K5 with in-place ``firsts``/``ones``): the protocol loop's transitions for a source of
+    ``items``, called directly in the order the kernel takes them. Returns the state after the worker's
+    first claim and ``one_round(state) -> state``: one round of the loop (seven fetches, each chained with
+    the next claim, a take of seven, a release). With ``lock`` (K6), every step runs inside ``with lock``:
+    the least a runtime must add, one lock round trip per step. ``layout`` turns the initial state
+    into the transitions' own (the in-place ones' list)."""
+    m, w, c, pw, pc = _threads(items)
+    init = m.init if layout is None else layout(m.init)
+    first = firsts[w, init[pw]](init)[1]
+    run = _RUN
+    if lock is None:
+        def one_round(st: Any) -> Any:
+            for _ in range(run):
                 st = ones[w, st[pw]][0](st)              # fetch into slot, outcome "ok"
                 st = firsts[w, st[pw]](st)[1]            # claim index and slot
-            st = ones[c, st[pc]][_RUN - 1](st)           # take up to 7
-            st = firsts[c, st[pc]](st)[1]                # release lease
+            st = ones[c, st[pc]][run - 1](st)            # take up to 7
+            return firsts[c, st[pc]](st)[1]              # release lease
+    else:
+        def one_round(st: Any) -> Any:
+            for _ in range(run):
+                with lock:
+                    st = ones[w, st[pw]][0](st)
+                with lock:
+                    st = firsts[w, st[pw]](st)[1]
+            with lock:
+                st = ones[c, st[pc]][run - 1](st)
+            with lock:
+                return firsts[c, st[pc]](st)[1]
+    return first, one_round
+
+
+def _direct_loop(cm: Any, items: int, firsts: dict, ones: dict) -> Callable[[], tuple]:
+    """K1/K2: ``direct_round`` over the whole source; the last state."""
+    first, one_round = direct_round(items, firsts, ones)
+
+    def loop() -> tuple:
+        st = first
+        for _ in range(items // _RUN):
+            st = one_round(st)
         return st
     return loop
 
@@ -108,35 +140,21 @@ def _compiled_transitions(cm: Any) -> tuple[dict, dict] | str:
 
 def _direct_loop_in_place(mt: Any, items: int) -> Callable[[], tuple]:
     """K4/K5: the protocol loop of ``_direct_loop`` over the in-place transitions; the last state as a tuple."""
-    from .._prefetcher.machine import machine_for
-
-    m = machine_for(_DEPTH, 1, items + 1, True, True, 0, _DEPTH)
-    w, c = m.thread_names.index("worker0"), m.thread_names.index("consumer")
-    pw, pc = m.pc_index[w], m.pc_index[c]
-    firsts, ones = mt.firsts, mt.ones
-
     def loop() -> tuple:
-        st = mt.to_list(m.init)
-        st = firsts[w, st[pw]](st)[1]
+        st, one_round = direct_round(items, mt.firsts, mt.ones, layout=mt.to_list)  # a fresh list each loop
         for _ in range(items // _RUN):
-            for _ in range(_RUN):
-                st = ones[w, st[pw]][0](st)
-                st = firsts[w, st[pw]](st)[1]
-            st = ones[c, st[pc]][_RUN - 1](st)
-            st = firsts[c, st[pc]](st)[1]
+            st = one_round(st)
         return mt.to_tuple(st)
     return loop
 
 
-def _in_place_loops(cm: Any, items: int) -> dict[str, Any]:
-    """K4, and K5 where Cython builds it (else why not, as a string)."""
+def in_place_compiled(cm: Any) -> Any:
+    """K5's transitions: the in-place rewrite built by Cython (a ``MutableTransitions``), else why not (a str)."""
     from .._check import extension as E, generated as G
     from .live_layout import mutable_transitions
 
-    out: dict[str, Any] = {"K4": _direct_loop_in_place(mutable_transitions(cm), items)}
     if not G.cython_available():
-        out["K5"] = "skipped: Cython is not installed (pip install -e '.[speed]')"
-        return out
+        return "skipped: Cython is not installed (pip install -e '.[speed]')"
 
     def build(source: str, base: dict) -> Any:
         defined = {line.split("(", 1)[0][4:] for line in source.splitlines() if line.startswith("def ")}
@@ -148,10 +166,18 @@ def _in_place_loops(cm: Any, items: int) -> dict[str, Any]:
         return built[0]
 
     try:
-        out["K5"] = _direct_loop_in_place(mutable_transitions(cm, build), items)
+        return mutable_transitions(cm, build)
     except G.CompileUnavailable as e:
-        out["K5"] = f"skipped: {e}"
-    return out
+        return f"skipped: {e}"
+
+
+def _in_place_loops(cm: Any, items: int) -> dict[str, Any]:
+    """K4, and K5 where Cython builds it (else why not, as a string)."""
+    from .live_layout import mutable_transitions
+
+    k5 = in_place_compiled(cm)
+    return {"K4": _direct_loop_in_place(mutable_transitions(cm), items),
+            "K5": k5 if isinstance(k5, str) else _direct_loop_in_place(k5, items)}
 
 
 def _compiled_kernel(items: int, repeats: int) -> dict[str, Any] | str:

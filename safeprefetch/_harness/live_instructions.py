@@ -50,7 +50,7 @@ import subprocess
 import sys
 from typing import Any
 
-__all__ = ["MEASUREMENTS", "format_instructions", "instructions_report", "measure"]
+__all__ = ["CEILING", "MEASUREMENTS", "format_instructions", "instructions_report", "measure"]
 
 #: name -> (what it is, items per reduce step). Items per step: a step is one round of a run.
 MEASUREMENTS: dict[str, tuple[str, int]] = {
@@ -65,7 +65,14 @@ MEASUREMENTS: dict[str, tuple[str, int]] = {
     "fetch action": ("ours: the worker's fetch action alone (FetchSide._fetch, fetch_into source)", 1),
     "copy_prefetched, runs of 8": ("ours: copy_prefetched, all buffered, runs of 8 (its take/release share in)", 8),
     "copy_prefetched, one per take": ("ours: copy_prefetched, all buffered, one batch per take (capacity 2)", 2),
+    "K1 transitions alone": ("ceiling K1: the protocol loop's generated transitions, runs of 7, no kernel", 7),
+    "K2 transitions, Cython": ("ceiling K2: K1's transitions compiled by Cython with the model's helpers", 7),
+    "K4 in place": ("ceiling K4: the transitions rewritten to update a mutable layout in place", 7),
+    "K5 in place, Cython": ("ceiling K5: K4 compiled by Cython", 7),
+    "K6 K5 + a Lock per step": ("ceiling K6: K5 with each step inside `with threading.Lock()`, nothing else", 7),
 }
+#: The ceiling measurements (``live_ceiling``): each is checked in its child to reach K1's state.
+CEILING = tuple(k for k in MEASUREMENTS if k[0] == "K" and k[1].isdigit())
 
 #: The child: sets up measurement ``argv[1]``, then runs ``argv[2]`` reduce steps of it.
 _CHILD = r'''
@@ -152,11 +159,49 @@ elif name.startswith("copy_prefetched"):
         for _ in range(cap):
             copy(out)
     step()  # warm
+elif name[0] == "K":
+    from safeprefetch._harness import live_ceiling as LC
+    from safeprefetch._harness.live_layout import mutable_transitions
+    from safeprefetch._prefetcher.machine import transitions_for
+    cm = transitions_for(8, 1, True, True, 0, 8)
+    kind, items = name.split()[0], (k + 1) * 7
+    gen = {(t, pc): g for t, table in enumerate(cm.steps) for pc, g in table.items()}
+    plain = ({key: g.first for key, g in gen.items()}, {key: g.ones for key, g in gen.items()})
+    layout, to_tuple = None, tuple
+    if kind == "K1":
+        firsts, ones = plain
+    elif kind == "K2":
+        built = LC._compiled_transitions(cm)
+        if isinstance(built, str):
+            raise SystemExit(built)
+        firsts, ones = built
+    else:
+        mt = mutable_transitions(cm) if kind == "K4" else LC.in_place_compiled(cm)
+        if isinstance(mt, str):
+            raise SystemExit(mt)
+        firsts, ones, layout, to_tuple = mt.firsts, mt.ones, mt.to_list, mt.to_tuple
+    st, one_round = LC.direct_round(items, firsts, ones, threading.Lock() if kind == "K6" else None, layout)
+    box = [st]
+    def step():
+        box[0] = one_round(box[0])
+    for _ in range(2):
+        step()  # warm
+    k -= 2
 else:
     raise SystemExit(f"unknown measurement {name!r}")
 in_reduce(step, k)
+if name[0] == "K":  # a count of code that computes something else would be no measurement
+    ref, ref_round = LC.direct_round(items, *plain)
+    for _ in range(k + 2):
+        ref = ref_round(ref)
+    if to_tuple(box[0]) != ref:
+        raise SystemExit(f"{name}: reached another state than the generated transitions")
 print("ok")
 '''
+
+
+class Skipped(RuntimeError):
+    """A ceiling measurement that cannot be taken here (no Cython or no C compiler); the message says why."""
 
 
 def _valgrind() -> str | None:
@@ -167,6 +212,14 @@ def measure(name: str, steps: int) -> int:
     """Instructions callgrind counts inside ``functools.reduce`` over ``steps`` steps of measurement ``name``
     (``"empty"``: the reduce alone). Raises RuntimeError when the child fails."""
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONHASHSEED="0")
+    if name in CEILING and name not in ("K1 transitions alone", "K4 in place"):
+        # Build the Cython extension outside valgrind first (the child then loads it from the cache).
+        p = subprocess.run([sys.executable, "-c", _CHILD, name, "4"], env=env, capture_output=True, text=True,
+                           timeout=1800)
+        if p.returncode != 0 and "skipped: " in p.stderr:
+            raise Skipped(p.stderr[p.stderr.index("skipped: "):].strip())
+        if p.returncode != 0:
+            raise RuntimeError(f"{name!r} could not be prepared: {(p.stderr or p.stdout)[-400:].strip()}")
     cmd = [_valgrind() or "valgrind", "--tool=callgrind", "--collect-atstart=no", "--toggle-collect=functools_reduce",
            "--callgrind-out-file=/dev/null", sys.executable, "-c", _CHILD, name, str(steps)]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
@@ -188,14 +241,18 @@ def instructions_report(quick: bool = False, names: list[str] | None = None) -> 
     if empty == 0:
         return {"skipped": "callgrind found no functools_reduce symbol in this Python (a stripped build)"}
     per_item: dict[str, float] = {}
+    skipped: dict[str, str] = {}
     for name in names:
         what, items = MEASUREMENTS[name]
-        n = steps - 2 if name.startswith("protocol") else steps
-        per_item[name] = round((measure(name, steps) - empty * n / steps) / (n * items), 1)
+        n = steps - 2 if name.startswith("protocol") or name in CEILING else steps
+        try:
+            per_item[name] = round((measure(name, steps) - empty * n / steps) / (n * items), 1)
+        except Skipped as e:
+            skipped[name] = str(e)
     base = per_item["queue.Queue put + get"]
     return {"steps": steps, "reduce_overhead_per_step": round(empty / steps, 1), "instructions_per_item": per_item,
             "ratio_to_queue": {k: round(v / base, 2) for k, v in per_item.items()},
-            "what": {k: MEASUREMENTS[k][0] for k in per_item}}
+            "what": {k: MEASUREMENTS[k][0] for k in per_item}, "skipped_rows": skipped}
 
 
 def format_instructions(r: dict[str, Any]) -> str:
@@ -204,6 +261,8 @@ def format_instructions(r: dict[str, Any]) -> str:
     lines = [f"instructions per item (callgrind, one thread, {r['steps']} steps each; ratio to queue.Queue put + get)"]
     for k, v in r["instructions_per_item"].items():
         lines.append(f"  {v:>10,.0f}  {r['ratio_to_queue'][k]:>6.2f}x  {r['what'][k]}")
+    for k, why in r.get("skipped_rows", {}).items():
+        lines.append(f"  {'-':>10}  {'':>7}  {MEASUREMENTS[k][0]}: {why}")
     return "\n".join(lines)
 
 
