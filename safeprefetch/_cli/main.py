@@ -24,13 +24,15 @@ import json
 import os
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from .._tools.catalog import catalog, load_model
 from .._check.explore import DEFAULT_MAX_STATES, CheckResult, ReplayDivergence, Trace, TraceError, check, final_verdict
 from .._dsl.graph import format_graph, graph_json
 from .._dsl.model import ModelError
+from .._dsl.violations import StepError
 from .._check.trace import format_table, render_result
 from .._harness import bench as _bench_commands
 from .._harness import docsite as _docs_commands
@@ -110,6 +112,21 @@ def _cmd_check(args) -> int:
     if not args.model:
         raise UsageError("check needs a MODEL (or --all)")
     model = load_model(args.model)
+    with _named(model):
+        return _check_one(args, model)
+
+
+@contextmanager
+def _named(model) -> Iterator[None]:
+    """A StepError (the model's own code raised, or called sys.exit) names the model as well as the step."""
+    try:
+        yield
+    except StepError as e:
+        e.args = (f"{e} (model {model.name!r})",)
+        raise
+
+
+def _check_one(args, model) -> int:
     overrides = parse_sets(args.set or [])
     machine = model.compile(overrides)
     if args.cluster is not None or args.swarm is not None:
@@ -233,10 +250,11 @@ def _cmd_replay(args) -> int:
     trace = Trace.from_json(value)
     if not len(trace):
         raise TraceError(f"trace {str(path)!r} has no steps: there is nothing to replay")
-    machine = model.compile(overrides)
-    print(f"replay of {len(trace)} steps on {model.name}")
-    print(format_table(machine, trace))
-    found = final_verdict(machine, trace)
+    with _named(model):
+        machine = model.compile(overrides)
+        print(f"replay of {len(trace)} steps on {model.name}")
+        print(format_table(machine, trace))
+        found = final_verdict(machine, trace)
     if found:
         kind, msg = found
         if kind and not msg.startswith(kind):

@@ -20,7 +20,7 @@ from .builder import Builder
 from .compiler import builder_graph, compile_model
 from .graph import GRAPH_PENDING, GraphStep, did_you_mean
 from .machine import Machine
-from .violations import ModelError
+from .violations import ModelError, exited
 
 __all__ = ["Model"]
 
@@ -96,7 +96,8 @@ class Model:
         config = cls.configure(overrides)
         b = Builder({k: config[k] for k in cls.SETTINGS})
         model = cls()
-        model.build(b, **{k: v for k, v in config.items() if k not in cls.SETTINGS})
+        with exited(f"model {cls.name or cls.__name__!r}: its build"):
+            model.build(b, **{k: v for k, v in config.items() if k not in cls.SETTINGS})
         return config, b
 
     @classmethod
