@@ -80,3 +80,44 @@ def test_a_step_calling_sys_exit_is_a_step_error_from_the_api(tmp_path):
     for engine in ("plain", "generated"):
         with pytest.raises(ModelError, match=r"t0, step 'quit': the model called sys.exit\(7\)"):
             check(model, engine=engine)
+
+
+# -- 7. numbers out of range, and options that would silently do nothing -----------------------
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--set", "capacity=-1"), "parameter capacity must be at least 1, not -1"),
+    (("--set", "items=-1"), "parameter items must be at least 0, not -1 (a count)"),
+    (("--max-states", "-1"), "--max-states must be at least 1"),
+    (("--strategy", "pct", "--depth", "-1"), "--depth must be at least 1, not -1"),
+    (("--strategy", "random", "--budget", "0"), "--budget must be at least 1, not 0"),
+    (("--strategy", "preempt", "--preemptions", "-1"), "--preemptions must be at least 0, not -1"),
+    (("--progress-bound", "-1"), "--progress-bound must be at least 0, not -1"),
+    (("--progress-seconds", "nan"), "--progress-seconds must be a positive number of seconds, not nan"),
+    (("--progress-seconds", "-1"), "--progress-seconds must be a positive number of seconds"),
+    (("--depth", "2"), "--depth applies to --strategy pct and --swarm, not to --strategy bfs"),
+    (("--budget", "50"), "--budget applies to the sampling strategies"),
+    (("--strategy", "random", "--preemptions", "1"), "--preemptions applies to --strategy preempt"),
+    (("--set", "items=2", "--set", "items=3"), "--set items given twice"),
+])
+def test_out_of_range_numbers_and_options_that_do_nothing_are_usage_errors(capsys, args, message):
+    code, out, err = cli_run(capsys, "check", "prefetcher", "--set", "close=on", *args)
+    assert code == 2 and out == "" and message in err and err.count("\n") == 1, err
+
+
+def test_a_negative_sentinel_parameter_is_still_accepted(capsys):
+    # error_at's default is -1 ("no error"): not a count, so any integer goes.
+    code, _, err = cli_run(capsys, "check", "prefetcher", "--set", "error_at=-1", "--set", "items=1")
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("args", [("--set", "capacity=3"), ("--progress-bound", "2"), ("--svg", "x.svg")])
+def test_check_all_refuses_what_applies_to_one_model(capsys, args):
+    code, _, err = cli_run(capsys, "check", "--all", *args)
+    assert code == 2 and f"{args[0]} applies to one MODEL" in err
+
+
+def test_progress_bound_on_a_model_without_shutdown_is_refused(tmp_path, capsys):
+    path = model_file(tmp_path, "noshut", ONE_STEP.replace("STEP", "lambda s, me: None"))
+    code, _, err = cli_run(capsys, "check", path, "--progress-bound", "1")
+    assert code == 2 and "declares no shutdown" in err

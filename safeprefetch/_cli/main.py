@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -102,7 +103,43 @@ def _describe(model) -> dict[str, Any]:
             "summary": (model.__doc__ or "").strip().split("\n")[0]}
 
 
+def _check_options(args) -> None:
+    """Refuse, before any search, a number out of range and an option that would silently do nothing.
+
+    A negative ``--depth`` or a NaN ``--progress-seconds`` reached the search unchecked, and an option
+    the chosen search ignores (``--budget`` under bfs, ``--set`` under ``--all``) made a command look
+    as if it had done what it said. Defaults are None in the parser so that "given" can be told
+    from "left alone"; this fills them in.
+    """
+    sampling = args.strategy in ("random", "pct", "hypothesis") or args.swarm is not None
+    for name, least, applies, why in (
+            ("budget", 1, sampling, "the sampling strategies (random, pct, hypothesis) and --swarm"),
+            ("depth", 1, args.strategy == "pct" or args.swarm is not None, "--strategy pct and --swarm"),
+            ("preemptions", 0, args.strategy == "preempt", "--strategy preempt"),
+            ("progress_bound", 0, True, "")):
+        value = getattr(args, name)
+        flag = "--" + name.replace("_", "-")
+        if value is None:
+            continue
+        if value < least:
+            raise UsageError(f"{flag} must be at least {least}, not {value}")
+        if not applies:
+            raise UsageError(f"{flag} applies to {why}, not to --strategy {args.strategy}")
+    args.budget = 1000 if args.budget is None else args.budget
+    args.depth = 3 if args.depth is None else args.depth
+    args.preemptions = 2 if args.preemptions is None else args.preemptions
+    if math.isnan(args.progress_seconds) or args.progress_seconds <= 0:  # inf: no progress lines
+        raise UsageError(f"--progress-seconds must be a positive number of seconds, not {args.progress_seconds}")
+    if args.all:
+        given = [flag for flag, value in (("--set", args.set), ("--progress-bound", args.progress_bound),
+                                          ("--svg", args.svg)) if value]
+        if given:
+            raise UsageError(f"{given[0]} applies to one MODEL; --all checks every catalog model at its "
+                             "declared config")
+
+
 def _cmd_check(args) -> int:
+    _check_options(args)
     if args.all:
         if args.model:
             raise UsageError("give a MODEL or --all, not both")
@@ -129,6 +166,9 @@ def _named(model) -> Iterator[None]:
 def _check_one(args, model) -> int:
     overrides = parse_sets(args.set or [])
     machine = model.compile(overrides)
+    if args.progress_bound is not None and machine.shutdown_pred is None:
+        raise UsageError(f"--progress-bound measures progress after shutdown, and model {model.name!r} declares "
+                         "no shutdown (m.shutdown_when(...))")
     if args.cluster is not None or args.swarm is not None:
         from .cluster import check_on_cluster  # on dask: the partitioned BFS, or a swarm of samplers
 
@@ -283,9 +323,10 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("--progress-bound", type=int, metavar="K",
                     help="also require every thread to return within K of its own steps after shutdown")
     ck.add_argument("--progress-seconds", type=float, default=3.0, help="seconds between progress lines (stderr)")
-    ck.add_argument("--budget", type=int, default=1000, help="schedules to try for sampling strategies")
-    ck.add_argument("--depth", type=int, default=3, help="PCT bug depth d")
-    ck.add_argument("--preemptions", type=int, default=2, help="preemption bound for --strategy preempt")
+    ck.add_argument("--budget", type=int, default=None, help="schedules to try for sampling strategies (default 1000)")
+    ck.add_argument("--depth", type=int, default=None, help="PCT bug depth d (default 3)")
+    ck.add_argument("--preemptions", type=int, default=None,
+                    help="preemption bound for --strategy preempt (default 2)")
     ck.add_argument("--json", action="store_true")
     ck.add_argument("--max-states", type=int, default=DEFAULT_MAX_STATES)
     ck.add_argument("--store", default="full", choices=["full", "fingerprint", "bitstate"],

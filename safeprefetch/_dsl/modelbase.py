@@ -34,6 +34,10 @@ class Model:
     * ``expected``: the verdict this model expects at its default config.
     * ``params``: the config parameters and their defaults.
     * ``sweep``: for reference designs, ``{param: [values]}`` to prove over.
+    * ``minimums``: the least value of integer parameters, ``{param: least}``.
+      An integer parameter not named there whose default is not negative is a
+      count, and may not be set negative; one whose default is negative (a
+      sentinel such as ``error_at=-1``) takes any integer.
     * ``graph_checked``: whether compiling requires every computed step to
       declare its targets (``to=``); see graph.py. Leave it True.
     """
@@ -42,6 +46,8 @@ class Model:
     expected: str = "ok"
     params: Mapping[str, Any] = {}
     sweep: Mapping[str, Sequence[Any]] | None = None
+    #: The least value of each integer parameter named here (see the class doc for the others).
+    minimums: Mapping[str, int] = {}
 
     #: Settings that every model accepts; they change condvar semantics.
     SETTINGS: Mapping[str, tuple[str, ...]] = {"notify": ("fifo", "any"), "spurious": ("off", "on"),
@@ -88,7 +94,11 @@ class Model:
                 known = ", ".join(sorted(config))
                 raise ModelError(f"model {cls.name!r} has no parameter {key!r} (known: {known})"
                                  + did_you_mean(key, config))
-            config[key] = _convert(key, raw, config[key], cls.SETTINGS.get(key))
+            value = config[key] = _convert(key, raw, config[key], cls.SETTINGS.get(key))
+            least = cls.minimums.get(key, 0 if _is_int(config[key]) and cls.defaults()[key] >= 0 else None)
+            if least is not None and _is_int(value) and value < least:
+                raise ModelError(f"model {cls.name!r}: parameter {key} must be at least {least}, not {value}"
+                                 + ("" if key in cls.minimums else " (a count)"))
         return config
 
     @classmethod
@@ -120,6 +130,10 @@ class Model:
         """The program graph at ``overrides``, checked, without compiling: ``compile(...).graph``."""
         _config, b = cls._built(overrides)
         return builder_graph(b, cls._graph_strict())
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _convert(key: str, raw: Any, default: Any, choices: tuple[str, ...] | None) -> Any:
