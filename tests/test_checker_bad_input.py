@@ -121,3 +121,30 @@ def test_progress_bound_on_a_model_without_shutdown_is_refused(tmp_path, capsys)
     path = model_file(tmp_path, "noshut", ONE_STEP.replace("STEP", "lambda s, me: None"))
     code, _, err = cli_run(capsys, "check", path, "--progress-bound", "1")
     assert code == 2 and "declares no shutdown" in err
+
+
+# -- 2. --progress-bound cut by the state cap ---------------------------------------------------
+# prefetcher close=on: 374 states reduced (the main search), 546 unreduced (the bound's search).
+
+
+@pytest.mark.parametrize("cap", ["200", "400"])
+def test_a_progress_bound_search_cut_by_the_state_cap_is_inconclusive(capsys, cap):
+    code, out, err = cli_run(capsys, "check", "prefetcher", "--set", "close=on", "--progress-bound", "2",
+                             "--max-states", cap, "--json")
+    assert code == 3, err
+    d = json.loads(out)
+    assert d["verdict"] == "ok" and d["exhaustive"] is False and d["stop_reason"] == "max_states"
+    # With the whole graph the same bound holds, and a tighter one does not.
+    assert cli_run(capsys, "check", "prefetcher", "--set", "close=on", "--progress-bound", "2")[0] == 0
+    assert cli_run(capsys, "check", "prefetcher", "--set", "close=on", "--progress-bound", "1")[0] == 1
+
+
+def test_check_shutdown_bound_says_when_it_is_not_exhaustive():
+    from safeprefetch._check.explore import check_shutdown_bound
+    from safeprefetch._tools.catalog import load_model
+
+    machine = load_model("prefetcher").compile({"close": "on"})
+    cut = check_shutdown_bound(machine, 2, max_states=400)
+    assert cut.violation is None and cut.exhaustive is False and cut.states == 400
+    full = check_shutdown_bound(machine, 1)
+    assert full.exhaustive and full.violation.kind == "shutdown_hang"

@@ -284,6 +284,9 @@ class Explorer:
                 found.append((len(lasso.trace), lasso))
         violation = min(found, key=lambda x: x[0])[1] if found else None
         self.violations = [v for _, v in found]
+        #: Whether the search itself visited every reachable state (``exhaustive`` in the result is also
+        #: True when a violation was found before the cap).
+        self.complete = exhaustive
         return CheckResult(
             model=m.name,
             config=dict(m.config),

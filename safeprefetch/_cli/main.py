@@ -190,14 +190,18 @@ def _check_one(args, model) -> int:
 
         result = search(machine, args.strategy, seed=args.seed, budget=args.budget, depth=args.depth,
                         preemptions=args.preemptions)
-    if args.progress_bound is not None and result.ok:
+    if args.progress_bound is not None and result.ok and result.exhaustive:  # else inconclusive already
         from dataclasses import replace
 
         from .._check.explore import check_shutdown_bound
 
         late = check_shutdown_bound(machine, args.progress_bound, args.max_states)
-        if late is not None:
-            result = replace(result, violation=late, verdict=late.kind)
+        if late.violation is not None:
+            result = replace(result, violation=late.violation, verdict=late.violation.kind)
+        elif not late.exhaustive:  # nothing is known about the bound: inconclusive, never a pass
+            result = replace(result, exhaustive=False, stop_reason="max_states",
+                             stop_message=f"the --progress-bound search (unreduced) stopped at the state cap, "
+                                          f"max_states={args.max_states:,}, after {late.states:,} states")
     if machine.config == model.configure({}):
         from dataclasses import replace
         result = replace(result, expected=model.expected)
