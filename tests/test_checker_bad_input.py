@@ -148,3 +148,67 @@ def test_check_shutdown_bound_says_when_it_is_not_exhaustive():
     assert cut.violation is None and cut.exhaustive is False and cut.states == 400
     full = check_shutdown_bound(machine, 1)
     assert full.exhaustive and full.violation.kind == "shutdown_hang"
+
+
+# -- 3, 4. replay holds a saved counterexample to the check that saved it ------------------------
+
+
+def saved(capsys, tmp_path, *check_args, edit=None):
+    """``check ... --json`` saved to a file (after ``edit(d)``, if given): its path."""
+    code, out, err = cli_run(capsys, "check", *check_args, "--json")
+    assert code == 1, err
+    d = json.loads(out)
+    if edit is not None:
+        edit(d)
+    path = tmp_path / "saved.json"
+    path.write_text(json.dumps(d))
+    return str(path)
+
+
+def test_replay_of_a_starvation_lasso_re_verifies_the_lasso(capsys, tmp_path):
+    path = saved(capsys, tmp_path, "priority_inversion")
+    code, out, err = cli_run(capsys, "replay", "priority_inversion", path)
+    assert code == 1, err  # it was 0, "no violation at the end of this trace": a lasso's end is a plain state
+    assert "<== starvation: consumer0 never makes progress" in out
+
+
+def test_replay_of_a_progress_bound_counterexample_re_checks_the_bound(capsys, tmp_path):
+    path = saved(capsys, tmp_path, "prefetcher", "--set", "close=on", "--progress-bound", "1")
+    code, out, err = cli_run(capsys, "replay", "prefetcher", path)
+    assert code == 1, err  # it was 0: the trace ends where the worst case starts, not in a hang
+    assert "may take 2 of its own steps to return (bound 1)" in out
+
+
+def _set(key, value):
+    return lambda d: d.__setitem__(key, value)
+
+
+@pytest.mark.parametrize("model, check_args, edit, message", [
+    ("priority_inversion", (), _set("cycle_start", 5), "does not end in the state after step 5"),
+    ("priority_inversion", (), _set("cycle_start", None), "needs its cycle_start"),
+    ("priority_inversion", (), _set("cycle_start", 99), "cycle_start must be a step count from 0 to 6"),
+    ("priority_inversion", (), _set("verdict", "deadlock"), "a cycle_start belongs to a starvation lasso"),
+    ("one_cond_signal", (), _set("verdict", "lost_wakeup"), "saved verdict 'lost_wakeup': it shows deadlock"),
+    ("one_cond_signal", (), lambda d: d.__setitem__("trace", d["trace"][:-1]),
+     "saved verdict 'deadlock': its end is no violation"),
+    ("one_cond_signal", (), _set("verdict", "slow"), "saved verdict 'slow' is not 'ok' nor a violation kind"),
+    ("one_cond_signal", (), _set("model", "monitor"), "saved by a check of model 'monitor', not 'one_cond_signal'"),
+    ("prefetcher", ("--set", "close=on", "--progress-bound", "1"), _set("progress_bound", 2),
+     "every thread returns within 2 of its own steps after shutdown"),
+    ("prefetcher", ("--set", "close=on", "--progress-bound", "1"), _set("progress_bound", -1),
+     "progress_bound must be a number of steps"),
+])
+def test_replay_refuses_a_tampered_counterexample(capsys, tmp_path, model, check_args, edit, message):
+    path = saved(capsys, tmp_path, model, *check_args, edit=edit)
+    code, _, err = cli_run(capsys, "replay", model, path)
+    assert code == 2 and message in err and err.count("\n") == 1, err
+
+
+def test_every_catalog_counterexample_replays_to_its_own_verdict(capsys, tmp_path):
+    from safeprefetch._tools.catalog import catalog
+
+    for name, model in catalog().items():
+        if model.expected != "ok":
+            path = saved(capsys, tmp_path, name)
+            code, out, err = cli_run(capsys, "replay", name, path)
+            assert code == 1, (name, err)

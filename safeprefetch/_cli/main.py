@@ -34,6 +34,7 @@ from .._check.explore import DEFAULT_MAX_STATES, CheckResult, ReplayDivergence, 
 from .._dsl.graph import format_graph, graph_json
 from .._dsl.model import ModelError
 from .._dsl.violations import StepError
+from .._check.reverify import ReverifyIncomplete, saved_claim, saved_verdict
 from .._check.trace import format_table, render_result
 from .._harness import bench as _bench_commands
 from .._harness import docsite as _docs_commands
@@ -209,7 +210,10 @@ def _check_one(args, model) -> int:
         from .._tools.svg import write_svg  # the swimlane renderer
         write_svg(machine, result, Path(args.svg))
     if args.json:
-        print(json.dumps(result.to_json(), indent=2))
+        d = result.to_json()
+        if args.progress_bound is not None:  # the check's claim, which replay holds the trace to
+            d["progress_bound"] = args.progress_bound
+        print(json.dumps(d, indent=2))
     else:
         print(render_result(result, machine))
     return exit_code(result, args.allow_partial)
@@ -294,11 +298,19 @@ def _cmd_replay(args) -> int:
     trace = Trace.from_json(value)
     if not len(trace):
         raise TraceError(f"trace {str(path)!r} has no steps: there is nothing to replay")
+    claim = saved_claim(value, len(trace))  # a saved check's verdict: the trace must show it again
+    saved_by = value.get("model") if isinstance(value, dict) else None
+    if isinstance(saved_by, str) and saved_by != model.name:
+        raise TraceError(f"trace {str(path)!r} was saved by a check of model {saved_by!r}, not {model.name!r}")
     with _named(model):
         machine = model.compile(overrides)
         print(f"replay of {len(trace)} steps on {model.name}")
         print(format_table(machine, trace))
-        found = final_verdict(machine, trace)
+        try:
+            found = saved_verdict(machine, trace, claim, DEFAULT_MAX_STATES)
+        except ReverifyIncomplete as e:
+            print(f"inconclusive: {e}")
+            return INCOMPLETE
     if found:
         kind, msg = found
         if kind and not msg.startswith(kind):
