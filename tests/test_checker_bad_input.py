@@ -212,3 +212,42 @@ def test_every_catalog_counterexample_replays_to_its_own_verdict(capsys, tmp_pat
             path = saved(capsys, tmp_path, name)
             code, out, err = cli_run(capsys, "replay", name, path)
             assert code == 1, (name, err)
+
+
+# -- 5, 6. threads: a name that is not a str, a count far too large -----------------------------
+
+MANY = """
+m.shared(x=0)
+p = m.program("t")
+p.step("inc", lambda s, me: None, next=DONE)
+for i in range(COUNT):
+    m.thread(TNAME, p)
+"""
+
+
+@pytest.mark.parametrize("n, name, message", [
+    (2, "i", "a thread's name must be a non-empty str (traces name threads by it), not 0"),
+    (2, "f'x{i}'.encode()", "a thread's name must be a non-empty str (traces name threads by it), not b'x0'"),
+    (1, "''", "a thread's name must be a non-empty str"),
+    (300, "f't{i}'", "thread 't255': a model may declare at most 255 threads"),
+])
+def test_bad_threads_are_refused_when_the_model_is_built(tmp_path, capsys, n, name, message):
+    path = model_file(tmp_path, "threads", MANY.replace("COUNT", str(n)).replace("TNAME", name))
+    code, out, err = cli_run(capsys, "check", path)
+    assert code == 2 and out == "" and message in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("setting", ["workers=100000000", "closers=100000000"])
+def test_a_runaway_thread_count_is_refused_at_once_not_built_for_days(capsys, setting):
+    # Each thread costs ~10 ms to compile: 10**8 of them was a silent hang of years.
+    code, _, err = cli_run(capsys, "check", "prefetcher", "--set", "close=on", "--set", setting)
+    assert code == 2 and "at most 255 threads" in err
+
+
+
+def test_the_thread_bound_is_the_checkers_not_the_live_prefetchers():
+    # The live prefetcher compiles its reference model with a thread per worker; it runs it, and
+    # bounds its workers itself.
+    from safeprefetch._prefetcher.machine import compile_reference
+
+    assert len(compile_reference(1, 254, 1, True, True).thread_names) > 255  # workers, consumer, closer

@@ -21,7 +21,16 @@ from typing import Any, Callable, Mapping
 from .program import Program
 from .violations import VIOLATION_KINDS, ModelError
 
-__all__ = ["Builder", "reads_threads"]
+__all__ = ["MAX_THREADS", "Builder", "reads_threads"]
+
+#: The most threads a model may declare. Why a limit, and why this one: a thread costs about
+#: 10 ms to compile (its program's steps, specialized for it), so a runaway count -- ``--set
+#: workers=100000000`` -- would spend days declaring threads before any search began, with no
+#: message; nothing here can search, or sample fairly, a state with hundreds of threads (the
+#: Hypothesis strategy draws each choice from 0..255); and past it the error names the thread.
+#: The live prefetchers compile their models with ``max_threads=None``: they run, not search, and
+#: a ``Prefetcher(workers=300)`` is theirs to allow.
+MAX_THREADS = 255
 
 
 @dataclass
@@ -60,8 +69,10 @@ def _hashable(what: str, name: str, value: Any) -> None:
 class Builder:
     """Collects the shared variables, primitives, threads and checks of a model."""
 
-    def __init__(self, settings: Mapping[str, Any]):
+    def __init__(self, settings: Mapping[str, Any], max_threads: int | None = MAX_THREADS):
         self.settings = dict(settings)
+        #: The most threads :meth:`thread` accepts (None: no bound; see :data:`MAX_THREADS`).
+        self.max_threads = max_threads
         self.shared_vars: dict[str, Any] = {}
         self.mutexes: list[str] = []
         self.condvars: list[str] = []
@@ -128,6 +139,13 @@ class Builder:
         ``spawn`` step; until then it is at NOT_STARTED, and a thread that is
         never started counts as finished at the end of a run.
         """
+        if not isinstance(name, str) or not name:
+            raise ModelError(f"a thread's name must be a non-empty str (traces name threads by it), not {name!r}")
+        if not isinstance(program, Program):
+            raise ModelError(f"thread {name!r} needs a program (m.program(...)), not {type(program).__name__}")
+        if self.max_threads is not None and len(self.threads) >= self.max_threads:
+            raise ModelError(f"thread {name!r}: a model may declare at most {self.max_threads} threads "
+                             "(is a thread count parameter far too large?)")
         if any(t.name == name for t in self.threads):
             raise ModelError(f"thread {name!r} declared twice")
         unknown = set(locals) - set(program.locals)
