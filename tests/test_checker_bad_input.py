@@ -251,3 +251,29 @@ def test_the_thread_bound_is_the_checkers_not_the_live_prefetchers():
     from safeprefetch._prefetcher.machine import compile_reference
 
     assert len(compile_reference(1, 254, 1, True, True).thread_names) > 255  # workers, consumer, closer
+
+
+@pytest.mark.parametrize("setting, message", [
+    # The prefetcher model holds a tuple of `capacity` slots: at 10**9 its build alone would
+    # allocate 8 GB (a minute of it, or the OOM killer); it now fails at once.
+    ("capacity=1000000000", "building model 'prefetcher' ran out of memory: it needed more than 2.0 GiB"),
+    # At 10**6 the state count is capacity=2's, but each step copied an 8 MB tuple: 53 s, 1.2 GB.
+    ("capacity=1000000", "shared variable 'slots': its initial value holds 1,000,000 entries"),
+])
+def test_a_huge_size_parameter_is_refused_before_it_exhausts_memory(setting, message):
+    code, out, err = run("check", "prefetcher", "--set", setting)
+    assert code == 2 and out == "" and message in err and err.count("\n") == 1, err
+
+
+def test_a_huge_parameter_that_only_deepens_the_search_reaches_the_state_cap(capsys):
+    code, out, err = cli_run(capsys, "check", "prefetcher", "--set", "items=1000000000", "--max-states", "2000",
+                             "--json")
+    assert code == 3, err
+    d = json.loads(out)
+    assert d["exhaustive"] is False and d["stop_reason"] == "max_states" and d["states"] == 2000
+
+
+def test_the_size_bounds_are_the_checkers_not_the_live_prefetchers():
+    from safeprefetch._prefetcher.machine import compile_reference
+
+    assert len(compile_reference(200_000, 1, 1, True, True).init[0]) == 200_000  # the slots, one a slot

@@ -154,6 +154,14 @@ def _cmd_check(args) -> int:
         return _check_one(args, model)
 
 
+def _compile(model, overrides):
+    """The model built and compiled at ``overrides``, with a bound on the memory its build may take."""
+    from .._check.budget import bounded_build
+
+    with bounded_build(f"building model {model.name!r}"):
+        return model.compile(overrides)
+
+
 @contextmanager
 def _named(model) -> Iterator[None]:
     """A StepError (the model's own code raised, or called sys.exit) names the model as well as the step."""
@@ -166,7 +174,7 @@ def _named(model) -> Iterator[None]:
 
 def _check_one(args, model) -> int:
     overrides = parse_sets(args.set or [])
-    machine = model.compile(overrides)
+    machine = _compile(model, overrides)
     if args.progress_bound is not None and machine.shutdown_pred is None:
         raise UsageError(f"--progress-bound measures progress after shutdown, and model {model.name!r} declares "
                          "no shutdown (m.shutdown_when(...))")
@@ -303,7 +311,7 @@ def _cmd_replay(args) -> int:
     if isinstance(saved_by, str) and saved_by != model.name:
         raise TraceError(f"trace {str(path)!r} was saved by a check of model {saved_by!r}, not {model.name!r}")
     with _named(model):
-        machine = model.compile(overrides)
+        machine = _compile(model, overrides)
         print(f"replay of {len(trace)} steps on {model.name}")
         print(format_table(machine, trace))
         try:

@@ -146,7 +146,7 @@ def _slug(text: str) -> str:
 
 def _built(model: Any, config: Mapping[str, Any]) -> Builder:
     """The model built again at ``config``: the same functions the machine's steps were compiled from."""
-    b = Builder({k: config[k] for k in model.SETTINGS}, max_threads=None)  # the machine has its threads already
+    b = Builder({k: config[k] for k in model.SETTINGS}, None, None)  # the machine exists: its size passed
     with exited(f"model {model.name or model.__name__!r}: its build"):
         model().build(b, **{k: v for k, v in config.items() if k not in model.SETTINGS})
     return b

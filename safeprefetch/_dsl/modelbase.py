@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from .builder import MAX_THREADS, Builder
+from .builder import MAX_THREADS, MAX_VALUE_LEN, Builder
 from .compiler import builder_graph, compile_model
 from .graph import GRAPH_PENDING, GraphStep, did_you_mean
 from .machine import Machine
@@ -102,10 +102,9 @@ class Model:
         return config
 
     @classmethod
-    def _built(cls, overrides: Mapping[str, Any] | None,
-               max_threads: int | None = MAX_THREADS) -> tuple[dict[str, Any], Builder]:
+    def _built(cls, overrides: Mapping[str, Any] | None, bounded: bool = True) -> tuple[dict[str, Any], Builder]:
         config = cls.configure(overrides)
-        b = Builder({k: config[k] for k in cls.SETTINGS}, max_threads)
+        b = Builder({k: config[k] for k in cls.SETTINGS}, *((MAX_THREADS, MAX_VALUE_LEN) if bounded else (None, None)))
         model = cls()
         with exited(f"model {cls.name or cls.__name__!r}: its build"):
             model.build(b, **{k: v for k, v in config.items() if k not in cls.SETTINGS})
@@ -119,10 +118,11 @@ class Model:
         return bool(cls.graph_checked) and not pending
 
     @classmethod
-    def compile(cls, overrides: Mapping[str, Any] | None = None, *, max_threads: int | None = MAX_THREADS) -> Machine:
-        """Build this model at ``overrides`` (on top of its defaults) and compile it. ``max_threads`` bounds
-        the threads it may declare (None: unbounded, for a live runtime that only runs it)."""
-        config, b = cls._built(overrides, max_threads)
+    def compile(cls, overrides: Mapping[str, Any] | None = None, *, bounded: bool = True) -> Machine:
+        """Build this model at ``overrides`` (on top of its defaults) and compile it. ``bounded=False`` lifts
+        the checker's bounds on its size (``MAX_THREADS`` threads, ``MAX_VALUE_LEN`` entries a variable),
+        for a live runtime that only runs it."""
+        config, b = cls._built(overrides, bounded)
         machine = compile_model(cls.name or cls.__name__, config, b, cls._graph_strict())
         machine.model = cls
         return machine
