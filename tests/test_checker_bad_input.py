@@ -277,3 +277,14 @@ def test_the_size_bounds_are_the_checkers_not_the_live_prefetchers():
     from safeprefetch._prefetcher.machine import compile_reference
 
     assert len(compile_reference(200_000, 1, 1, True, True).init[0]) == 200_000  # the slots, one a slot
+
+
+# -- more of the same kind ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where, message", [("missing/x.svg", "its directory does not exist"),
+                                            (".", "it is a directory")])
+def test_an_svg_path_that_cannot_be_written_is_a_usage_error_not_the_models(tmp_path, capsys, where, message):
+    # It was "the model raised FileNotFoundError", after the whole search.
+    code, out, err = cli_run(capsys, "check", "one_cond_signal", "--svg", str(tmp_path / where))
+    assert code == 2 and out == "" and f"cannot write --svg" in err and message in err and "model" not in err

@@ -173,6 +173,11 @@ def _named(model) -> Iterator[None]:
 
 
 def _check_one(args, model) -> int:
+    if args.svg:  # before the search, not after it: a bad path is known now
+        where = Path(args.svg)
+        if where.is_dir() or not where.parent.is_dir():
+            raise UsageError(f"cannot write --svg {args.svg!r}: "
+                             + ("it is a directory" if where.is_dir() else "its directory does not exist"))
     overrides = parse_sets(args.set or [])
     machine = _compile(model, overrides)
     if args.progress_bound is not None and machine.shutdown_pred is None:
@@ -216,7 +221,10 @@ def _check_one(args, model) -> int:
         result = replace(result, expected=model.expected)
     if args.svg:
         from .._tools.svg import write_svg  # the swimlane renderer
-        write_svg(machine, result, Path(args.svg))
+        try:
+            write_svg(machine, result, Path(args.svg))
+        except OSError as e:  # not the model's error: the file's
+            raise UsageError(f"cannot write --svg {args.svg!r}: {e.strerror or e}") from None
     if args.json:
         d = result.to_json()
         if args.progress_bound is not None:  # the check's claim, which replay holds the trace to
