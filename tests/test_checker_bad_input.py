@@ -288,3 +288,16 @@ def test_an_svg_path_that_cannot_be_written_is_a_usage_error_not_the_models(tmp_
     # It was "the model raised FileNotFoundError", after the whole search.
     code, out, err = cli_run(capsys, "check", "one_cond_signal", "--svg", str(tmp_path / where))
     assert code == 2 and out == "" and f"cannot write --svg" in err and message in err and "model" not in err
+
+
+@pytest.mark.parametrize("store", ["full", "fingerprint", "bitstate"])
+def test_a_starvation_search_past_the_state_cap_is_inconclusive_not_unbounded(capsys, store):
+    # reader_preference_rwlock: 122 states reduced, 279 in the policy's unreduced graph, which the
+    # starvation search walked whole whatever the cap: a search the cap let through stored more.
+    code, out, err = cli_run(capsys, "check", "reader_preference_rwlock", "--max-states", "130", "--store", store,
+                             "--json")
+    d = json.loads(out)
+    assert code == 3 and d["verdict"] == "ok" and d["exhaustive"] is False and d["stop_reason"] == "max_states"
+    code, out, _ = cli_run(capsys, "check", "reader_preference_rwlock", "--max-states", "300", "--store", store,
+                           "--json")
+    assert code == 1 and json.loads(out)["verdict"] == "starvation"
