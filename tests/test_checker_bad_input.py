@@ -301,3 +301,20 @@ def test_a_starvation_search_past_the_state_cap_is_inconclusive_not_unbounded(ca
     code, out, _ = cli_run(capsys, "check", "reader_preference_rwlock", "--max-states", "300", "--store", store,
                            "--json")
     assert code == 1 and json.loads(out)["verdict"] == "starvation"
+
+
+@pytest.mark.parametrize("args, flag", [
+    (("--strategy", "random", "--reduce", "none"), "--reduce"),
+    (("--strategy", "pct", "--max-states", "10"), "--max-states"),
+    (("--strategy", "hypothesis", "--progress-seconds", "1"), "--progress-seconds"),
+])
+def test_exhaustive_search_options_with_a_sampling_strategy_are_refused(capsys, args, flag):
+    # The sampling strategies store no states and report no progress: these were silently ignored.
+    code, _, err = cli_run(capsys, "check", "monitor", *args)
+    assert code == 2 and f"{flag} applies to the exhaustive searches (bfs, dfs)" in err
+
+
+def test_max_states_with_a_sampling_strategy_still_bounds_a_progress_bound_search(capsys):
+    code, _, err = cli_run(capsys, "check", "prefetcher", "--set", "close=on", "--strategy", "random",
+                           "--budget", "5", "--max-states", "10", "--progress-bound", "2")
+    assert code == 3, err  # sampling is never a proof; the bound search is skipped, not judged on 10 states

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from .._tools.catalog import catalog, load_model
-from .._check.explore import DEFAULT_MAX_STATES, CheckResult, ReplayDivergence, Trace, TraceError, check, final_verdict
+from .._check.explore import DEFAULT_MAX_STATES, DEFAULT_REDUCE, CheckResult, ReplayDivergence, Trace, TraceError, check, final_verdict
 from .._dsl.graph import format_graph, graph_json
 from .._dsl.model import ModelError
 from .._dsl.violations import StepError
@@ -126,6 +126,17 @@ def _check_options(args) -> None:
             raise UsageError(f"{flag} must be at least {least}, not {value}")
         if not applies:
             raise UsageError(f"{flag} applies to {why}, not to --strategy {args.strategy}")
+    # The exhaustive searches' options, which a sampling strategy (or a swarm of them) does not read;
+    # --max-states also bounds the --progress-bound search, which runs after any strategy.
+    if args.strategy not in ("bfs", "dfs") or args.swarm is not None:
+        for flag, value in (("--reduce", args.reduce), ("--progress-seconds", args.progress_seconds),
+                            ("--max-states", None if args.progress_bound is not None else args.max_states)):
+            if value is not None:
+                raise UsageError(f"{flag} applies to the exhaustive searches (bfs, dfs), not to "
+                                 + ("--swarm" if args.swarm is not None else f"--strategy {args.strategy}"))
+    args.reduce = DEFAULT_REDUCE if args.reduce is None else args.reduce
+    args.progress_seconds = 3.0 if args.progress_seconds is None else args.progress_seconds
+    args.max_states = DEFAULT_MAX_STATES if args.max_states is None else args.max_states
     args.budget = 1000 if args.budget is None else args.budget
     args.depth = 3 if args.depth is None else args.depth
     args.preemptions = 2 if args.preemptions is None else args.preemptions
@@ -349,18 +360,20 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("--set", action="append", metavar="NAME=VALUE", help="set a config parameter")
     ck.add_argument("--strategy", default="bfs", choices=["bfs", "dfs", "random", "pct", "preempt", "hypothesis"],
                     help="bfs/dfs explore exhaustively; the others sample schedules (replayable by --seed)")
-    ck.add_argument("--reduce", default="all", choices=["none", "symmetry", "por", "all"],
+    ck.add_argument("--reduce", default=None, choices=["none", "symmetry", "por", "all"],
                     help="state-space reductions (all preserve verdicts; default all)")
     _cluster_args.add_arguments(ck)  # --cluster SPEC, --swarm K
     ck.add_argument("--progress-bound", type=int, metavar="K",
                     help="also require every thread to return within K of its own steps after shutdown")
-    ck.add_argument("--progress-seconds", type=float, default=3.0, help="seconds between progress lines (stderr)")
+    ck.add_argument("--progress-seconds", type=float, default=None,
+                    help="seconds between progress lines (stderr; default 3)")
     ck.add_argument("--budget", type=int, default=None, help="schedules to try for sampling strategies (default 1000)")
     ck.add_argument("--depth", type=int, default=None, help="PCT bug depth d (default 3)")
     ck.add_argument("--preemptions", type=int, default=None,
                     help="preemption bound for --strategy preempt (default 2)")
     ck.add_argument("--json", action="store_true")
-    ck.add_argument("--max-states", type=int, default=DEFAULT_MAX_STATES)
+    ck.add_argument("--max-states", type=int, default=None,
+                    help=f"stop a search after storing this many states (default {DEFAULT_MAX_STATES:,})")
     ck.add_argument("--store", default="full", choices=["full", "fingerprint", "bitstate"],
                     help="keep visited states whole (exact), as 64-bit fingerprints (TLC's way: about 24 "
                          "bytes a state; the result reports the chance of a collision), or as bits (SPIN's "
@@ -403,7 +416,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:
             parser.print_help()
             return 2
-        if getattr(args, "max_states", 1) < 1:
+        max_states = getattr(args, "max_states", None)
+        if max_states is not None and max_states < 1:
             raise UsageError("--max-states must be at least 1")
         return COMMANDS[args.command](args)
     except (UsageError, ModelError, TraceError, ReplayDivergence) as e:
