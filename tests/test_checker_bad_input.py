@@ -318,3 +318,14 @@ def test_max_states_with_a_sampling_strategy_still_bounds_a_progress_bound_searc
     code, _, err = cli_run(capsys, "check", "prefetcher", "--set", "close=on", "--strategy", "random",
                            "--budget", "5", "--max-states", "10", "--progress-bound", "2")
     assert code == 3, err  # sampling is never a proof; the bound search is skipped, not judged on 10 states
+
+
+@pytest.mark.parametrize("line, message", [
+    ('expected = "deadlok"', "expected must be 'ok' or a violation kind, not 'deadlok'; did you mean 'deadlock'?"),
+    ("name = 5", "its name must be a str"),
+])
+def test_a_model_class_that_declares_a_verdict_or_name_no_search_can_match_is_refused(line, message):
+    from safeprefetch.model import Model, ModelError
+
+    with pytest.raises(ModelError, match=message.replace("?", r"\?").replace("(", r"\(")):
+        exec(f"class Typo(Model):\n    name = 'typo'\n    {line}\n", {"Model": Model})

@@ -20,7 +20,7 @@ from .builder import MAX_THREADS, MAX_VALUE_LEN, Builder
 from .compiler import builder_graph, compile_model
 from .graph import GRAPH_PENDING, GraphStep, did_you_mean
 from .machine import Machine
-from .violations import ModelError, exited
+from .violations import VIOLATION_KINDS, ModelError, exited
 
 __all__ = ["Model"]
 
@@ -64,6 +64,13 @@ class Model:
         """Refuse, when the class is defined, parameters that shadow a setting and settings that do not exist."""
         super().__init_subclass__(**kwargs)
         where = f"model {cls.name or cls.__name__!r}"
+        if not isinstance(cls.name, str):
+            raise ModelError(f"model {cls.__name__!r}: its name must be a str (the catalog and traces name it), "
+                             f"not {cls.name!r}")
+        if cls.expected != "ok" and cls.expected not in VIOLATION_KINDS:
+            # A typo here made `check --all` fail forever against a verdict no search can give.
+            raise ModelError(f"{where}: expected must be 'ok' or a violation kind, not {cls.expected!r}"
+                             + did_you_mean(str(cls.expected), ("ok", *VIOLATION_KINDS)))
         clash = sorted(set(cls.params) & set(cls.SETTINGS))
         if clash:
             raise ModelError(f"{where}: parameter {clash[0]!r} has the name of a setting every model takes "
