@@ -329,3 +329,31 @@ def test_a_model_class_that_declares_a_verdict_or_name_no_search_can_match_is_re
 
     with pytest.raises(ModelError, match=message.replace("?", r"\?").replace("(", r"\(")):
         exec(f"class Typo(Model):\n    name = 'typo'\n    {line}\n", {"Model": Model})
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"max_states": float("nan")}, "max_states must be an int, not nan"),  # NaN < n is False: no cap at all
+    ({"max_states": 1.5}, "max_states must be an int, not 1.5"),
+    ({"max_states": True}, "max_states must be an int, not True"),
+    ({"memory": float("nan")}, "memory must be a positive number of bytes, not nan"),  # no budget at all
+    ({"store": "fingerprint", "max_states": float("nan")}, "max_states must be an int"),
+])
+def test_the_api_refuses_a_cap_or_budget_that_is_not_a_number_of_anything(kwargs, message):
+    from safeprefetch import check
+    from safeprefetch.model import ModelError
+
+    with pytest.raises(ModelError, match=message):
+        check(load("monitor"), **kwargs)
+
+
+def load(name):
+    from safeprefetch._tools.catalog import load_model
+
+    return load_model(name)
+
+
+def test_the_api_takes_a_numpy_int_cap():
+    import numpy as np
+    from safeprefetch import check
+
+    assert check(load("monitor"), max_states=np.int64(10)).states == 10

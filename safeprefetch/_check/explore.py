@@ -103,8 +103,9 @@ def _explore(machine: Machine, strategy: str, max_states: int, progress: Callabl
     if changing is not None:
         raise changing
     if memory is not None:
-        if memory <= 0:
-            raise ModelError("memory must be a positive number of bytes")
+        if isinstance(memory, bool) or not isinstance(memory, (int, float)) or not memory > 0 \
+                or memory == float("inf"):  # not memory > 0: NaN too, which disabled the budget
+            raise ModelError(f"memory must be a positive number of bytes, not {memory!r}")
         held = resident_bytes()
         if memory <= held:
             raise ModelError(f"memory budget {format_bytes(memory)} is below what this process already holds "
