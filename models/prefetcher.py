@@ -99,6 +99,7 @@ class Prefetcher(Model):
               "close": False, "error": False, "abandon": False, "closers": 1,
               "error_at": -1, "close_after": -1, "sized": True, "history": True,
               "autotune": False, "target": 1, "run": 1}
+    minimums = {"capacity": 1, "workers": 1, "closers": 1, "run": 1}
     sweep = {"capacity": [1, 2, 3], "workers": [1, 2, 3], "items": [0, 1, 2, 3, 4],
              "close": [False, True], "error": [False, True], "abandon": [False, True]}
 

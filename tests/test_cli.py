@@ -61,7 +61,7 @@ def test_check_all_exits_0_when_every_verdict_matches():
     (("check", "prefetcher", "--set", "capacity=two"), "capacity must be an integer"),
     (("check", "prefetcher", "--set", "capacity"), "expects NAME=VALUE"),
     (("check", "prefetcher", "--set", "colour=red"), "has no parameter 'colour'"),
-    (("check", "prefetcher", "--set", "capacity=0"), "needs capacity >= 1"),
+    (("check", "prefetcher", "--set", "capacity=0"), "capacity must be at least 1"),
     (("check", "prefetcher", "--max-states", "0"), "at least 1"),
     (("check", "prefetcher", "--set", "notify=lifo"), "notify must be one of fifo|any"),
     (("check",), "needs a MODEL"),

@@ -40,7 +40,7 @@ from .._dsl.model import Machine, ModelError
 from .budget import format_bytes, resident_bytes
 from .explorer import DEFAULT_MAX_STATES, Explorer
 from .fingerprint import fingerprinter
-from .liveness import starvation
+from .liveness import STARVATION_CAPPED, bounded_starvation
 from .result import CheckResult
 from .verdict import terminal
 
@@ -156,7 +156,9 @@ class BitstateExplorer(Explorer):
         else:
             exhaustive = self._search(found)
         if not found and exhaustive and m.progress_labels:
-            lasso = starvation(m)  # liveness searches the scheduling policy's own graph, as in Explorer
+            lasso, exhaustive = bounded_starvation(m, self.max_states)  # the policy's own graph, as in Explorer
+            if not exhaustive:
+                self.stop_detail = STARVATION_CAPPED
             if lasso is not None:
                 found.append((len(lasso.trace), lasso))
         violation = min(found, key=lambda x: x[0])[1] if found else None

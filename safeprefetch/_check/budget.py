@@ -22,8 +22,18 @@ from __future__ import annotations
 import os
 import re
 import sys
+from contextlib import contextmanager
+from typing import Iterator
 
-__all__ = ["DictGrowth", "MemoryBudget", "format_bytes", "parse_memory", "resident_bytes"]
+__all__ = ["BUILD_MEMORY", "DictGrowth", "MemoryBudget", "bounded_build", "format_bytes", "parse_memory",
+           "resident_bytes"]
+
+#: What building one model may add to the process's address space (the CLI's ``check`` and
+#: ``replay``). A build is small -- every catalog model builds in a few MB -- but its size follows
+#: its parameters, and ``--set capacity=1000000000`` makes the prefetcher model allocate an 8 GB
+#: tuple before anything can look at it (a minute of swapping, or the OOM killer). 2 GiB is some
+#: hundred times any real build, and fails such a build at once, with a MemoryError.
+BUILD_MEMORY = 2 << 30
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
@@ -46,6 +56,41 @@ def resident_bytes() -> int:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return 0
+
+
+@contextmanager
+def bounded_build(what: str, extra: int = BUILD_MEMORY) -> Iterator[None]:
+    """Run a model's build with at most ``extra`` more bytes of address space (``RLIMIT_AS``, Linux);
+    a ``MemoryError`` inside becomes a ModelError naming ``what``. It lowers the soft limit only
+    (never raises one the user set), and restores it after. Where the limit or /proc is missing it
+    only translates the MemoryError. For a process of its own (the CLI): the limit is process-wide.
+    """
+    from .._dsl.violations import ModelError
+
+    restore = None
+    try:
+        import resource
+
+        with open("/proc/self/statm") as f:
+            size = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        want = size + extra
+        if hard != resource.RLIM_INFINITY:
+            want = min(want, hard)
+        if soft == resource.RLIM_INFINITY or want < soft:
+            resource.setrlimit(resource.RLIMIT_AS, (want, hard))
+            restore = (resource, soft, hard)
+    except (ImportError, OSError, ValueError, IndexError):
+        restore = None
+    try:
+        yield
+    except MemoryError:
+        raise ModelError(f"{what} ran out of memory: it needed more than {format_bytes(extra)} "
+                         "(is a parameter far too large?)") from None
+    finally:
+        if restore is not None:
+            res, soft, hard = restore
+            res.setrlimit(res.RLIMIT_AS, (soft, hard))
 
 
 def format_bytes(n: float) -> str:

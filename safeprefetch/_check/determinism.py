@@ -94,7 +94,7 @@ def probe(machine: Machine, max_states: int = DETERMINISM_PROBE) -> Nondetermini
             if machine.invariant_violation(state):
                 continue  # an error state: the search reports it and never expands it
             choice, succ = _expanded_twice(machine, state)
-        except Exception:  # noqa: BLE001 - a step or check that raises: the search reports it, with its trace
+        except (Exception, SystemExit):  # noqa: BLE001 - a step or check that raises: the search reports it, with its trace
             return None
         if choice is not None:
             return error(machine, choice, trace_of(machine, *path_from_parents(parents, state)), state)

@@ -148,7 +148,7 @@ from .cluster import ActorPool, ClusterError, open_cluster, prepare
 from .expand import check_max_states
 from .explore import DEFAULT_MAX_STATES, CheckResult, Explorer, Violation
 from .fingerprint import collision_probability, stable_fingerprinter
-from .liveness import starvation
+from .liveness import STARVATION_CAPPED, bounded_starvation
 from .reduce import check_reduce
 from .shard import RADIX
 
@@ -227,14 +227,16 @@ def explore_cluster_timed(model: type[Model], config: Mapping[str, Any] | None =
                                  phases=tuple(levels.timing), rss=tuple(m["rss"] for m in levels.memory),
                                  table_bytes=tuple(m["table"] for m in levels.memory))
     violation = levels.violation
+    done, why = levels.exhaustive, f"stopped at the state cap, max_states={max_states:,}"
     if violation is None and levels.exhaustive and machine.progress_labels:
-        violation = starvation(machine)  # it searches the scheduling policy's own graph
+        violation, done = bounded_starvation(machine, max_states)  # the scheduling policy's own graph
+        why = why if done else f"{STARVATION_CAPPED}, max_states={max_states:,}"
     fingerprints = store == "fingerprint"
     return CheckResult(
         model=machine.name,
         config=dict(machine.config),
         strategy="bfs",
-        exhaustive=levels.exhaustive or violation is not None,
+        exhaustive=done or violation is not None,
         verdict=violation.kind if violation else "ok",
         states=levels.stored,
         transitions=levels.transitions,
@@ -244,9 +246,8 @@ def explore_cluster_timed(model: type[Model], config: Mapping[str, Any] | None =
         max_depth=levels.depth,
         store=store,
         collision_probability=collision_probability(levels.stored, levels.transitions + 1) if fingerprints else None,
-        stop_reason=None if levels.exhaustive or violation is not None else "max_states",
-        stop_message="" if levels.exhaustive or violation is not None else
-        f"stopped at the state cap, max_states={max_states:,}",
+        stop_reason=None if done or violation is not None else "max_states",
+        stop_message="" if done or violation is not None else why,
     ), stats
 
 

@@ -59,6 +59,8 @@ does not apply, and successors are canonicalised after it.
 
 from __future__ import annotations
 
+import operator
+
 from typing import Any, Callable, Container
 
 from .._dsl.model import Machine, ModelError
@@ -183,6 +185,14 @@ def counted_at_cut(moves: Moves, position: int, reduced: bool) -> int:
 
 
 def check_max_states(max_states: int) -> int:
+    # An int, not any number: NaN compares false with every count, so max_states=nan disabled the
+    # cap without a word, and True or 1.5 passed for a count.
+    try:
+        if isinstance(max_states, bool):
+            raise TypeError
+        max_states = operator.index(max_states)  # an int, or numpy's
+    except TypeError:
+        raise ModelError(f"max_states must be an int, not {max_states!r}") from None
     if max_states < 1:
         raise ModelError("max_states must be at least 1")
     return max_states

@@ -14,7 +14,7 @@ determinism -- are the explorer's (:mod:`.explorer`).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NamedTuple
 
 from .._dsl.model import Machine, Model, ModelError, StepError
 from . import determinism
@@ -103,8 +103,9 @@ def _explore(machine: Machine, strategy: str, max_states: int, progress: Callabl
     if changing is not None:
         raise changing
     if memory is not None:
-        if memory <= 0:
-            raise ModelError("memory must be a positive number of bytes")
+        if isinstance(memory, bool) or not isinstance(memory, (int, float)) or not memory > 0 \
+                or memory == float("inf"):  # not memory > 0: NaN too, which disabled the budget
+            raise ModelError(f"memory must be a positive number of bytes, not {memory!r}")
         held = resident_bytes()
         if memory <= held:
             raise ModelError(f"memory budget {format_bytes(memory)} is below what this process already holds "
@@ -148,24 +149,43 @@ def check(model: type[Model] | Machine, config: Mapping[str, Any] | None = None,
     return result
 
 
-def check_shutdown_bound(machine: Machine, bound: int, max_states: int = DEFAULT_MAX_STATES) -> Violation | None:
+class ShutdownBound(NamedTuple):
+    """What the bounded-progress search established (:func:`check_shutdown_bound`)."""
+
+    #: The ``shutdown_hang`` violation, or None: none found (a proof only when ``exhaustive``).
+    violation: Violation | None
+    #: True when the search visited every reachable state; False when the state cap cut it, and
+    #: then nothing is known: a state past the cap may hide a late thread, and a state at the edge
+    #: has no successors yet, so it would look like a thread that never returns.
+    exhaustive: bool
+    #: States the search stored.
+    states: int
+
+
+def check_shutdown_bound(machine: Machine, bound: int, max_states: int = DEFAULT_MAX_STATES) -> ShutdownBound:
     """Bounded progress: after shutdown is requested, every thread returns within ``bound`` own steps.
 
-    Returns a ``shutdown_hang`` violation whose trace leads to the state where the
-    worst case starts, or None when every thread is within the bound.
+    Its ``violation`` is a ``shutdown_hang`` whose trace leads to the state where the worst case
+    starts, or None when every thread is within the bound. It needs the whole graph (unreduced):
+    a search the state cap cut short says ``exhaustive=False`` and reports no violation.
     """
     from .liveness import shutdown_progress_detail
 
+    if bound < 0:
+        raise ModelError(f"a progress bound is a number of steps, at least 0, not {bound}")
     e = Explorer(machine, reduce="none", max_states=max_states, stop_at_first=False)
     e.run()
+    if not e.complete:
+        return ShutdownBound(None, False, len(e.parents))
     for name, (worst, where) in shutdown_progress_detail(machine, e.parents).items():
         if worst is None or worst > bound:
             states, choices = e.path_to(where)
             how = "may never return" if worst is None else f"may take {worst} of its own steps to return"
             trace = e._trace(states, choices)
-            return Violation("shutdown_hang", f"after shutdown was requested, {name} {how} (bound {bound})",
-                             trace, where, on_step=False, step=len(trace))
-    return None
+            return ShutdownBound(Violation("shutdown_hang", f"after shutdown was requested, {name} {how} "
+                                           f"(bound {bound})", trace, where, on_step=False, step=len(trace)),
+                                 True, len(e.parents))
+    return ShutdownBound(None, True, len(e.parents))
 
 
 def _is_default(model: type[Model], config: Mapping[str, Any]) -> bool:

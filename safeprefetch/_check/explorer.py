@@ -65,7 +65,7 @@ from .expand import Expander, check_max_states, counted_at_cut
 from .determinism import differs, error as determinism_error
 from .extension import Build
 from .generated import ENGINES, CompileUnavailable, Expansion, agrees, default_engine, expansion, start_build, why_not
-from .liveness import starvation
+from .liveness import STARVATION_CAPPED, bounded_starvation
 from .replay import trace_of
 from .result import CheckResult, Trace, Violation
 from .verdict import HANG, classify_hang, end_violation, terminal
@@ -279,11 +279,16 @@ class Explorer:
             if again.violation is not None:
                 return replace(again, seconds=time.perf_counter() - t0)
         if not found and exhaustive and m.progress_labels:
-            lasso = starvation(m)  # it searches the scheduling policy's own graph
+            lasso, exhaustive = bounded_starvation(m, self.max_states)  # the scheduling policy's own graph
+            if not exhaustive:
+                self.stop_detail = STARVATION_CAPPED
             if lasso is not None:
                 found.append((len(lasso.trace), lasso))
         violation = min(found, key=lambda x: x[0])[1] if found else None
         self.violations = [v for _, v in found]
+        #: Whether the search itself visited every reachable state (``exhaustive`` in the result is also
+        #: True when a violation was found before the cap).
+        self.complete = exhaustive
         return CheckResult(
             model=m.name,
             config=dict(m.config),
@@ -347,6 +352,9 @@ class Explorer:
         reason = self.stop_reason or "max_states"
         message = self.budget.reason if reason == "memory" and self.budget is not None else \
             f"stopped at the state cap, max_states={self.max_states:,}"
+        detail = getattr(self, "stop_detail", "")
+        if detail and reason == "max_states":
+            message = f"{detail}, max_states={self.max_states:,}"
         return {"stop_reason": reason, "stop_message": message}
 
     def _over_budget(self, states: int, growth: int) -> bool:

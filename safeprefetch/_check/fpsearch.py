@@ -28,7 +28,7 @@ import numpy as np
 from .._dsl.model import Machine
 from .explorer import DEFAULT_MAX_STATES, Explorer
 from .fingerprint import FingerprintTable, Frontier, collision_probability, fingerprinter
-from .liveness import starvation
+from .liveness import STARVATION_CAPPED, bounded_starvation
 from .result import CheckResult
 from .verdict import terminal
 
@@ -112,7 +112,9 @@ class FingerprintExplorer(Explorer):
             if again.violation is not None:
                 return again
         if not found and exhaustive and m.progress_labels:
-            lasso = starvation(m)  # liveness searches the scheduling policy's own graph, as in Explorer
+            lasso, exhaustive = bounded_starvation(m, self.max_states)  # the policy's own graph, as in Explorer
+            if not exhaustive:
+                self.stop_detail = STARVATION_CAPPED
             if lasso is not None:
                 found.append((len(lasso.trace), lasso))
         violation = min(found, key=lambda x: x[0])[1] if found else None

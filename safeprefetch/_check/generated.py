@@ -157,7 +157,7 @@ def agrees(machine: Machine, fill: Callable[[tuple, list], Any], state: tuple) -
     got: list = []
     try:
         fill(state, got)
-    except Exception:  # noqa: BLE001 - the plain expander raises it too, and reports it properly
+    except (Exception, SystemExit):  # noqa: BLE001 - the plain expander raises it too, and reports it properly
         return True
     if len(got) != len(want):
         return False
@@ -361,7 +361,7 @@ class _Writer:
         else:
             lines = ["def X__expand_state(state, parents, nxt, max_states):", "    trans, mark = 0, len(nxt)"]
         lines += ["    try:"] + ([self._length_check("        ")] if self.typed else []) + self._dispatch(emit, "        ") + [
-            "    except Exception:",
+            "    except (Exception, SystemExit):",  # sys.exit in a step: the plain expander reports it
             "        return X__undo(parents, nxt, mark)",
             "    return trans if trans else -1"]
         undo = ["", "", ("cdef Py_ssize_t X__undo(dict parents, list nxt, Py_ssize_t mark):" if self.typed

@@ -65,7 +65,7 @@ from typing import Any, Callable, Iterable, Iterator
 from .._dsl.model import DONE, Machine
 from .expand import Expander
 
-__all__ = ["FAIRNESS", "PRODUCT_LIMIT", "LassoPath", "PolicyGraph", "shortest_lasso"]
+__all__ = ["FAIRNESS", "PRODUCT_LIMIT", "GraphCapped", "LassoPath", "PolicyGraph", "shortest_lasso"]
 
 #: The ``fairness`` setting's values.
 FAIRNESS = ("weak", "strong")
@@ -102,7 +102,7 @@ class PolicyGraph:
     counter), numbered as met.
     """
 
-    def __init__(self, machine: Machine):
+    def __init__(self, machine: Machine, max_states: int | None = None):
         self.machine = machine
         expander = Expander(machine)  # no reduction: the policy's own graph
         priority = machine.config.get("policy") == "priority"
@@ -126,6 +126,8 @@ class PolicyGraph:
             for (t, b), nxt in succ:
                 j = self.index.get(nxt)
                 if j is None:
+                    if max_states is not None and len(self.states) >= max_states:
+                        raise GraphCapped(max_states)
                     j = self.index[nxt] = len(self.states)
                     self.states.append(nxt)
                     self.parent.append((i, (t, b)))
@@ -153,6 +155,10 @@ class PolicyGraph:
         states.reverse()
         choices.reverse()
         return [self.states[k] for k in states], choices
+
+
+class GraphCapped(Exception):
+    """The policy's graph has more states than the search's cap: its liveness verdict is unknown."""
 
 
 class _Budget(Exception):

@@ -40,11 +40,11 @@ from typing import Any, Iterable
 
 from .._dsl.model import DONE, Machine
 from .expand import Expander
-from .lasso import PolicyGraph, shortest_lasso
+from .lasso import GraphCapped, PolicyGraph, shortest_lasso
 from .replay import trace_of
 from .result import Violation
 
-__all__ = ["Lasso", "find_starvation", "shutdown_progress", "starvation"]
+__all__ = ["STARVATION_CAPPED", "Lasso", "bounded_starvation", "find_starvation", "shutdown_progress", "starvation"]
 
 
 @dataclass(frozen=True)
@@ -65,9 +65,14 @@ class Lasso:
     shortest: bool = True
 
 
-def starvation(machine: Machine) -> Violation | None:
-    """The ``starvation`` violation of ``machine`` (a lasso), or None. Only models with progress steps pay."""
-    lasso = find_starvation(machine)
+def starvation(machine: Machine, max_states: int | None = None) -> Violation | None:
+    """The ``starvation`` violation of ``machine`` (a lasso), or None. Only models with progress steps pay.
+
+    It walks the policy's own, unreduced graph, which can be far larger than the reduced one the
+    safety search stored: past ``max_states`` states it raises :class:`~.lasso.GraphCapped`, and the
+    search that called it is not exhaustive (see :func:`bounded_starvation`).
+    """
+    lasso = find_starvation(machine, max_states)
     if lasso is None:
         return None
     trace = trace_of(machine, lasso.states, lasso.choices)
@@ -80,7 +85,20 @@ def _is_progress(machine: Machine, state: tuple, thread: int) -> bool:
     return info is not None and (info.pc in machine.progress_labels or info.label in machine.progress_labels)
 
 
-def find_starvation(machine: Machine) -> Lasso | None:
+def bounded_starvation(machine: Machine, max_states: int | None) -> tuple[Violation | None, bool]:
+    """``(violation or None, complete)``: :func:`starvation` within ``max_states``; ``complete`` is False
+    when the policy's graph passed the cap (then nothing is known, and the violation is None)."""
+    try:
+        return starvation(machine, max_states), True
+    except GraphCapped:
+        return None, False
+
+
+#: Why a search whose safety part finished is still not exhaustive, when the starvation search was cut.
+STARVATION_CAPPED = "the starvation search, over the scheduling policy's unreduced graph, passed the state cap"
+
+
+def find_starvation(machine: Machine, max_states: int | None = None) -> Lasso | None:
     """The shortest fair cycle in which some thread never progresses, as a :class:`Lasso`; or None.
 
     The search walks the states the scheduling policy can reach from the
@@ -100,7 +118,7 @@ def find_starvation(machine: Machine) -> Lasso | None:
     if not victims:
         return None
     fairness = machine.config.get("fairness", "weak")
-    found = shortest_lasso(PolicyGraph(machine), victims, fairness,
+    found = shortest_lasso(PolicyGraph(machine, max_states), victims, fairness,
                            lambda state, t: _is_progress(machine, state, t))
     if found is None:
         return None

@@ -37,6 +37,7 @@ import sys
 from dataclasses import dataclass
 
 from .._dsl.model import Model, ModelError
+from .._dsl.violations import USER_ERRORS
 
 __all__ = ["ModelRef"]
 
@@ -87,7 +88,7 @@ class ModelRef:
         sys.modules[self.module] = module
         try:
             spec.loader.exec_module(module)
-        except Exception as e:  # a failure in user code is a model error, in one line
+        except USER_ERRORS as e:  # a failure in user code (sys.exit too) is a model error, in one line
             sys.modules.pop(self.module, None)
             raise ModelError(f"cannot import {self.path!r}: {type(e).__name__}: {e}") from None
         return module

@@ -43,6 +43,7 @@ from typing import Any, Sequence
 
 from .._dsl.graph import did_you_mean
 from .._dsl.model import DONE, VIOLATION_KINDS, Machine, ModelError
+from .._dsl.violations import USER_ERRORS
 from .._dsl.usererror import check_error
 from .._dsl.program import NOT_STARTED
 
@@ -76,7 +77,7 @@ def end_violation(machine: Machine, state: tuple) -> tuple[str, str] | None:
             found = check_fn(s)
         except ModelError:
             raise
-        except Exception as e:  # the model's own end check raised: name it
+        except USER_ERRORS as e:  # the model's own end check raised: name it
             which = f" {k + 1} of {len(machine.end_checks)}" if len(machine.end_checks) > 1 else ""
             raise check_error(f"end check{which}", e, state, machine.shared_index) from e
         if found:

@@ -21,16 +21,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from .._tools.catalog import catalog, load_model
-from .._check.explore import DEFAULT_MAX_STATES, CheckResult, ReplayDivergence, Trace, TraceError, check, final_verdict
+from .._check.explore import DEFAULT_MAX_STATES, DEFAULT_REDUCE, CheckResult, ReplayDivergence, Trace, TraceError, check, final_verdict
 from .._dsl.graph import format_graph, graph_json
 from .._dsl.model import ModelError
+from .._dsl.violations import StepError
+from .._check.reverify import ReverifyIncomplete, saved_claim, saved_verdict
 from .._check.trace import format_table, render_result
 from .._harness import bench as _bench_commands
 from .._harness import docsite as _docs_commands
@@ -100,7 +104,54 @@ def _describe(model) -> dict[str, Any]:
             "summary": (model.__doc__ or "").strip().split("\n")[0]}
 
 
+def _check_options(args) -> None:
+    """Refuse, before any search, a number out of range and an option that would silently do nothing.
+
+    A negative ``--depth`` or a NaN ``--progress-seconds`` reached the search unchecked, and an option
+    the chosen search ignores (``--budget`` under bfs, ``--set`` under ``--all``) made a command look
+    as if it had done what it said. Defaults are None in the parser so that "given" can be told
+    from "left alone"; this fills them in.
+    """
+    sampling = args.strategy in ("random", "pct", "hypothesis") or args.swarm is not None
+    for name, least, applies, why in (
+            ("budget", 1, sampling, "the sampling strategies (random, pct, hypothesis) and --swarm"),
+            ("depth", 1, args.strategy == "pct" or args.swarm is not None, "--strategy pct and --swarm"),
+            ("preemptions", 0, args.strategy == "preempt", "--strategy preempt"),
+            ("progress_bound", 0, True, "")):
+        value = getattr(args, name)
+        flag = "--" + name.replace("_", "-")
+        if value is None:
+            continue
+        if value < least:
+            raise UsageError(f"{flag} must be at least {least}, not {value}")
+        if not applies:
+            raise UsageError(f"{flag} applies to {why}, not to --strategy {args.strategy}")
+    # The exhaustive searches' options, which a sampling strategy (or a swarm of them) does not read;
+    # --max-states also bounds the --progress-bound search, which runs after any strategy.
+    if args.strategy not in ("bfs", "dfs") or args.swarm is not None:
+        for flag, value in (("--reduce", args.reduce), ("--progress-seconds", args.progress_seconds),
+                            ("--max-states", None if args.progress_bound is not None else args.max_states)):
+            if value is not None:
+                raise UsageError(f"{flag} applies to the exhaustive searches (bfs, dfs), not to "
+                                 + ("--swarm" if args.swarm is not None else f"--strategy {args.strategy}"))
+    args.reduce = DEFAULT_REDUCE if args.reduce is None else args.reduce
+    args.progress_seconds = 3.0 if args.progress_seconds is None else args.progress_seconds
+    args.max_states = DEFAULT_MAX_STATES if args.max_states is None else args.max_states
+    args.budget = 1000 if args.budget is None else args.budget
+    args.depth = 3 if args.depth is None else args.depth
+    args.preemptions = 2 if args.preemptions is None else args.preemptions
+    if math.isnan(args.progress_seconds) or args.progress_seconds <= 0:  # inf: no progress lines
+        raise UsageError(f"--progress-seconds must be a positive number of seconds, not {args.progress_seconds}")
+    if args.all:
+        given = [flag for flag, value in (("--set", args.set), ("--progress-bound", args.progress_bound),
+                                          ("--svg", args.svg)) if value]
+        if given:
+            raise UsageError(f"{given[0]} applies to one MODEL; --all checks every catalog model at its "
+                             "declared config")
+
+
 def _cmd_check(args) -> int:
+    _check_options(args)
     if args.all:
         if args.model:
             raise UsageError("give a MODEL or --all, not both")
@@ -110,8 +161,39 @@ def _cmd_check(args) -> int:
     if not args.model:
         raise UsageError("check needs a MODEL (or --all)")
     model = load_model(args.model)
+    with _named(model):
+        return _check_one(args, model)
+
+
+def _compile(model, overrides):
+    """The model built and compiled at ``overrides``, with a bound on the memory its build may take."""
+    from .._check.budget import bounded_build
+
+    with bounded_build(f"building model {model.name!r}"):
+        return model.compile(overrides)
+
+
+@contextmanager
+def _named(model) -> Iterator[None]:
+    """A StepError (the model's own code raised, or called sys.exit) names the model as well as the step."""
+    try:
+        yield
+    except StepError as e:
+        e.args = (f"{e} (model {model.name!r})",)
+        raise
+
+
+def _check_one(args, model) -> int:
+    if args.svg:  # before the search, not after it: a bad path is known now
+        where = Path(args.svg)
+        if where.is_dir() or not where.parent.is_dir():
+            raise UsageError(f"cannot write --svg {args.svg!r}: "
+                             + ("it is a directory" if where.is_dir() else "its directory does not exist"))
     overrides = parse_sets(args.set or [])
-    machine = model.compile(overrides)
+    machine = _compile(model, overrides)
+    if args.progress_bound is not None and machine.shutdown_pred is None:
+        raise UsageError(f"--progress-bound measures progress after shutdown, and model {model.name!r} declares "
+                         "no shutdown (m.shutdown_when(...))")
     if args.cluster is not None or args.swarm is not None:
         from .cluster import check_on_cluster  # on dask: the partitioned BFS, or a swarm of samplers
 
@@ -133,22 +215,32 @@ def _cmd_check(args) -> int:
 
         result = search(machine, args.strategy, seed=args.seed, budget=args.budget, depth=args.depth,
                         preemptions=args.preemptions)
-    if args.progress_bound is not None and result.ok:
+    if args.progress_bound is not None and result.ok and result.exhaustive:  # else inconclusive already
         from dataclasses import replace
 
         from .._check.explore import check_shutdown_bound
 
         late = check_shutdown_bound(machine, args.progress_bound, args.max_states)
-        if late is not None:
-            result = replace(result, violation=late, verdict=late.kind)
+        if late.violation is not None:
+            result = replace(result, violation=late.violation, verdict=late.violation.kind)
+        elif not late.exhaustive:  # nothing is known about the bound: inconclusive, never a pass
+            result = replace(result, exhaustive=False, stop_reason="max_states",
+                             stop_message=f"the --progress-bound search (unreduced) stopped at the state cap, "
+                                          f"max_states={args.max_states:,}, after {late.states:,} states")
     if machine.config == model.configure({}):
         from dataclasses import replace
         result = replace(result, expected=model.expected)
     if args.svg:
         from .._tools.svg import write_svg  # the swimlane renderer
-        write_svg(machine, result, Path(args.svg))
+        try:
+            write_svg(machine, result, Path(args.svg))
+        except OSError as e:  # not the model's error: the file's
+            raise UsageError(f"cannot write --svg {args.svg!r}: {e.strerror or e}") from None
     if args.json:
-        print(json.dumps(result.to_json(), indent=2))
+        d = result.to_json()
+        if args.progress_bound is not None:  # the check's claim, which replay holds the trace to
+            d["progress_bound"] = args.progress_bound
+        print(json.dumps(d, indent=2))
     else:
         print(render_result(result, machine))
     return exit_code(result, args.allow_partial)
@@ -233,10 +325,19 @@ def _cmd_replay(args) -> int:
     trace = Trace.from_json(value)
     if not len(trace):
         raise TraceError(f"trace {str(path)!r} has no steps: there is nothing to replay")
-    machine = model.compile(overrides)
-    print(f"replay of {len(trace)} steps on {model.name}")
-    print(format_table(machine, trace))
-    found = final_verdict(machine, trace)
+    claim = saved_claim(value, len(trace))  # a saved check's verdict: the trace must show it again
+    saved_by = value.get("model") if isinstance(value, dict) else None
+    if isinstance(saved_by, str) and saved_by != model.name:
+        raise TraceError(f"trace {str(path)!r} was saved by a check of model {saved_by!r}, not {model.name!r}")
+    with _named(model):
+        machine = _compile(model, overrides)
+        print(f"replay of {len(trace)} steps on {model.name}")
+        print(format_table(machine, trace))
+        try:
+            found = saved_verdict(machine, trace, claim, DEFAULT_MAX_STATES)
+        except ReverifyIncomplete as e:
+            print(f"inconclusive: {e}")
+            return INCOMPLETE
     if found:
         kind, msg = found
         if kind and not msg.startswith(kind):
@@ -259,17 +360,20 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("--set", action="append", metavar="NAME=VALUE", help="set a config parameter")
     ck.add_argument("--strategy", default="bfs", choices=["bfs", "dfs", "random", "pct", "preempt", "hypothesis"],
                     help="bfs/dfs explore exhaustively; the others sample schedules (replayable by --seed)")
-    ck.add_argument("--reduce", default="all", choices=["none", "symmetry", "por", "all"],
+    ck.add_argument("--reduce", default=None, choices=["none", "symmetry", "por", "all"],
                     help="state-space reductions (all preserve verdicts; default all)")
     _cluster_args.add_arguments(ck)  # --cluster SPEC, --swarm K
     ck.add_argument("--progress-bound", type=int, metavar="K",
                     help="also require every thread to return within K of its own steps after shutdown")
-    ck.add_argument("--progress-seconds", type=float, default=3.0, help="seconds between progress lines (stderr)")
-    ck.add_argument("--budget", type=int, default=1000, help="schedules to try for sampling strategies")
-    ck.add_argument("--depth", type=int, default=3, help="PCT bug depth d")
-    ck.add_argument("--preemptions", type=int, default=2, help="preemption bound for --strategy preempt")
+    ck.add_argument("--progress-seconds", type=float, default=None,
+                    help="seconds between progress lines (stderr; default 3)")
+    ck.add_argument("--budget", type=int, default=None, help="schedules to try for sampling strategies (default 1000)")
+    ck.add_argument("--depth", type=int, default=None, help="PCT bug depth d (default 3)")
+    ck.add_argument("--preemptions", type=int, default=None,
+                    help="preemption bound for --strategy preempt (default 2)")
     ck.add_argument("--json", action="store_true")
-    ck.add_argument("--max-states", type=int, default=DEFAULT_MAX_STATES)
+    ck.add_argument("--max-states", type=int, default=None,
+                    help=f"stop a search after storing this many states (default {DEFAULT_MAX_STATES:,})")
     ck.add_argument("--store", default="full", choices=["full", "fingerprint", "bitstate"],
                     help="keep visited states whole (exact), as 64-bit fingerprints (TLC's way: about 24 "
                          "bytes a state; the result reports the chance of a collision), or as bits (SPIN's "
@@ -312,7 +416,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:
             parser.print_help()
             return 2
-        if getattr(args, "max_states", 1) < 1:
+        max_states = getattr(args, "max_states", None)
+        if max_states is not None and max_states < 1:
             raise UsageError("--max-states must be at least 1")
         return COMMANDS[args.command](args)
     except (UsageError, ModelError, TraceError, ReplayDivergence) as e:

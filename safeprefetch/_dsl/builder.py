@@ -21,7 +21,24 @@ from typing import Any, Callable, Mapping
 from .program import Program
 from .violations import VIOLATION_KINDS, ModelError
 
-__all__ = ["Builder", "reads_threads"]
+__all__ = ["MAX_THREADS", "MAX_VALUE_LEN", "Builder", "reads_threads"]
+
+#: The longest tuple or frozenset a variable may start with. The state cap counts states, not
+#: their size: ``--set capacity=1000000`` gives the prefetcher model the same 106 states as
+#: capacity=2, but each holds a million-slot tuple that every step writing a slot copies (8 MB):
+#: 53 s and 1.2 GB for a check of 106 states, and at 10**9 every copy is 8 GB and the machine runs
+#: out of memory before the cap is near. 100,000 entries copy in well under a millisecond and are
+#: orders of magnitude past any state a search can exhaust; past them, a count parameter is off.
+MAX_VALUE_LEN = 100_000
+
+#: The most threads a model may declare. Why a limit, and why this one: a thread costs about
+#: 10 ms to compile (its program's steps, specialized for it), so a runaway count -- ``--set
+#: workers=100000000`` -- would spend days declaring threads before any search began, with no
+#: message; nothing here can search, or sample fairly, a state with hundreds of threads (the
+#: Hypothesis strategy draws each choice from 0..255); and past it the error names the thread.
+#: The live prefetchers compile their models with ``bounded=False`` (neither this bound nor
+#: :data:`MAX_VALUE_LEN`): they run, not search, and a ``Prefetcher(workers=300)`` is theirs to allow.
+MAX_THREADS = 255
 
 
 @dataclass
@@ -49,8 +66,12 @@ def reads_threads(check: Callable) -> bool:
 
 
 
-def _hashable(what: str, name: str, value: Any) -> None:
-    """A state holds only hashable values: say which declaration broke that, instead of a bare TypeError."""
+def _hashable(what: str, name: str, value: Any, max_len: int | None = None) -> None:
+    """A state holds only hashable values: say which declaration broke that, instead of a bare TypeError.
+    Nor, when ``max_len`` is given, values so long that copying them is the search (:data:`MAX_VALUE_LEN`)."""
+    if max_len is not None and isinstance(value, (tuple, frozenset)) and len(value) > max_len:
+        raise ModelError(f"{what} {name!r}: its initial value holds {len(value):,} entries; a state variable may "
+                         f"hold at most {max_len:,} (is a count parameter far too large?)")
     try:
         hash(value)
     except TypeError as e:
@@ -60,8 +81,13 @@ def _hashable(what: str, name: str, value: Any) -> None:
 class Builder:
     """Collects the shared variables, primitives, threads and checks of a model."""
 
-    def __init__(self, settings: Mapping[str, Any]):
+    def __init__(self, settings: Mapping[str, Any], max_threads: int | None = MAX_THREADS,
+                 max_value_len: int | None = MAX_VALUE_LEN):
         self.settings = dict(settings)
+        #: The most threads :meth:`thread` accepts (None: no bound; see :data:`MAX_THREADS`).
+        self.max_threads = max_threads
+        #: The longest tuple or frozenset a variable may start with (None: no bound; :data:`MAX_VALUE_LEN`).
+        self.max_value_len = max_value_len
         self.shared_vars: dict[str, Any] = {}
         self.mutexes: list[str] = []
         self.condvars: list[str] = []
@@ -90,7 +116,7 @@ class Builder:
     def shared(self, **variables: Any) -> None:
         """Declare shared variables with their initial (hashable) values."""
         for name, value in variables.items():
-            _hashable("shared variable", name, value)
+            _hashable("shared variable", name, value, self.max_value_len)
             self.shared_vars[self._name(name)] = value
 
     def mutex(self, name: str) -> None:
@@ -116,7 +142,7 @@ class Builder:
         if role in self.programs:
             raise ModelError(f"program {role!r} declared twice")
         for name, value in locals.items():
-            _hashable(f"program {role!r}: local", name, value)
+            _hashable(f"program {role!r}: local", name, value, self.max_value_len)
         p = Program(role, locals)
         self.programs[role] = p
         return p
@@ -128,13 +154,20 @@ class Builder:
         ``spawn`` step; until then it is at NOT_STARTED, and a thread that is
         never started counts as finished at the end of a run.
         """
+        if not isinstance(name, str) or not name:
+            raise ModelError(f"a thread's name must be a non-empty str (traces name threads by it), not {name!r}")
+        if not isinstance(program, Program):
+            raise ModelError(f"thread {name!r} needs a program (m.program(...)), not {type(program).__name__}")
+        if self.max_threads is not None and len(self.threads) >= self.max_threads:
+            raise ModelError(f"thread {name!r}: a model may declare at most {self.max_threads} threads "
+                             "(is a thread count parameter far too large?)")
         if any(t.name == name for t in self.threads):
             raise ModelError(f"thread {name!r} declared twice")
         unknown = set(locals) - set(program.locals)
         if unknown:
             raise ModelError(f"thread {name!r}: unknown locals {sorted(unknown)}")
         for local, value in locals.items():
-            _hashable(f"thread {name!r}: local", local, value)
+            _hashable(f"thread {name!r}: local", local, value, self.max_value_len)
         values = {**program.locals, **locals}
         for v in values.values():
             hash(v)

@@ -60,7 +60,7 @@ from .builder import Builder
 from .graph import went_elsewhere
 from .machine import Machine
 from .program import DONE
-from .violations import ModelError, StepViolation
+from .violations import ModelError, StepViolation, exited
 from .inline import Binder, NotInlinable, clone, fold, inline, simple_constant, tail_returns, terminates
 
 __all__ = ["Broken", "CompiledMachine", "GeneratedStep", "compile_transitions"]
@@ -146,8 +146,9 @@ def _slug(text: str) -> str:
 
 def _built(model: Any, config: Mapping[str, Any]) -> Builder:
     """The model built again at ``config``: the same functions the machine's steps were compiled from."""
-    b = Builder({k: config[k] for k in model.SETTINGS})
-    model().build(b, **{k: v for k, v in config.items() if k not in model.SETTINGS})
+    b = Builder({k: config[k] for k in model.SETTINGS}, None, None)  # the machine exists: its size passed
+    with exited(f"model {model.name or model.__name__!r}: its build"):
+        model().build(b, **{k: v for k, v in config.items() if k not in model.SETTINGS})
     return b
 
 

@@ -32,7 +32,7 @@ from . import specialize as _specialize
 from .graph import GraphStep
 from .program import DONE, NOT_STARTED
 from .usererror import check_error
-from .violations import ModelError
+from .violations import USER_ERRORS, ModelError
 
 __all__ = ["Machine", "StepInfo"]
 
@@ -200,7 +200,7 @@ class Machine:
                 return kind, f"invariant {name!r} fails"
         except ModelError:
             raise
-        except Exception as e:  # the model's own invariant raised: name it
+        except USER_ERRORS as e:  # the model's own invariant raised: name it
             raise check_error(f"invariant {name!r}", e, state, self.shared_index) from e
         return None
 

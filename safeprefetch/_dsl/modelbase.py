@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from .builder import Builder
+from .builder import MAX_THREADS, MAX_VALUE_LEN, Builder
 from .compiler import builder_graph, compile_model
 from .graph import GRAPH_PENDING, GraphStep, did_you_mean
 from .machine import Machine
-from .violations import ModelError
+from .violations import VIOLATION_KINDS, ModelError, exited
 
 __all__ = ["Model"]
 
@@ -34,6 +34,10 @@ class Model:
     * ``expected``: the verdict this model expects at its default config.
     * ``params``: the config parameters and their defaults.
     * ``sweep``: for reference designs, ``{param: [values]}`` to prove over.
+    * ``minimums``: the least value of integer parameters, ``{param: least}``.
+      An integer parameter not named there whose default is not negative is a
+      count, and may not be set negative; one whose default is negative (a
+      sentinel such as ``error_at=-1``) takes any integer.
     * ``graph_checked``: whether compiling requires every computed step to
       declare its targets (``to=``); see graph.py. Leave it True.
     """
@@ -42,6 +46,8 @@ class Model:
     expected: str = "ok"
     params: Mapping[str, Any] = {}
     sweep: Mapping[str, Sequence[Any]] | None = None
+    #: The least value of each integer parameter named here (see the class doc for the others).
+    minimums: Mapping[str, int] = {}
 
     #: Settings that every model accepts; they change condvar semantics.
     SETTINGS: Mapping[str, tuple[str, ...]] = {"notify": ("fifo", "any"), "spurious": ("off", "on"),
@@ -58,6 +64,13 @@ class Model:
         """Refuse, when the class is defined, parameters that shadow a setting and settings that do not exist."""
         super().__init_subclass__(**kwargs)
         where = f"model {cls.name or cls.__name__!r}"
+        if not isinstance(cls.name, str):
+            raise ModelError(f"model {cls.__name__!r}: its name must be a str (the catalog and traces name it), "
+                             f"not {cls.name!r}")
+        if cls.expected != "ok" and cls.expected not in VIOLATION_KINDS:
+            # A typo here made `check --all` fail forever against a verdict no search can give.
+            raise ModelError(f"{where}: expected must be 'ok' or a violation kind, not {cls.expected!r}"
+                             + did_you_mean(str(cls.expected), ("ok", *VIOLATION_KINDS)))
         clash = sorted(set(cls.params) & set(cls.SETTINGS))
         if clash:
             raise ModelError(f"{where}: parameter {clash[0]!r} has the name of a setting every model takes "
@@ -88,15 +101,20 @@ class Model:
                 known = ", ".join(sorted(config))
                 raise ModelError(f"model {cls.name!r} has no parameter {key!r} (known: {known})"
                                  + did_you_mean(key, config))
-            config[key] = _convert(key, raw, config[key], cls.SETTINGS.get(key))
+            value = config[key] = _convert(key, raw, config[key], cls.SETTINGS.get(key))
+            least = cls.minimums.get(key, 0 if _is_int(config[key]) and cls.defaults()[key] >= 0 else None)
+            if least is not None and _is_int(value) and value < least:
+                raise ModelError(f"model {cls.name!r}: parameter {key} must be at least {least}, not {value}"
+                                 + ("" if key in cls.minimums else " (a count)"))
         return config
 
     @classmethod
-    def _built(cls, overrides: Mapping[str, Any] | None) -> tuple[dict[str, Any], Builder]:
+    def _built(cls, overrides: Mapping[str, Any] | None, bounded: bool = True) -> tuple[dict[str, Any], Builder]:
         config = cls.configure(overrides)
-        b = Builder({k: config[k] for k in cls.SETTINGS})
+        b = Builder({k: config[k] for k in cls.SETTINGS}, *((MAX_THREADS, MAX_VALUE_LEN) if bounded else (None, None)))
         model = cls()
-        model.build(b, **{k: v for k, v in config.items() if k not in cls.SETTINGS})
+        with exited(f"model {cls.name or cls.__name__!r}: its build"):
+            model.build(b, **{k: v for k, v in config.items() if k not in cls.SETTINGS})
         return config, b
 
     @classmethod
@@ -107,9 +125,11 @@ class Model:
         return bool(cls.graph_checked) and not pending
 
     @classmethod
-    def compile(cls, overrides: Mapping[str, Any] | None = None) -> Machine:
-        """Build this model at ``overrides`` (on top of its defaults) and compile it."""
-        config, b = cls._built(overrides)
+    def compile(cls, overrides: Mapping[str, Any] | None = None, *, bounded: bool = True) -> Machine:
+        """Build this model at ``overrides`` (on top of its defaults) and compile it. ``bounded=False`` lifts
+        the checker's bounds on its size (``MAX_THREADS`` threads, ``MAX_VALUE_LEN`` entries a variable),
+        for a live runtime that only runs it."""
+        config, b = cls._built(overrides, bounded)
         machine = compile_model(cls.name or cls.__name__, config, b, cls._graph_strict())
         machine.model = cls
         return machine
@@ -119,6 +139,10 @@ class Model:
         """The program graph at ``overrides``, checked, without compiling: ``compile(...).graph``."""
         _config, b = cls._built(overrides)
         return builder_graph(b, cls._graph_strict())
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _convert(key: str, raw: Any, default: Any, choices: tuple[str, ...] | None) -> Any:

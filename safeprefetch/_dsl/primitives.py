@@ -67,7 +67,7 @@ from .layout import Layout, Site
 from .machine import StepInfo
 from .graph import did_you_mean
 from .program import ASLEEP, NOT_STARTED, TIMED_OUT, WOKEN
-from .violations import ModelError, StepViolation
+from .violations import USER_ERRORS, ModelError, StepViolation
 
 __all__ = ["PRIMITIVES"]
 
@@ -93,7 +93,7 @@ def _single(site: Site, blocked: Callable | None = None, fault: Callable | None 
             s[my_pc] = nxt if goto is None else goto(s)
         except ModelError:
             raise
-        except Exception as e:  # a next function or a mutex chooser of the model raised
+        except USER_ERRORS as e:  # a next function or a mutex chooser of the model raised
             raise site.user_error(e, state) from e
         return [(0, tuple(s))]
     return fire
@@ -149,7 +149,7 @@ def _try_acquire(lay: Layout, site: Site) -> list:
             free = state[which(state)] == -1
         except ModelError:
             raise
-        except Exception as e:  # the mutex chooser raised
+        except USER_ERRORS as e:  # the mutex chooser raised
             raise site.user_error(e, state) from e
         if free:
             return taken(state)
@@ -248,7 +248,7 @@ def _timed_sleep(lay: Layout, site: Site, ci: int) -> tuple:
                 return []
         except ModelError:
             raise
-        except Exception as e:  # the wait's until raised
+        except USER_ERRORS as e:  # the wait's until raised
             raise site.user_error(e, state) from e
         out = []
         for b, pc in targets:
@@ -313,7 +313,7 @@ def _notify_any(site: Site, ci: int, wake: Callable) -> Callable:
                 out.append((k, tuple(s)))
         except ModelError:
             raise
-        except Exception as e:  # the step's next function raised
+        except USER_ERRORS as e:  # the step's next function raised
             raise site.user_error(e, state) from e
         return out
     return fire

@@ -40,7 +40,7 @@ from functools import partial
 from typing import Callable
 
 from .layout import Layout, Site, union_fp
-from .violations import ModelError, StepViolation
+from .violations import USER_ERRORS, ModelError, StepViolation
 
 __all__ = ["compile_user_step"]
 
@@ -102,7 +102,7 @@ def _attempt(site: Site, p: _Parts) -> Callable:
                 out.append((bi, tuple(s)))
         except ModelError:
             raise
-        except Exception as e:  # the model's own code raised: point at it
+        except USER_ERRORS as e:  # the model's own code raised (or called sys.exit): point at it
             raise site.user_error(e, state) from e
         return out
     return attempt
@@ -126,7 +126,7 @@ def _enabled(site: Site, p: _Parts) -> Callable:
                 ok = guard(s, me) if b is None else guard(s, me, b)
         except ModelError:
             raise
-        except Exception as e:  # the model's own guard raised: point at it
+        except USER_ERRORS as e:  # the model's own guard raised: point at it
             raise site.user_error(e, state) from e
         return bool(ok)
     return enabled

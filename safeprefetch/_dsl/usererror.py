@@ -51,6 +51,8 @@ def _user_frame(error: BaseException) -> str | None:
 
 
 def _detail(error: BaseException, state: tuple, shared: Mapping[str, int], local: Mapping[str, int]) -> str:
+    if isinstance(error, SystemExit):
+        return f"the model called sys.exit({error.code!r}), which a model's code may not do"
     text = f"{type(error).__name__}: {error}"
     if isinstance(error, AttributeError) and isinstance(getattr(error, "name", None), str):
         obj: Any = getattr(error, "obj", None)

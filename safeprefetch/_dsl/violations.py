@@ -20,10 +20,11 @@ This module is a leaf: every other DSL module imports it, it imports none.
 from __future__ import annotations
 
 import pickle
+from contextlib import contextmanager
 
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
-__all__ = ["VIOLATION_KINDS", "CheckError", "ModelError", "StepError", "StepViolation", "delivery_violation", "violate"]
+__all__ = ["USER_ERRORS", "VIOLATION_KINDS", "CheckError", "ModelError", "StepError", "StepViolation", "delivery_violation", "violate"]
 
 #: Stable names of every violation kind (part of the CLI contract).
 VIOLATION_KINDS = (
@@ -40,6 +41,14 @@ VIOLATION_KINDS = (
     "starvation",
     "invariant",
 )
+
+
+#: What the model's own code (a step, a guard, a check, its build, its module) may raise that the
+#: checker reports as the model's error, exit 2, never as a verdict. ``SystemExit`` is among them:
+#: a step that calls ``sys.exit(0)`` would otherwise end the checker with the model's code, 0 --
+#: a pass for a search that never ran. ``KeyboardInterrupt`` (the user's Ctrl-C) and
+#: ``GeneratorExit`` are not: they are not the model's to raise, and must stop the checker.
+USER_ERRORS = (Exception, SystemExit)
 
 
 class ModelError(Exception):
@@ -113,6 +122,16 @@ class StepViolation(Exception):
         super().__init__(f"{kind}: {message}")
         self.kind = kind
         self.message = message
+
+
+@contextmanager
+def exited(who: str) -> Iterator[None]:
+    """Turn a ``SystemExit`` raised inside the block (model code called ``sys.exit``) into a
+    :class:`ModelError` naming ``who``; any other exception passes unchanged."""
+    try:
+        yield
+    except SystemExit as e:
+        raise ModelError(f"{who} called sys.exit({e.code!r}), which a model's code may not do") from None
 
 
 def violate(kind: str, message: str) -> None:

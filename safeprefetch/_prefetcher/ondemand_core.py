@@ -72,7 +72,7 @@ def compile_predictive(capacity: int, workers: int) -> Any:
     from ..models.predictive_prefetcher import PredictivePrefetcher
 
     return PredictivePrefetcher.compile({"capacity": capacity, "workers": workers, "close": True, "leave": False,
-                                         "error": True, "request_check": False})
+                                         "error": True, "request_check": False}, bounded=False)
 
 
 @interruptible

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from .._dsl.model import Model, ModelError
+from .._dsl.violations import USER_ERRORS
 
 __all__ = ["catalog", "load_model", "models_in_module"]
 
@@ -87,7 +88,7 @@ def _load_file(path: Path) -> type[Model]:
     sys.modules[modname] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as e:  # any failure in user code is a model error, reported in one line
+    except USER_ERRORS as e:  # any failure in user code (sys.exit too) is a model error, in one line
         sys.modules.pop(modname, None)
         raise ModelError(f"cannot import {str(path)!r}: {type(e).__name__}: {e}") from None
     return _only_model(module, str(path))

@@ -22,5 +22,8 @@ def parse_sets(items: Sequence[str]) -> dict[str, str]:
         name, sep, value = item.partition("=")
         if not sep or not name.strip():
             raise UsageError(f"--set expects NAME=VALUE, got {item!r}")
-        out[name.strip()] = value.strip()
+        name = name.strip()
+        if name in out and out[name] != value.strip():  # the first would be silently dropped
+            raise UsageError(f"--set {name} given twice ({out[name]!r}, then {value.strip()!r}): give it once")
+        out[name] = value.strip()
     return out
