@@ -121,6 +121,17 @@ def sem_acquire_released_by_another(timeout):
     return got
 
 
+def acquire_released_by_another(make, timeout):
+    """``acquire(timeout=t)`` on another thread while ``main`` holds the lock, then releases it."""
+    lock = make()
+    lock.acquire()
+    out = []
+    t = start(lambda: out.append(outcome(lambda: lock.acquire(timeout=timeout))))
+    lock.release()
+    t.join()
+    return out[0]
+
+
 def queue_get_put_by_another(timeout, kind="Queue"):
     q = getattr(queue, kind)()
     t = start(q.put, 1)
@@ -286,6 +297,11 @@ CASES = {
     "Lock acquire(timeout=inf)": calls(Lock, lambda l: l.acquire(timeout=INF)),
     "Lock acquire(timeout=None)": calls(Lock, lambda l: l.acquire(timeout=None)),
     "Lock acquire(timeout='x')": calls(Lock, lambda l: l.acquire(timeout="x")),
+    "Lock acquire(False, nan)": calls(Lock, lambda l: l.acquire(False, NAN)),
+    "Lock acquire(False, 'x')": calls(Lock, lambda l: l.acquire(False, "x")),
+    "Lock acquire(False, None)": calls(Lock, lambda l: l.acquire(False, None)),
+    "Lock held, acquire(timeout=-0.9999999999) by another": lambda: acquire_released_by_another(Lock, -0.9999999999),
+    "Lock held, acquire(timeout=-1) by another": lambda: acquire_released_by_another(Lock, -1),
     "Lock acquire(1, 2, 3)": types_only(calls(Lock, lambda l: l.acquire(1, 2, 3))),
     "Lock acquire(blocking=None)": calls(Lock, lambda l: l.acquire(None), lambda l: l.acquire(None)),
     "Lock held, acquire(timeout=0)": calls(held(Lock), lambda l: l.acquire(timeout=0)),
@@ -296,6 +312,13 @@ CASES = {
                        lambda l: l.locked()),
     # RLock
     "RLock acquire(blocking=False, timeout=5)": calls(RLock, lambda l: l.acquire(blocking=False, timeout=5)),
+    "RLock acquire(False, nan)": calls(RLock, lambda l: l.acquire(False, NAN)),
+    "RLock acquire(False, 'x')": calls(RLock, lambda l: l.acquire(False, "x")),
+    "RLock owned, acquire(False, 5)": calls(held(RLock), lambda l: l.acquire(False, 5), lambda l: l.release(),
+                                            lambda l: l._is_owned()),
+    "RLock owned, acquire(False, nan)": calls(held(RLock), lambda l: l.acquire(False, NAN), lambda l: l.release()),
+    "RLock held by another, acquire(timeout=-0.9999999999)": lambda: acquire_released_by_another(
+        RLock, -0.9999999999),
     "RLock acquire(timeout=-2)": calls(RLock, lambda l: l.acquire(timeout=-2)),
     "RLock acquire(timeout=1e300)": calls(RLock, lambda l: l.acquire(timeout=HUGE)),
     "RLock owned, acquire(timeout=-2)": calls(held(RLock), lambda l: l.acquire(timeout=-2)),

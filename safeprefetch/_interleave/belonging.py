@@ -96,12 +96,15 @@ def deadline_of(ex: Execution, blocking: bool, timeout: float) -> tuple[bool, fl
     them without waiting), so a bad one raises exactly what this Python's
     ``acquire`` raises: ValueError for a negative timeout or NaN,
     OverflowError past ``threading.TIMEOUT_MAX`` or for ``inf``, TypeError
-    for ``None``, ValueError for a timeout with ``blocking=False``.
+    for ``None``, ValueError for a timeout with ``blocking=False`` (after
+    the conversion: ``acquire(False, nan)`` is the NaN's ValueError,
+    ``acquire(False, "x")`` a TypeError). A timeout the real lock reads as
+    -1 s (``-0.9999999999`` rounds to it) waits forever, as -1 does.
     """
     _probe(blocking, timeout)
     if not blocking or timeout == 0:
         return False, None
-    if timeout == -1:
+    if timeout < 0:  # the probe refused every negative timeout but those that round to -1 s: forever
         return True, None
     return True, ex.clock + timeout
 

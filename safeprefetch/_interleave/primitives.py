@@ -82,8 +82,8 @@ class VLock(Prim):
         return real
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        if not blocking and timeout != -1:
-            raise ValueError("can't specify a timeout for a non-blocking call")
+        # The arguments are checked by deadline_of as the real acquire checks them: the timeout is converted
+        # first (a NaN or a string is refused as such, even with blocking=False).
         c = context(self)
         if c is None:
             return stand_in(self).acquire(blocking, timeout)
@@ -186,8 +186,8 @@ class VRLock(VLock):
         return not self._held or self._owner is vt
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        if not blocking and timeout != -1:
-            raise ValueError("can't specify a timeout for a non-blocking call")
+        # The arguments are checked by deadline_of as the real acquire checks them: the timeout is converted
+        # first (a NaN or a string is refused as such, even with blocking=False).
         c = context(self)
         if c is None:
             return stand_in(self).acquire(blocking, timeout)
