@@ -347,6 +347,11 @@ CASES = {
     "Condition notify(2) of 3 waiters": lambda: notify_n(2),
     "Condition notify(0) of 3 waiters": lambda: notify_n(0),
     "Condition notify(5) of 3 waiters": lambda: notify_n(5),
+    "Condition notify(-1) of 3 waiters": lambda: notify_n(-1),
+    "Condition notify(1.5) of 3 waiters": lambda: notify_n(1.5),
+    "Condition notify(0.5) of 3 waiters": lambda: notify_n(0.5),
+    "Condition notify('x') of 3 waiters": lambda: notify_n("x"),
+    "Condition notify('x'), nobody waits": calls(Cond, lambda c: with_lock(c, lambda c: c.notify("x"))),
     # Semaphore, BoundedSemaphore
     "Semaphore(-1)": lambda: outcome(lambda: threading.Semaphore(-1)),
     "Semaphore('x')": lambda: outcome(lambda: threading.Semaphore("x"))[0],

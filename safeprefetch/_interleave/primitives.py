@@ -391,7 +391,7 @@ class VCondition(Prim):
         if ex.settings.notify == "any" and n == 1:
             alts = lambda: list(range(len(self._waiters))) if len(self._waiters) > 1 else [0]  # noqa: E731
         choice = self._point(ex, vt, "notify" if n == 1 else "notify_all", alts=alts)
-        self._wake(ex, vt, n, choice.alt if choice.alt > 0 else 0)
+        self._wake(ex, vt, _woken(len(self._waiters), n), choice.alt if choice.alt > 0 else 0)
 
     def notify_all(self) -> None:
         c = self._context()
@@ -406,9 +406,13 @@ class VCondition(Prim):
     notifyAll = notify_all
 
     def _wake(self, ex: Execution, vt: VThread, n: int, first: int) -> None:
+        """Wake ``n`` waiters (a count :func:`_woken` made), from ``first`` when ``n`` is 1."""
         if not self._waiters:
             w = ex.events[-1].label if ex.events else "?"
             ex.lost_notifies[id(self)] = f"{vt.name}'s {w}"
+            return
+        if n <= 0:
+            ex.events[-1].note = "woke nobody"
             return
         chosen = [self._waiters[first]] if n == 1 else self._waiters[:n]
         for w in chosen:
@@ -417,6 +421,17 @@ class VCondition(Prim):
             self._waiters.remove(w)
             ex.enabled_by(w.vt.index, vt.index)
         ex.events[-1].note = "woke " + ", ".join(w.vt.name for w in chosen)
+
+
+def _woken(waiting: int, n: Any) -> int:
+    """How many of ``waiting`` waiters ``notify(n)`` wakes: CPython's loop ``while waiters and n > 0``, one
+    waiter and ``n -= 1`` a turn. So none for ``n <= 0``, two for 1.5, and ``n`` is not compared at all
+    (a TypeError for ``"x"``) when nobody waits."""
+    woken = 0
+    while woken < waiting and n > 0:
+        woken += 1
+        n -= 1
+    return woken
 
 
 class VSemaphore(Prim):
