@@ -372,6 +372,11 @@ class VCondition(Prim):
             if waittime is not None:
                 if endtime is None:
                     endtime = ex.clock + waittime
+                    if endtime != endtime:
+                        # NaN: CPython's ``waittime <= 0`` is never true and each wait(nan) returns at once, so
+                        # it spins until the predicate holds. Here it waits for a notify instead: a spin is a
+                        # thread that never stops, which the search would follow forever (a false hang).
+                        waittime = endtime = None
                 else:
                     waittime = endtime - ex.clock
                     if waittime <= 0:
