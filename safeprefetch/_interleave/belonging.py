@@ -41,7 +41,7 @@ from typing import Any, Callable
 
 from .scheduler import Execution, Op, VThread, current, where
 
-__all__ = ["Prim", "context", "deadline_of", "queue_deadline", "stand_in", "until", "unwaitable", "wait_deadline"]
+__all__ = ["Prim", "context", "deadline_of", "loop_deadline", "queue_deadline", "stand_in", "until", "unwaitable", "wait_deadline"]
 
 
 def context(obj: "Prim") -> tuple[Execution, VThread] | None:
@@ -140,6 +140,30 @@ def wait_deadline(ex: Execution, timeout: float | None) -> tuple[bool, float | N
     except OverflowError:
         return False, None, True
     return True, ex.clock + timeout, False
+
+
+def loop_deadline(ex: Execution, timeout: float | None) -> tuple[bool, float | None, bool]:
+    """(blocks at all, deadline, too long) by the rules of CPython's waits that loop on a condition until a
+    deadline (``Semaphore.acquire``, ``Barrier.wait``, a ``Queue``'s timed ``get`` and ``put``):
+    ``endtime = _time() + timeout``, then ``cond.wait(remaining)`` while ``remaining = endtime - _time()``
+    is positive.
+
+    ``None`` waits forever. The addition is CPython's, so a timeout that is
+    no number raises its TypeError (``unsupported operand type(s) for +:
+    'float' and 'str'``); the caller calls this only when the real call
+    would get that far (when it has to wait). A NaN timeout also waits
+    forever: ``remaining <= 0`` is never true and each ``wait(nan)`` returns
+    at once, so CPython spins until the condition holds -- the same outcome,
+    without a spin the search would follow forever. Otherwise
+    :func:`wait_deadline`'s rules: not positive, one look; too long, the
+    OverflowError when it would wait.
+    """
+    if timeout is None:
+        return True, None, False
+    endtime = ex.clock + timeout
+    if endtime != endtime:
+        return True, None, False
+    return wait_deadline(ex, timeout)
 
 
 def queue_deadline(ex: Execution, block: bool, timeout: float | None) -> tuple[bool, float | None, bool]:

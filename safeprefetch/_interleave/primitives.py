@@ -41,7 +41,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-from .belonging import Prim, context, deadline_of, stand_in, until, unwaitable, wait_deadline
+from .belonging import Prim, context, deadline_of, loop_deadline, stand_in, until, unwaitable, wait_deadline
 from .scheduler import Aborted, Execution, Op, VThread, where
 
 __all__ = ["VBoundedSemaphore", "VCondition", "VEvent", "VLock", "VRLock", "VSemaphore"]
@@ -466,10 +466,20 @@ class VSemaphore(Prim):
         if c is None:
             return stand_in(self).acquire(blocking, timeout)
         ex, vt = c
-        blocks, deadline, too_long = wait_deadline(ex, timeout) if blocking else (False, None, False)
-        enabled = until(ex, lambda: self._value > 0, deadline) if blocks else None
+        # CPython's loop: ``while self._value == 0: ... endtime = _time() + timeout ... cond.wait(...)``. The
+        # timeout is looked at only when the count is 0 then: a bad one raises only if the call has to wait.
+        bad = False
+        blocks, deadline, too_long = False, None, False
+        if blocking:
+            try:
+                blocks, deadline, too_long = loop_deadline(ex, timeout)
+            except Exception:
+                bad = True
+        enabled = until(ex, lambda: self._value != 0, deadline) if blocks else None
         self._point(ex, vt, "acquire", enabled=enabled, deadline=deadline)
-        if self._value <= 0:
+        if self._value == 0:
+            if bad:
+                loop_deadline(ex, timeout)  # raises as it did above
             if too_long:
                 unwaitable(timeout)
             return False
@@ -490,6 +500,7 @@ class VSemaphore(Prim):
 
     def _release(self, n: int) -> None:
         self._value += n
+        range(n)  # CPython then notifies ``for i in range(n)``: a float n is a TypeError, once counted
 
     def __exit__(self, *exc: Any) -> None:
         self.release()
@@ -513,6 +524,7 @@ class VBoundedSemaphore(VSemaphore):
         if self._value + n > self._initial_value:
             raise ValueError("Semaphore released too many times")
         self._value += n
+        range(n)
 
 
 class VEvent(Prim):
