@@ -384,6 +384,7 @@ CASES = {
     # Event
     "Event clear, wait(nan)": calls(Event, lambda e: e.wait(NAN)),
     "Event clear, wait('x')": calls(Event, lambda e: e.wait("x")),
+    "Event set, wait('x')": calls(Event, lambda e: e.set(), lambda e: e.wait("x")),
     "Event set, wait(nan)": calls(Event, lambda e: e.set(), lambda e: e.wait(NAN)),
     "Event set, wait(-1)": calls(Event, lambda e: e.set(), lambda e: e.wait(-1)),
     "Event clear, wait(0.5)": calls(Event, lambda e: e.wait(0.5), lambda e: e.is_set()),

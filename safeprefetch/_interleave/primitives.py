@@ -574,12 +574,14 @@ class VEvent(Prim):
         if c is None:
             return stand_in(self).wait(timeout)
         ex, vt = c
-        blocks, deadline, too_long = wait_deadline(ex, timeout)
         self._point(ex, vt, "wait", write=False)  # looks at the flag, and if it is clear, begins to wait
-        if self._flag or not blocks:
-            if too_long and not self._flag:
+        if self._flag:
+            return True  # CPython's Event.wait gives the timeout to Condition.wait only when the flag is clear
+        blocks, deadline, too_long = wait_deadline(ex, timeout)
+        if not blocks:
+            if too_long:
                 unwaitable(timeout)
-            return self._flag
+            return False
         begun = len(self._sets)
         self._point(ex, vt, "wait", enabled=until(ex, lambda: len(self._sets) > begun, deadline), deadline=deadline,
                     write=False)
