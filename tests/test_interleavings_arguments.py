@@ -189,11 +189,11 @@ def notify_n(n, waiters=3):
     return got, left
 
 
-def barrier_parties(n, timeout=None, action=None, *, arrivals=None):
+def barrier_parties(n, timeout=None, action=None, *, arrivals=None, default=None):
     """``n`` threads (``arrivals``, default ``n``) meet at ``Barrier(n, action)``; each arrival's outcome,
     sorted (which thread gets which index depends on the schedule), then ``broken`` and ``n_waiting``
     once they are all back."""
-    barrier = threading.Barrier(n, action=action)
+    barrier = threading.Barrier(n, action=action, timeout=default)
     out = []
     threads = [start(lambda: out.append(outcome(lambda: barrier.wait(timeout)))) for _ in range(arrivals or n)]
     for t in threads:
@@ -241,6 +241,26 @@ def barrier_bad_timeout_leaves_it_whole(timeout):
     for t in threads:
         t.join()
     return first, state, tuple(sorted(out))
+
+
+def barrier_rewait_while_the_other_leaves():
+    """Two meet; ``main`` at once waits again with timeout 0. It counts in the next generation only once the
+    other has left (CPython's barrier drains first), so its timeout breaks the next generation, never the
+    other's passing."""
+    barrier = threading.Barrier(2)
+    out = []
+    t = start(lambda: out.append(outcome(barrier.wait)))
+    first = outcome(barrier.wait)
+    again = outcome(lambda: barrier.wait(0))
+    t.join()
+    return tuple(sorted([first, out[0]])), again, barrier.broken
+
+
+def barrier_action_aborts_it():
+    """The action calls ``abort()``: CPython runs the action holding the barrier's (non-reentrant) lock, so
+    the abort waits for it forever. Not run on real threads (it hangs); the check must call it a deadlock."""
+    barrier = threading.Barrier(1, action=lambda: barrier.abort())
+    barrier.wait()
 
 
 def barrier_waiter_then_abort():
@@ -389,6 +409,10 @@ CASES = {
     "Event set, wait(-1)": calls(Event, lambda e: e.set(), lambda e: e.wait(-1)),
     "Event clear, wait(0.5)": calls(Event, lambda e: e.wait(0.5), lambda e: e.is_set()),
     # Barrier
+    "Barrier(0)": lambda: outcome(lambda: threading.Barrier(0).parties),
+    "Barrier(-1)": lambda: outcome(lambda: threading.Barrier(-1).parties),
+    "Barrier('x')": lambda: outcome(lambda: threading.Barrier("x").parties),
+    "Barrier(0) wait(0)": lambda: outcome(lambda: threading.Barrier(0).wait(0)),
     "Barrier(1) wait": calls(Barrier(1), lambda b: b.wait(), lambda b: b.wait(), lambda b: b.n_waiting),
     "Barrier(1) action": lambda: barrier_parties(1, action=lambda: None),
     "Barrier(1) action raises": lambda: barrier_parties(1, action=_raise),
@@ -403,12 +427,16 @@ CASES = {
     "Barrier(2) abort, reset, state": calls(Barrier(2), lambda b: b.abort(), lambda b: b.reset(),
                                             lambda b: (b.broken, b.n_waiting, b.parties)),
     "Barrier(2) two parties": lambda: barrier_parties(2),
+    "Barrier(2) two parties, wait(nan)": lambda: barrier_parties(2, NAN),
+    "Barrier(2, timeout=nan) two parties": lambda: barrier_parties(2, timeout=None, default=NAN),
     "Barrier(2) two parties, wait(5)": lambda: barrier_parties(2, 5),
     "Barrier(3) three parties, action": lambda: barrier_parties(3, action=lambda: None),
     "Barrier(2) action raises": lambda: barrier_parties(2, action=_raise),
     "Barrier(2) action raises, reset, reused": barrier_action_fails_then_reset,
+    "Barrier(2) wait('x') leaves it whole": lambda: barrier_bad_timeout_leaves_it_whole("x"),
     "Barrier(2) wait(inf) leaves it whole": lambda: barrier_bad_timeout_leaves_it_whole(INF),
     "Barrier(2) a waiter, abort": barrier_waiter_then_abort,
+    "Barrier(2) a party waits again, timeout 0": barrier_rewait_while_the_other_leaves,
     "Barrier(2) a waiter, reset": barrier_waiter_then_reset,
     # Queue
     "Queue(-1) unbounded": calls(Queue(-1), lambda q: [q.put(i, block=False) for i in range(3)], lambda q: q.full(),
@@ -466,3 +494,9 @@ def test_each_call_behaves_as_the_real_one_under_interleavings(name):
     result = interleavings.check(lambda: seen.add(scenario()), max_steps=2_000, minimize=False)
     assert result.verdict == "ok", interleavings.render(result)
     assert seen == {real}, f"real: {real!r}; under interleavings: {seen!r}"
+
+
+def test_a_barrier_action_that_calls_the_barrier_is_a_deadlock_as_in_cpython():
+    result = interleavings.check(barrier_action_aborts_it, minimize=False)
+    assert result.verdict == "deadlock", interleavings.render(result)
+    assert "running the action" in interleavings.render(result)
