@@ -463,6 +463,12 @@ CASES = {
     "Queue join with nothing put": calls(Queue(), lambda q: q.join()),
     "PriorityQueue order": calls(filled(Queue(0, "PriorityQueue"), 3, 1, 2), lambda q: [q.get() for _ in range(3)]),
     "LifoQueue order": calls(filled(Queue(0, "LifoQueue"), 3, 1, 2), lambda q: [q.get() for _ in range(3)]),
+    "SimpleQueue one item, get(timeout=nan)": calls(filled(SimpleQueue, 1), lambda q: q.get(timeout=NAN)),
+    "SimpleQueue one item, get(timeout='x')": calls(filled(SimpleQueue, 1), lambda q: q.get(timeout="x")),
+    "SimpleQueue one item, get(timeout=-1e-10)": calls(filled(SimpleQueue, 1), lambda q: q.get(timeout=-1e-10)),
+    "SimpleQueue empty, get(timeout=-1e-10)": calls(SimpleQueue, lambda q: q.get(timeout=-1e-10)),
+    "SimpleQueue empty, get(timeout=nan)": calls(SimpleQueue, lambda q: q.get(timeout=NAN)),
+    "SimpleQueue empty, get(timeout=nan), put by another": lambda: queue_get_put_by_another(NAN, "SimpleQueue"),
     "SimpleQueue empty, get(False, 'x')": calls(SimpleQueue, lambda q: q.get(False, "x")),
     "SimpleQueue put(block=False, timeout=-1)": calls(SimpleQueue, lambda q: q.put(1, False, -1), lambda q: q.get()),
     # Thread.join

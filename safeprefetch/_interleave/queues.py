@@ -330,9 +330,17 @@ class VSimpleQueue(Prim):
         if c is None:
             return stand_in(self).get(block, timeout)
         ex, vt = c
-        blocks, deadline, too_long = queue_deadline(ex, block, timeout)
-        if too_long:  # the C SimpleQueue converts its timeout before it looks at the queue
-            unwaitable(timeout)
+        deadline = None
+        if block and timeout is not None:
+            # The C SimpleQueue converts its timeout before it looks at the queue: a real one holding an item
+            # raises what it raises (NaN, negative: ValueError; inf, past TIMEOUT_MAX: OverflowError), and
+            # takes a timeout that rounds up to 0 (-1e-10) as 0.
+            probe = _REAL["simple"]()
+            probe.put(None)
+            probe.get(True, timeout)
+            block = timeout > 0
+            deadline = ex.clock + timeout if block else None
+        blocks = block
         enabled = until(ex, lambda: bool(self._queue), deadline) if blocks else None
         self._point(ex, vt, "get", enabled=enabled, deadline=deadline)
         if not self._queue:
