@@ -167,13 +167,13 @@ def loop_deadline(ex: Execution, timeout: float | None) -> tuple[bool, float | N
 
 
 def queue_deadline(ex: Execution, block: bool, timeout: float | None) -> tuple[bool, float | None, bool]:
-    """``queue.Queue.put``/``get``'s rules: the timeout counts only when blocking, and a negative one is
-    refused; otherwise :func:`wait_deadline`'s."""
+    """``queue.Queue.get``'s rules (and a bounded queue's ``put``'s): the timeout counts only when blocking,
+    and a negative one is refused; otherwise :func:`loop_deadline`'s (a NaN waits as ``None`` does)."""
     if not block:
         return False, None, False
     if timeout is not None and timeout < 0:
         raise ValueError("'timeout' must be a non-negative number")
-    return wait_deadline(ex, timeout)
+    return loop_deadline(ex, timeout)
 
 
 class Prim:

@@ -181,12 +181,15 @@ class VQueue(Prim):
         if c is None:
             return stand_in(self).put(item, block, timeout)
         ex, vt = c
-        blocks, deadline, too_long = queue_deadline(ex, block, timeout)
+        # CPython looks at block and timeout only for a bounded queue (``if self.maxsize > 0``): an unbounded
+        # one's put(timeout=-1) is no error.
+        bounded = self.maxsize > 0
+        blocks, deadline, too_long = queue_deadline(ex, block, timeout) if bounded else (False, None, False)
         enabled = until(ex, lambda: not self._full() or self.is_shutdown, deadline) if blocks else None
         self._point(ex, vt, "put", enabled=enabled, deadline=deadline)
         if self.is_shutdown:
             raise ShutDown
-        if self._full():
+        if bounded and self._qsize() >= self.maxsize:
             if too_long:
                 unwaitable(timeout)
             raise Full
