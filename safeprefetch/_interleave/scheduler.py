@@ -83,7 +83,7 @@ class VThread:
     """One thread of an execution: its baton, its announced operation, its fate."""
 
     __slots__ = ("index", "name", "obj", "body", "ident", "baton", "op", "granted", "finished", "abort",
-                 "aborts", "in_interrupt", "started", "exited", "daemon")
+                 "aborts", "in_interrupt", "started", "exited", "daemon", "stopped")
 
     def __init__(self, index: int, name: str, body: Callable[[], Any], obj: Any = None, daemon: bool = False):
         self.index = index
@@ -104,6 +104,9 @@ class VThread:
         self.exited = _thread.allocate_lock()
         self.exited.acquire()
         self.daemon = daemon
+        #: Its Thread object has recorded its end (CPython's ``_is_stopped``): a join or is_alive saw it
+        #: finish -- or, before 3.13, a join of it raised while it ran (see patching._join).
+        self.stopped = False
 
 
 _ACTIVE: list["Execution | None"] = [None]
