@@ -171,6 +171,26 @@ def cond_wait_for_notified(timeout):
     return got
 
 
+def notify_while_another_holds(kind, call):
+    """``call(cond)`` by ``main`` without the lock, while another thread holds it: for a Condition over a
+    plain Lock, CPython's ownership test (``acquire(False)`` fails) lets it go ahead; over an RLock it
+    raises RuntimeError."""
+    cond = threading.Condition(getattr(threading, kind)())
+    held, done = threading.Event(), threading.Event()
+
+    def holder():
+        with cond:
+            held.set()
+            done.wait()
+
+    t = start(holder)
+    held.wait()
+    got = outcome(lambda: call(cond))
+    done.set()
+    t.join()
+    return got
+
+
 def notify_n(n, waiters=3):
     """``notify(n)`` with ``waiters`` threads asleep on the condition: how many it leaves waiting (the
     condition's waiter list, which CPython's and the drop-in's both keep), then ``notify_all``."""
@@ -366,6 +386,13 @@ CASES = {
     "Condition wait without the lock": calls(Cond, lambda c: c.wait(0)),
     "Condition wait_for without the lock": calls(Cond, lambda c: c.wait_for(lambda: True, 0)),
     "Condition wait_for true, no lock": calls(Cond, lambda c: c.wait_for(lambda: 5)),
+    "Condition(Lock) held by another, notify": lambda: notify_while_another_holds("Lock", lambda c: c.notify()),
+    "Condition(Lock) held by another, notify_all": lambda: notify_while_another_holds(
+        "Lock", lambda c: c.notify_all()),
+    "Condition(RLock) held by another, notify": lambda: notify_while_another_holds("RLock", lambda c: c.notify()),
+    "Condition(RLock) held by another, wait": lambda: notify_while_another_holds("RLock", lambda c: c.wait(0)),
+    "Condition(Lock) free, notify": calls(lambda: threading.Condition(threading.Lock()), lambda c: c.notify()),
+    "Condition(Lock) free, wait": calls(lambda: threading.Condition(threading.Lock()), lambda c: c.wait(0)),
     "Condition notify(-1), nobody waits": calls(Cond, lambda c: with_lock(c, lambda c: c.notify(-1))),
     "Condition notify(0), nobody waits": calls(Cond, lambda c: with_lock(c, lambda c: c.notify(0))),
     "Condition wait(nan)": calls(Cond, lambda c: with_lock(c, lambda c: c.wait(NAN))),
@@ -578,3 +605,35 @@ def test_a_ctrl_c_in_join_leaves_the_thread_as_this_python_does():
         assert seen == {("interrupted", False), ("joined again", False)}
     else:
         assert ("joined again", False) in seen
+
+
+def test_a_wait_on_a_condition_whose_lock_another_thread_holds_goes_ahead_as_in_cpython():
+    """CPython's Condition over a plain Lock counts the lock held by anyone as owned: ``wait`` by a thread
+    that does not hold it releases the holder's lock (a Lock may be released by any thread), times out, and
+    takes the lock. With ``lock_release="any"`` that is what the check does; by default the release of
+    another thread's lock is reported, as for ``Lock.release``."""
+    def scenario():
+        cond = threading.Condition(threading.Lock())
+        held, done = threading.Event(), threading.Event()
+
+        def holder():
+            cond.acquire()
+            held.set()
+            done.wait()
+
+        t = start(holder)
+        held.wait()
+        got = outcome(lambda: cond.wait(0))
+        mine = outcome(lambda: cond.acquire(False))  # main holds it now
+        cond.release()
+        done.set()
+        t.join()
+        return got, mine
+
+    real = scenario()
+    seen = set()
+    result = interleavings.check(lambda: seen.add(scenario()), lock_release="any", minimize=False)
+    assert result.verdict == "ok", interleavings.render(result)
+    assert seen == {real} == {(("returned", "False"), ("returned", "False"))}
+    result = interleavings.check(scenario, minimize=False)
+    assert result.verdict == "non_owner_release", interleavings.render(result)
