@@ -27,6 +27,7 @@ import queue
 import sys
 import threading
 import time
+from fractions import Fraction
 
 import pytest
 
@@ -537,12 +538,14 @@ CASES = {
     "sleep(-1)": lambda: outcome(lambda: time.sleep(-1)),
     "sleep(-1e-10)": lambda: outcome(lambda: time.sleep(-1e-10)),
     "sleep(nan)": lambda: outcome(lambda: time.sleep(NAN)),
-    "sleep('x')": lambda: outcome(lambda: time.sleep("x"))[0],
-    "sleep(None)": lambda: outcome(lambda: time.sleep(None))[0],
+    "sleep('x')": lambda: outcome(lambda: time.sleep("x")),
+    "sleep(None)": lambda: outcome(lambda: time.sleep(None)),
     "sleep(inf)": lambda: outcome(lambda: time.sleep(INF)),
     "sleep(1e300)": lambda: outcome(lambda: time.sleep(HUGE)),
     "sleep(0)": lambda: outcome(lambda: time.sleep(0)),
     "sleep(-0.0)": lambda: outcome(lambda: time.sleep(-0.0)),
+    "sleep(Fraction(1, 2))": lambda: outcome(lambda: time.sleep(Fraction(1, 2))),
+    "sleep(2**70)": lambda: outcome(lambda: time.sleep(2**70))[0],
     "sleep(True)": lambda: outcome(lambda: time.sleep(True)),
     "sleep(1, 2)": lambda: outcome(lambda: time.sleep(1, 2))[0],
 }

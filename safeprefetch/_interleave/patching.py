@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import _thread
 import gc
+import operator
 import queue as _queue
 import sys
 import threading
@@ -118,6 +119,8 @@ def _make_sleep(orig: Callable[[float], None]) -> Callable[[float], None]:
         c = current()
         if c is None:
             return orig(secs)
+        if not isinstance(secs, float):
+            secs = operator.index(secs)  # CPython's conversion: a float or an int-like (its TypeError for 'x')
         if secs < 0:
             raise ValueError("sleep length must be non-negative")
         if secs != 0:
