@@ -382,6 +382,8 @@ CASES = {
                                                lambda l: l.release()),
     "RLock acquire(timeout=nan)": calls(RLock, lambda l: l.acquire(timeout=NAN)),
     # Condition
+    "Condition('x')": lambda: outcome(lambda: threading.Condition("x")),
+    "Condition(None) notify": calls(lambda: threading.Condition(None), lambda c: c.notify()),
     "Condition notify without the lock": calls(Cond, lambda c: c.notify()),
     "Condition notify_all without the lock": calls(Cond, lambda c: c.notify_all()),
     "Condition wait without the lock": calls(Cond, lambda c: c.wait(0)),

@@ -281,8 +281,10 @@ class VCondition(Prim):
         if lock is None:
             lock = VRLock()
         elif not isinstance(lock, VLock):
-            raise TypeError(f"Condition({lock!r}): the lock was not created under the scheduler (create it inside "
-                            "the test body, so it is a controlled lock)")
+            lock.acquire, lock.release  # noqa: B018 - no lock at all: CPython's AttributeError, as it reads them
+            raise TypeError(f"Condition({lock!r}): not a Lock or RLock created under the scheduler (create it "
+                            "inside the test body, so it is a controlled lock; a Semaphore as a condition's lock "
+                            "is not supported)")
         self._lock = lock
         self._waiters: list[_Waiter] = []
         self.acquire = lock.acquire
