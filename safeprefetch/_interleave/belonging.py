@@ -41,7 +41,8 @@ from typing import Any, Callable
 
 from .scheduler import Execution, Op, VThread, current, where
 
-__all__ = ["Prim", "context", "deadline_of", "loop_deadline", "queue_deadline", "stand_in", "until", "unwaitable", "wait_deadline"]
+__all__ = ["Prim", "context", "deadline_of", "loop_deadline", "queue_deadline", "stand_in", "until", "unwaitable",
+           "wait_deadline"]
 
 
 def context(obj: "Prim") -> tuple[Execution, VThread] | None:

@@ -55,8 +55,7 @@ class VLock(Prim):
     """``threading.Lock``."""
 
     _ilv_kind = "lock"
-    #: ``threading.Condition`` tests a lock without ``_is_owned`` (a ``Lock``) with ``acquire(False)``:
-    #: to a Condition, a Lock held by *any* thread is owned (CPython's notify and wait then go ahead).
+    #: CPython's Condition tests a Lock (no ``_is_owned``) with ``acquire(False)``: held by anyone is owned.
     _ilv_held_is_owned = True
 
     def __init__(self) -> None:
@@ -85,8 +84,7 @@ class VLock(Prim):
         return real
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        # The arguments are checked by deadline_of as the real acquire checks them: the timeout is converted
-        # first (a NaN or a string is refused as such, even with blocking=False).
+        # deadline_of checks the arguments as the real acquire: timeout converted first, even if not blocking
         c = context(self)
         if c is None:
             return stand_in(self).acquire(blocking, timeout)
@@ -190,8 +188,7 @@ class VRLock(VLock):
         return not self._held or self._owner is vt
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        # The arguments are checked by deadline_of as the real acquire checks them: the timeout is converted
-        # first (a NaN or a string is refused as such, even with blocking=False).
+        # deadline_of checks the arguments as the real acquire: timeout converted first, even if not blocking
         c = context(self)
         if c is None:
             return stand_in(self).acquire(blocking, timeout)
@@ -282,9 +279,8 @@ class VCondition(Prim):
             lock = VRLock()
         elif not isinstance(lock, VLock):
             lock.acquire, lock.release  # noqa: B018 - no lock at all: CPython's AttributeError, as it reads them
-            raise TypeError(f"Condition({lock!r}): not a Lock or RLock created under the scheduler (create it "
-                            "inside the test body, so it is a controlled lock; a Semaphore as a condition's lock "
-                            "is not supported)")
+            raise TypeError(f"Condition({lock!r}): not a Lock or RLock created under the scheduler (create it in "
+                            "the test body, so it is a controlled lock; a Semaphore is not supported)")
         self._lock = lock
         self._waiters: list[_Waiter] = []
         self.acquire = lock.acquire
@@ -326,14 +322,11 @@ class VCondition(Prim):
         return self._lock._is_owned()
 
     def _owned(self, ex: Execution, vt: VThread) -> bool:
-        """CPython's ``self._is_owned()`` in wait and notify. Held by the caller: no scheduling point (nobody
-        else can change that). Otherwise, for a plain Lock, CPython's test -- ``acquire(False)``, a read of the
-        lock another thread may be changing -- is one, and the lock held by anyone counts as owned."""
+        """CPython's ``_is_owned()`` in wait and notify: held by the caller (not a scheduling point); for a plain
+        Lock, else its ``acquire(False)`` test (a point: a read of the lock), which counts any holder."""
         lock = self._lock
-        if lock._held and lock._owner is vt:
-            return True
-        if not lock._ilv_held_is_owned:
-            return False
+        if (lock._held and lock._owner is vt) or not lock._ilv_held_is_owned:
+            return lock._held and lock._owner is vt
         lock._point(ex, vt, "locked", write=False, depth=4)
         return lock._held
 
@@ -347,8 +340,7 @@ class VCondition(Prim):
         lkey = (id(self._lock),)
         self._point(ex, vt, "wait", keys=lkey)
         if self._lock._owner is not vt and ex.settings.lock_release == "owner":
-            # CPython's wait releases the Lock another thread holds (a Lock may be released by anyone)
-            holder = self._lock._owner.name if self._lock._owner is not None else "nobody"
+            holder = self._lock._owner.name if self._lock._owner is not None else "nobody"  # CPython releases it
             ex.violation("non_owner_release", f"{vt.name} waited on {self._ilv_name}, releasing "
                          f"{self._lock._ilv_name} held by {holder}", vt)
         blocks, deadline, too_long = wait_deadline(ex, timeout)
@@ -396,9 +388,8 @@ class VCondition(Prim):
                 if endtime is None:
                     endtime = ex.clock + waittime
                     if endtime != endtime:
-                        # NaN: CPython's ``waittime <= 0`` is never true and each wait(nan) returns at once, so
-                        # it spins until the predicate holds. Here it waits for a notify instead: a spin is a
-                        # thread that never stops, which the search would follow forever (a false hang).
+                        # NaN: CPython spins (``waittime <= 0`` never holds, wait(nan) returns at once) until the
+                        # predicate holds; here it waits for a notify: the search would follow a spin forever.
                         waittime = endtime = None
                 else:
                     waittime = endtime - ex.clock
@@ -452,9 +443,8 @@ class VCondition(Prim):
 
 
 def _woken(waiting: int, n: Any) -> int:
-    """How many of ``waiting`` waiters ``notify(n)`` wakes: CPython's loop ``while waiters and n > 0``, one
-    waiter and ``n -= 1`` a turn. So none for ``n <= 0``, two for 1.5, and ``n`` is not compared at all
-    (a TypeError for ``"x"``) when nobody waits."""
+    """How many of ``waiting`` waiters ``notify(n)`` wakes by CPython's ``while waiters and n > 0: ...; n -= 1``:
+    none for ``n <= 0``, two for 1.5; ``n`` is not compared at all (no TypeError for "x") when nobody waits."""
     woken = 0
     while woken < waiting and n > 0:
         woken += 1
@@ -489,10 +479,8 @@ class VSemaphore(Prim):
         if c is None:
             return stand_in(self).acquire(blocking, timeout)
         ex, vt = c
-        # CPython's loop: ``while self._value == 0: ... endtime = _time() + timeout ... cond.wait(...)``. The
-        # timeout is looked at only when the count is 0 then: a bad one raises only if the call has to wait.
-        bad = False
-        blocks, deadline, too_long = False, None, False
+        # CPython's ``while self._value == 0: endtime = _time() + timeout ...``: a bad timeout raises only then
+        bad, blocks, deadline, too_long = False, False, None, False
         if blocking:
             try:
                 blocks, deadline, too_long = loop_deadline(ex, timeout)

@@ -104,9 +104,7 @@ class VThread:
         self.exited = _thread.allocate_lock()
         self.exited.acquire()
         self.daemon = daemon
-        #: Its Thread object has recorded its end (CPython's ``_is_stopped``): a join or is_alive saw it
-        #: finish -- or, before 3.13, a join of it raised while it ran (see patching._join).
-        self.stopped = False
+        self.stopped = False  #: its Thread has recorded its end (CPython's ``_is_stopped``; patching._join)
 
 
 _ACTIVE: list["Execution | None"] = [None]
