@@ -651,3 +651,23 @@ def test_a_wait_on_a_condition_whose_lock_another_thread_holds_goes_ahead_as_in_
     assert seen == {real} == {(("returned", "False"), ("returned", "False"))}
     result = interleavings.check(scenario, minimize=False)
     assert result.verdict == "non_owner_release", interleavings.render(result)
+
+
+def test_a_ctrl_c_in_a_barrier_wait_leaves_the_barrier_whole_as_in_cpython():
+    """CPython's Barrier.wait uncounts its thread in a ``finally``: a KeyboardInterrupt while it waits
+    neither breaks the barrier nor leaves a phantom party (a wait that times out does break it)."""
+    seen = set()
+
+    def body():
+        barrier = threading.Barrier(2)
+        other = start(threading.Event().set)  # a thread to move while main waits: the interrupt's moment
+        _ARMED[0] = True
+        got = outcome(lambda: barrier.wait(5))
+        _ARMED[0] = False
+        other.join()
+        seen.add((got, barrier.broken, barrier.n_waiting))
+
+    interrupt = interleavings.Interrupt(_ctrl_c_in_the_join, threads="main", when="blocked")
+    result = interleavings.check(body, interrupts=[interrupt], minimize=False)
+    assert result.verdict == "ok", interleavings.render(result)
+    assert seen == {(("KeyboardInterrupt", ""), False, 0), (("BrokenBarrierError", ""), True, 0)}
