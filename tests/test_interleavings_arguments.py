@@ -671,3 +671,29 @@ def test_a_ctrl_c_in_a_barrier_wait_leaves_the_barrier_whole_as_in_cpython():
     result = interleavings.check(body, interrupts=[interrupt], minimize=False)
     assert result.verdict == "ok", interleavings.render(result)
     assert seen == {(("KeyboardInterrupt", ""), False, 0), (("BrokenBarrierError", ""), True, 0)}
+
+
+def test_dpor_orders_a_failing_join_against_another_threads_is_alive():
+    """A join that raises records the running thread as ended (before 3.13): it changes what another
+    thread's is_alive() says, so DPOR must try both orders, as plain DFS does."""
+    def outcomes_of(reduce):
+        seen = set()
+
+        def body():
+            go = threading.Event()
+            t = start(go.wait, name=LATE)
+            said = []
+            looker = start(lambda: said.append(t.is_alive()))
+            failed = outcome(lambda: t.join(NAN))
+            looker.join()
+            go.set()
+            seen.add((failed[0], said[0]))
+
+        result = interleavings.check(body, reduce=reduce, minimize=False, allow_alive=(LATE,))
+        assert result.verdict == "ok", interleavings.render(result)
+        return seen
+
+    plain = outcomes_of("none")
+    assert outcomes_of("dpor") == plain
+    if sys.version_info < (3, 13):
+        assert plain == {("ValueError", True), ("ValueError", False)}

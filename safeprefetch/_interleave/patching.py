@@ -191,8 +191,10 @@ def _join(self: threading.Thread, timeout: float | None = None) -> None:
         deadline = ex.clock + timeout if blocks else None
     ended = lambda: target.finished or target.stopped  # noqa: E731
     ready = until(ex, ended, deadline) if blocks else None
+    # A join that may record a running thread as ended changes what others' is_alive and join see: a write.
+    marks = not _THREAD_HANDLES and (bad or (blocks and bool(ex.interrupts)))
     try:
-        ex.point(vt, Op("join", self, (("thread", target.index),), enabled=ready, deadline=deadline, write=False,
+        ex.point(vt, Op("join", self, (("thread", target.index),), enabled=ready, deadline=deadline, write=marks,
                         where=where(2), label=f"join {self.name}"))
     except Aborted:
         raise
