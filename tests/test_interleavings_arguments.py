@@ -697,3 +697,30 @@ def test_dpor_orders_a_failing_join_against_another_threads_is_alive():
     assert outcomes_of("dpor") == plain
     if sys.version_info < (3, 13):
         assert plain == {("ValueError", True), ("ValueError", False)}
+
+
+SHUT_DOWN = {  # a shut-down queue, then a call whose arguments are bad too: 3.13 raises ShutDown first
+    "get(timeout=-1), empty": (0, lambda q: q.get(timeout=-1)),
+    "get(timeout='x'), empty": (0, lambda q: q.get(timeout="x")),
+    "put(1, timeout=-1), bounded": (1, lambda q: q.put(1, timeout=-1)),
+    "put(1), maxsize 'x'": ("x", lambda q: q.put(1)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHUT_DOWN))
+def test_a_shut_down_queue_raises_shutdown_before_it_looks_at_the_arguments(name):
+    """Python 3.13's Queue.get/put check ``is_shutdown`` first; the drop-in has shutdown() on every version
+    and follows 3.13's source (compared with the real one where it exists)."""
+    maxsize, call = SHUT_DOWN[name]
+
+    def scenario():
+        q = queue.Queue(maxsize)
+        q.shutdown()
+        return outcome(lambda: call(q))[0]
+
+    seen = set()
+    result = interleavings.check(lambda: seen.add(scenario()), minimize=False)
+    assert result.verdict == "ok", interleavings.render(result)
+    assert seen == {"ShutDown"}
+    if hasattr(queue.Queue, "shutdown"):
+        assert scenario() == "ShutDown"
