@@ -41,7 +41,8 @@ from typing import Any, Callable
 
 from .scheduler import Execution, Op, VThread, current, where
 
-__all__ = ["Prim", "context", "deadline_of", "queue_deadline", "stand_in", "until", "unwaitable", "wait_deadline"]
+__all__ = ["Prim", "context", "deadline_of", "loop_deadline", "queue_deadline", "stand_in", "until", "unwaitable",
+           "wait_deadline"]
 
 
 def context(obj: "Prim") -> tuple[Execution, VThread] | None:
@@ -96,12 +97,15 @@ def deadline_of(ex: Execution, blocking: bool, timeout: float) -> tuple[bool, fl
     them without waiting), so a bad one raises exactly what this Python's
     ``acquire`` raises: ValueError for a negative timeout or NaN,
     OverflowError past ``threading.TIMEOUT_MAX`` or for ``inf``, TypeError
-    for ``None``, ValueError for a timeout with ``blocking=False``.
+    for ``None``, ValueError for a timeout with ``blocking=False`` (after
+    the conversion: ``acquire(False, nan)`` is the NaN's ValueError,
+    ``acquire(False, "x")`` a TypeError). A timeout the real lock reads as
+    -1 s (``-0.9999999999`` rounds to it) waits forever, as -1 does.
     """
     _probe(blocking, timeout)
     if not blocking or timeout == 0:
         return False, None
-    if timeout == -1:
+    if timeout < 0:  # the probe refused every negative timeout but those that round to -1 s: forever
         return True, None
     return True, ex.clock + timeout
 
@@ -139,14 +143,38 @@ def wait_deadline(ex: Execution, timeout: float | None) -> tuple[bool, float | N
     return True, ex.clock + timeout, False
 
 
+def loop_deadline(ex: Execution, timeout: float | None) -> tuple[bool, float | None, bool]:
+    """(blocks at all, deadline, too long) by the rules of CPython's waits that loop on a condition until a
+    deadline (``Semaphore.acquire``, ``Barrier.wait``, a ``Queue``'s timed ``get`` and ``put``):
+    ``endtime = _time() + timeout``, then ``cond.wait(remaining)`` while ``remaining = endtime - _time()``
+    is positive.
+
+    ``None`` waits forever. The addition is CPython's, so a timeout that is
+    no number raises its TypeError (``unsupported operand type(s) for +:
+    'float' and 'str'``); the caller calls this only when the real call
+    would get that far (when it has to wait). A NaN timeout also waits
+    forever: ``remaining <= 0`` is never true and each ``wait(nan)`` returns
+    at once, so CPython spins until the condition holds -- the same outcome,
+    without a spin the search would follow forever. Otherwise
+    :func:`wait_deadline`'s rules: not positive, one look; too long, the
+    OverflowError when it would wait.
+    """
+    if timeout is None:
+        return True, None, False
+    endtime = ex.clock + timeout
+    if endtime != endtime:
+        return True, None, False
+    return wait_deadline(ex, timeout)
+
+
 def queue_deadline(ex: Execution, block: bool, timeout: float | None) -> tuple[bool, float | None, bool]:
-    """``queue.Queue.put``/``get``'s rules: the timeout counts only when blocking, and a negative one is
-    refused; otherwise :func:`wait_deadline`'s."""
+    """``queue.Queue.get``'s rules (and a bounded queue's ``put``'s): the timeout counts only when blocking,
+    and a negative one is refused; otherwise :func:`loop_deadline`'s (a NaN waits as ``None`` does)."""
     if not block:
         return False, None, False
     if timeout is not None and timeout < 0:
         raise ValueError("'timeout' must be a non-negative number")
-    return wait_deadline(ex, timeout)
+    return loop_deadline(ex, timeout)
 
 
 class Prim:

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import _thread
 import gc
+import operator
 import queue as _queue
 import sys
 import threading
@@ -57,10 +58,10 @@ import time as _time
 from typing import Any, Callable
 
 from .barrier import VBarrier
-from .belonging import until, unwaitable, wait_deadline
+from .belonging import until, unwaitable
 from .primitives import VBoundedSemaphore, VCondition, VEvent, VLock, VRLock, VSemaphore
 from .queues import ShutDown, VLifoQueue, VPriorityQueue, VQueue, VSimpleQueue
-from .scheduler import _ACTIVE, Execution, Op, VThread, current, mark_started, where
+from .scheduler import _ACTIVE, Aborted, Execution, Op, VThread, current, mark_started, where
 
 __all__ = ["MISSING", "controlled", "patched"]
 
@@ -118,6 +119,8 @@ def _make_sleep(orig: Callable[[float], None]) -> Callable[[float], None]:
         c = current()
         if c is None:
             return orig(secs)
+        if not isinstance(secs, float):
+            secs = operator.index(secs)  # CPython's conversion: a float or an int-like (its TypeError for 'x')
         if secs < 0:
             raise ValueError("sleep length must be non-negative")
         if secs != 0:
@@ -169,14 +172,46 @@ def _join(self: threading.Thread, timeout: float | None = None) -> None:
         return _ORIG_THREAD["join"](self, timeout)
     if target is vt:
         raise RuntimeError("cannot join current thread")
-    blocks, deadline, too_long = wait_deadline(ex, timeout)  # a timeout that is not positive never blocks
-    if too_long and sys.version_info >= (3, 13):
-        unwaitable(timeout)  # 3.13's join converts its timeout first; earlier ones only when they wait
-    ready = until(ex, lambda: target.finished, deadline) if blocks else None
-    ex.point(vt, Op("join", self, (("thread", target.index),), enabled=ready, deadline=deadline, write=False,
-                    where=where(2), label=f"join {self.name}"))
-    if too_long and not target.finished:
-        unwaitable(timeout)
+    # CPython: ``timeout = max(timeout, 0)`` (its TypeError for 'x'), then a lock wait with it, whose
+    # conversion refuses NaN (ValueError) and inf or past TIMEOUT_MAX (OverflowError). 3.13's thread handle
+    # converts it at once. Earlier ones wait on the thread's lock, which is dropped -- and the timeout never
+    # looked at -- once the Thread has recorded its end (``stopped``); and when that wait raises while the
+    # thread runs (a bad timeout, an interrupt), their ``except`` releases the running thread's lock and
+    # records its end: from then on is_alive() is False and join() returns at once, though it still runs.
+    blocks, deadline, bad = True, None, False
+    if timeout is not None:
+        timeout = max(timeout, 0)
+        try:
+            unwaitable(timeout)
+        except (ValueError, OverflowError, TypeError):
+            bad = True
+        if bad and _THREAD_HANDLES:
+            unwaitable(timeout)
+        blocks = timeout > 0 and not bad
+        deadline = ex.clock + timeout if blocks else None
+    ended = lambda: target.finished or target.stopped  # noqa: E731
+    ready = until(ex, ended, deadline) if blocks else None
+    # A join that may record a running thread as ended changes what others' is_alive and join see: a write.
+    marks = not _THREAD_HANDLES and (bad or (blocks and bool(ex.interrupts)))
+    try:
+        ex.point(vt, Op("join", self, (("thread", target.index),), enabled=ready, deadline=deadline, write=marks,
+                        where=where(2), label=f"join {self.name}"))
+    except Aborted:
+        raise
+    except BaseException:  # an interrupt's exception; one that lands while the join waits is in the lock wait
+        if not _THREAD_HANDLES and blocks and not ended():
+            target.stopped = True
+        raise
+    if bad and not target.stopped:
+        if not _THREAD_HANDLES and not target.finished:
+            target.stopped = True
+        unwaitable(timeout)  # raises as it did above
+    if target.finished:
+        target.stopped = True
+
+
+#: 3.13 joins through a thread handle, which converts the timeout first and never marks a running thread ended.
+_THREAD_HANDLES = sys.version_info >= (3, 13)
 
 
 def _is_alive(self: threading.Thread) -> bool:
@@ -189,7 +224,9 @@ def _is_alive(self: threading.Thread) -> bool:
         return _ORIG_THREAD["is_alive"](self)
     ex.point(vt, Op("is_alive", self, (("thread", target.index),), write=False, where=where(2),
                     label=f"is_alive {self.name}"))
-    return not target.finished
+    if target.finished:
+        target.stopped = True
+    return not (target.finished or target.stopped)
 
 
 # -- the patch table -------------------------------------------------------------------

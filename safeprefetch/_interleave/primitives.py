@@ -41,7 +41,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-from .belonging import Prim, context, deadline_of, stand_in, until, unwaitable, wait_deadline
+from .belonging import Prim, context, deadline_of, loop_deadline, stand_in, until, unwaitable, wait_deadline
 from .scheduler import Aborted, Execution, Op, VThread, where
 
 __all__ = ["VBoundedSemaphore", "VCondition", "VEvent", "VLock", "VRLock", "VSemaphore"]
@@ -55,6 +55,8 @@ class VLock(Prim):
     """``threading.Lock``."""
 
     _ilv_kind = "lock"
+    #: CPython's Condition tests a Lock (no ``_is_owned``) with ``acquire(False)``: held by anyone is owned.
+    _ilv_held_is_owned = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -82,8 +84,7 @@ class VLock(Prim):
         return real
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        if not blocking and timeout != -1:
-            raise ValueError("can't specify a timeout for a non-blocking call")
+        # deadline_of checks the arguments as the real acquire: timeout converted first, even if not blocking
         c = context(self)
         if c is None:
             return stand_in(self).acquire(blocking, timeout)
@@ -127,7 +128,7 @@ class VLock(Prim):
                 real.release()
                 return False
             return True
-        return self._held and self._owner is c[1]
+        return self._held and (self._ilv_held_is_owned or self._owner is c[1])
 
     def _at_fork_reinit(self) -> None:
         """After a fork, in the child: free, as the real locks' own hook leaves them."""
@@ -177,6 +178,7 @@ class VRLock(VLock):
     """``threading.RLock``: reentrant; only the outermost acquire and release are scheduling points."""
 
     _ilv_kind = "rlock"
+    _ilv_held_is_owned = False  # the RLock's own _is_owned: held by the caller
 
     def __init__(self) -> None:
         super().__init__()
@@ -186,8 +188,7 @@ class VRLock(VLock):
         return not self._held or self._owner is vt
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        if not blocking and timeout != -1:
-            raise ValueError("can't specify a timeout for a non-blocking call")
+        # deadline_of checks the arguments as the real acquire: timeout converted first, even if not blocking
         c = context(self)
         if c is None:
             return stand_in(self).acquire(blocking, timeout)
@@ -277,8 +278,9 @@ class VCondition(Prim):
         if lock is None:
             lock = VRLock()
         elif not isinstance(lock, VLock):
-            raise TypeError(f"Condition({lock!r}): the lock was not created under the scheduler (create it inside "
-                            "the test body, so it is a controlled lock)")
+            lock.acquire, lock.release  # noqa: B018 - no lock at all: CPython's AttributeError, as it reads them
+            raise TypeError(f"Condition({lock!r}): not a Lock or RLock created under the scheduler (create it in "
+                            "the test body, so it is a controlled lock; a Semaphore is not supported)")
         self._lock = lock
         self._waiters: list[_Waiter] = []
         self.acquire = lock.acquire
@@ -319,15 +321,28 @@ class VCondition(Prim):
     def _is_owned(self) -> bool:
         return self._lock._is_owned()
 
+    def _owned(self, ex: Execution, vt: VThread) -> bool:
+        """CPython's ``_is_owned()`` in wait and notify: held by the caller (not a scheduling point); for a plain
+        Lock, else its ``acquire(False)`` test (a point: a read of the lock), which counts any holder."""
+        lock = self._lock
+        if (lock._held and lock._owner is vt) or not lock._ilv_held_is_owned:
+            return lock._held and lock._owner is vt
+        lock._point(ex, vt, "locked", write=False, depth=4)
+        return lock._held
+
     def wait(self, timeout: float | None = None) -> bool:
         c = self._context()
         if c is None:
             return stand_in(self).wait(timeout)
         ex, vt = c
-        if not self._lock._is_owned():
+        if not self._owned(ex, vt):
             raise RuntimeError("cannot wait on un-acquired lock")
         lkey = (id(self._lock),)
         self._point(ex, vt, "wait", keys=lkey)
+        if self._lock._owner is not vt and ex.settings.lock_release == "owner":
+            holder = self._lock._owner.name if self._lock._owner is not None else "nobody"  # CPython releases it
+            ex.violation("non_owner_release", f"{vt.name} waited on {self._ilv_name}, releasing "
+                         f"{self._lock._ilv_name} held by {holder}", vt)
         blocks, deadline, too_long = wait_deadline(ex, timeout)
         if too_long:
             unwaitable(timeout)
@@ -372,6 +387,10 @@ class VCondition(Prim):
             if waittime is not None:
                 if endtime is None:
                     endtime = ex.clock + waittime
+                    if endtime != endtime:
+                        # NaN: CPython spins (``waittime <= 0`` never holds, wait(nan) returns at once) until the
+                        # predicate holds; here it waits for a notify: the search would follow a spin forever.
+                        waittime = endtime = None
                 else:
                     waittime = endtime - ex.clock
                     if waittime <= 0:
@@ -385,20 +404,20 @@ class VCondition(Prim):
         if c is None:
             return stand_in(self).notify(n)
         ex, vt = c
-        if not self._lock._is_owned():
+        if not self._owned(ex, vt):
             raise RuntimeError("cannot notify on un-acquired lock")
         alts = None
         if ex.settings.notify == "any" and n == 1:
             alts = lambda: list(range(len(self._waiters))) if len(self._waiters) > 1 else [0]  # noqa: E731
         choice = self._point(ex, vt, "notify" if n == 1 else "notify_all", alts=alts)
-        self._wake(ex, vt, n, choice.alt if choice.alt > 0 else 0)
+        self._wake(ex, vt, _woken(len(self._waiters), n), choice.alt if choice.alt > 0 else 0)
 
     def notify_all(self) -> None:
         c = self._context()
         if c is None:
             return stand_in(self).notify_all()
         ex, vt = c
-        if not self._lock._is_owned():
+        if not self._owned(ex, vt):
             raise RuntimeError("cannot notify on un-acquired lock")
         self._point(ex, vt, "notify_all")
         self._wake(ex, vt, len(self._waiters), 0)
@@ -406,9 +425,13 @@ class VCondition(Prim):
     notifyAll = notify_all
 
     def _wake(self, ex: Execution, vt: VThread, n: int, first: int) -> None:
+        """Wake ``n`` waiters (a count :func:`_woken` made), from ``first`` when ``n`` is 1."""
         if not self._waiters:
             w = ex.events[-1].label if ex.events else "?"
             ex.lost_notifies[id(self)] = f"{vt.name}'s {w}"
+            return
+        if n <= 0:
+            ex.events[-1].note = "woke nobody"
             return
         chosen = [self._waiters[first]] if n == 1 else self._waiters[:n]
         for w in chosen:
@@ -417,6 +440,16 @@ class VCondition(Prim):
             self._waiters.remove(w)
             ex.enabled_by(w.vt.index, vt.index)
         ex.events[-1].note = "woke " + ", ".join(w.vt.name for w in chosen)
+
+
+def _woken(waiting: int, n: Any) -> int:
+    """How many of ``waiting`` waiters ``notify(n)`` wakes by CPython's ``while waiters and n > 0: ...; n -= 1``:
+    none for ``n <= 0``, two for 1.5; ``n`` is not compared at all (no TypeError for "x") when nobody waits."""
+    woken = 0
+    while woken < waiting and n > 0:
+        woken += 1
+        n -= 1
+    return woken
 
 
 class VSemaphore(Prim):
@@ -446,10 +479,18 @@ class VSemaphore(Prim):
         if c is None:
             return stand_in(self).acquire(blocking, timeout)
         ex, vt = c
-        blocks, deadline, too_long = wait_deadline(ex, timeout) if blocking else (False, None, False)
-        enabled = until(ex, lambda: self._value > 0, deadline) if blocks else None
+        # CPython's ``while self._value == 0: endtime = _time() + timeout ...``: a bad timeout raises only then
+        bad, blocks, deadline, too_long = False, False, None, False
+        if blocking:
+            try:
+                blocks, deadline, too_long = loop_deadline(ex, timeout)
+            except Exception:
+                bad = True
+        enabled = until(ex, lambda: self._value != 0, deadline) if blocks else None
         self._point(ex, vt, "acquire", enabled=enabled, deadline=deadline)
-        if self._value <= 0:
+        if self._value == 0:
+            if bad:
+                loop_deadline(ex, timeout)  # raises as it did above
             if too_long:
                 unwaitable(timeout)
             return False
@@ -470,6 +511,7 @@ class VSemaphore(Prim):
 
     def _release(self, n: int) -> None:
         self._value += n
+        range(n)  # CPython then notifies ``for i in range(n)``: a float n is a TypeError, once counted
 
     def __exit__(self, *exc: Any) -> None:
         self.release()
@@ -493,6 +535,7 @@ class VBoundedSemaphore(VSemaphore):
         if self._value + n > self._initial_value:
             raise ValueError("Semaphore released too many times")
         self._value += n
+        range(n)
 
 
 class VEvent(Prim):
@@ -542,12 +585,14 @@ class VEvent(Prim):
         if c is None:
             return stand_in(self).wait(timeout)
         ex, vt = c
-        blocks, deadline, too_long = wait_deadline(ex, timeout)
         self._point(ex, vt, "wait", write=False)  # looks at the flag, and if it is clear, begins to wait
-        if self._flag or not blocks:
-            if too_long and not self._flag:
+        if self._flag:
+            return True  # CPython's Event.wait gives the timeout to Condition.wait only when the flag is clear
+        blocks, deadline, too_long = wait_deadline(ex, timeout)
+        if not blocks:
+            if too_long:
                 unwaitable(timeout)
-            return self._flag
+            return False
         begun = len(self._sets)
         self._point(ex, vt, "wait", enabled=until(ex, lambda: len(self._sets) > begun, deadline), deadline=deadline,
                     write=False)

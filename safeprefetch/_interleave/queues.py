@@ -50,6 +50,9 @@ class _ShutDown(Exception):
     """Raised when put/get with shut-down queue (Python 3.13's ``queue.ShutDown``)."""
 
 
+_ShutDown.__name__ = _ShutDown.__qualname__ = "ShutDown"  # as 3.13's reads in a traceback
+
+
 #: The standard library's class where it exists (3.13+), so ``except queue.ShutDown`` catches ours.
 ShutDown: type[Exception] = getattr(_queue, "ShutDown", _ShutDown)
 #: The real classes, as they are before any check patches them: what a queue becomes outside one.
@@ -181,12 +184,20 @@ class VQueue(Prim):
         if c is None:
             return stand_in(self).put(item, block, timeout)
         ex, vt = c
-        blocks, deadline, too_long = queue_deadline(ex, block, timeout)
+        # CPython looks at block and timeout only for a bounded queue (``if self.maxsize > 0``): an unbounded
+        # one's put(timeout=-1) is no error. 3.13 raises ShutDown before either: a bad one raises after that.
+        try:
+            bounded, bad = self.maxsize > 0, False
+            blocks, deadline, too_long = queue_deadline(ex, block, timeout) if bounded else (False, None, False)
+        except Exception:
+            bounded, bad, blocks, deadline, too_long = False, True, False, None, False
         enabled = until(ex, lambda: not self._full() or self.is_shutdown, deadline) if blocks else None
         self._point(ex, vt, "put", enabled=enabled, deadline=deadline)
         if self.is_shutdown:
             raise ShutDown
-        if self._full():
+        if bad and self.maxsize > 0:
+            queue_deadline(ex, block, timeout)  # raises as it did above
+        if bounded and self._qsize() >= self.maxsize:
             if too_long:
                 unwaitable(timeout)
             raise Full
@@ -199,12 +210,17 @@ class VQueue(Prim):
         if c is None:
             return stand_in(self).get(block, timeout)
         ex, vt = c
-        blocks, deadline, too_long = queue_deadline(ex, block, timeout)
+        try:  # 3.13 raises ShutDown (shut down and empty) before it looks at block and timeout
+            blocks, deadline, too_long, bad = *queue_deadline(ex, block, timeout), False
+        except Exception:
+            blocks, deadline, too_long, bad = False, None, False, True
         enabled = until(ex, lambda: self._qsize() > 0 or self.is_shutdown, deadline) if blocks else None
         self._point(ex, vt, "get", enabled=enabled, deadline=deadline)
+        if self.is_shutdown and self._qsize() == 0:
+            raise ShutDown
+        if bad:
+            queue_deadline(ex, block, timeout)  # raises as it did above
         if self._qsize() == 0:
-            if self.is_shutdown:
-                raise ShutDown
             if too_long:
                 unwaitable(timeout)
             raise Empty
@@ -330,9 +346,17 @@ class VSimpleQueue(Prim):
         if c is None:
             return stand_in(self).get(block, timeout)
         ex, vt = c
-        blocks, deadline, too_long = queue_deadline(ex, block, timeout)
-        if too_long:  # the C SimpleQueue converts its timeout before it looks at the queue
-            unwaitable(timeout)
+        deadline = None
+        if block and timeout is not None:
+            # The C SimpleQueue converts its timeout before it looks at the queue: a real one holding an item
+            # raises what it raises (NaN, negative: ValueError; inf, past TIMEOUT_MAX: OverflowError), and
+            # takes a timeout that rounds up to 0 (-1e-10) as 0.
+            probe = _REAL["simple"]()
+            probe.put(None)
+            probe.get(True, timeout)
+            block = timeout > 0
+            deadline = ex.clock + timeout if block else None
+        blocks = block
         enabled = until(ex, lambda: bool(self._queue), deadline) if blocks else None
         self._point(ex, vt, "get", enabled=enabled, deadline=deadline)
         if not self._queue:

@@ -83,7 +83,7 @@ class VThread:
     """One thread of an execution: its baton, its announced operation, its fate."""
 
     __slots__ = ("index", "name", "obj", "body", "ident", "baton", "op", "granted", "finished", "abort",
-                 "aborts", "in_interrupt", "started", "exited", "daemon")
+                 "aborts", "in_interrupt", "started", "exited", "daemon", "stopped")
 
     def __init__(self, index: int, name: str, body: Callable[[], Any], obj: Any = None, daemon: bool = False):
         self.index = index
@@ -104,6 +104,7 @@ class VThread:
         self.exited = _thread.allocate_lock()
         self.exited.acquire()
         self.daemon = daemon
+        self.stopped = False  #: its Thread has recorded its end (CPython's ``_is_stopped``; patching._join)
 
 
 _ACTIVE: list["Execution | None"] = [None]
