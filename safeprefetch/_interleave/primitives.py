@@ -38,6 +38,7 @@ object (:mod:`.belonging`).
 
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any, Callable
 
@@ -49,6 +50,8 @@ __all__ = ["VBoundedSemaphore", "VCondition", "VEvent", "VLock", "VRLock", "VSem
 #: The real classes, as they are before any check patches them: what a primitive becomes outside one.
 _REAL = {name: getattr(threading, name) for name in ("Lock", "RLock", "Condition", "Semaphore", "BoundedSemaphore",
                                                      "Event")}
+#: 3.11's ``Semaphore.release`` notifies ``for i in range(n)``; 3.12 on call ``notify(n)`` once.
+_NOTIFY_IN_A_LOOP = sys.version_info < (3, 12)
 
 
 class VLock(Prim):
@@ -148,9 +151,8 @@ class VLock(Prim):
     __enter__ = acquire
 
     def __exit__(self, *exc: Any) -> None:
-        # An interrupt offered at this release stands for one that ran in the with-block's body (the
-        # last code before this synchronization operation): its exception reaches this exit, which
-        # releases the lock (in C, in CPython) before it propagates.
+        # An interrupt offered here stands for one in the with-block's body: its exception reaches this
+        # exit, which releases the lock (in C, in CPython) before it propagates.
         try:
             self.release(_from_exit=True)
         except Aborted:
@@ -261,9 +263,8 @@ class _Waiter:
     def __init__(self, vt: VThread):
         self.vt = vt
         self.notified = False
-        #: Notified before its deadline. A waiter that timed out stays in the waiter list until it has its
-        #: lock back, as in CPython, so a notify may still pick it: the notify is spent, and wait says
-        #: False (it timed out).
+        #: Notified before its deadline. A waiter that timed out stays listed until it has its lock back, as
+        #: in CPython, so a notify may still pick it: the notify is spent, and wait says False (timed out).
         self.in_time = False
         self.deadline: float | None = None
 
@@ -511,7 +512,7 @@ class VSemaphore(Prim):
 
     def _release(self, n: int) -> None:
         self._value += n
-        range(n)  # CPython then notifies ``for i in range(n)``: a float n is a TypeError, once counted
+        _NOTIFY_IN_A_LOOP and range(n)  # a float n is then a TypeError on 3.11, once counted
 
     def __exit__(self, *exc: Any) -> None:
         self.release()
@@ -535,7 +536,7 @@ class VBoundedSemaphore(VSemaphore):
         if self._value + n > self._initial_value:
             raise ValueError("Semaphore released too many times")
         self._value += n
-        range(n)
+        _NOTIFY_IN_A_LOOP and range(n)
 
 
 class VEvent(Prim):
