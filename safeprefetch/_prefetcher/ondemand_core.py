@@ -107,7 +107,7 @@ class OnDemandCore(ServeSide, CloseSide):
         self.length = length
         self.source_ref = weakref.ref(box)
         self.close_timeout, self.timeout, self.name = close_timeout, timeout, name
-        self.predictor, self.depth = predictor, depth
+        box.predictor, self.depth = predictor, depth  # in the box: see ``predictor``
         # -- tags (changed only by the gate's owner)
         self.keys = len(self.branches_request)
         self.index_of = [-1] * self.keys        # tag -> index
@@ -155,6 +155,14 @@ class OnDemandCore(ServeSide, CloseSide):
         self.branches_uncancel = [(b(Q.UNCANCEL, t), b(Q.SPECULATE, t), Q.CLOSED) for t in range(keys)]
         self.branches_drop = [(b(Q.CANCEL, k), b(Q.EVICT, k), Q.CLOSED) for k in range(capacity)]
         self.branches_serve = (Q.HIT, Q.ERROR, Q.CLOSED)
+
+    @property
+    def predictor(self) -> Predictor:
+        """The predictor, kept in the source box, which the core sees weakly: a custom predictor that refers
+        back to its prefetcher (``self.pf = pf``) would otherwise keep it alive through the workers, which hold
+        this core, and it would never be collected or closed. Read only inside a call of the owner (which keeps
+        the box alive) or through it."""
+        return self.source_ref().predictor
 
     # -- workers --------------------------------------------------------------
 

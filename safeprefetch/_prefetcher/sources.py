@@ -3,10 +3,12 @@
 * **The plan** maps the model's stream positions 0..n-1 onto source indices:
   sequential, a seeded permutation, then a rank's strided shard, padded or
   trimmed to equal lengths on request.
-* **The box** holds everything that reaches the source. The Prefetcher owns
-  it; the workers see it through a weak reference, one fetch at a time, so
-  a source that refers back to its own Prefetcher does not keep it alive
-  through the worker threads (the garbage collector can collect the cycle).
+* **The box** holds everything that reaches the source, and every other
+  object of the caller's that the core uses (an on-demand predictor). The
+  Prefetcher owns it; the workers see it through a weak reference, one
+  fetch at a time, so a source (or predictor) that refers back to its own
+  Prefetcher does not keep it alive through the worker threads (the garbage
+  collector can collect the cycle).
 * **An executor's thread** running a fetch (``remote_item``) is marked, in
   this process, as running that prefetcher's fetch (``EXECUTING``), so a
   source that calls its own prefetcher back from there is refused as it is
@@ -91,7 +93,8 @@ class SourceBox:
     garbage collector can collect it and run the finalizer.
     """
 
-    __slots__ = ("getitem", "fetch_into", "iterator", "source", "preloaded", "errors", "lock", "__weakref__")
+    __slots__ = ("getitem", "fetch_into", "iterator", "source", "preloaded", "errors", "lock", "predictor",
+                 "__weakref__")
 
     def __init__(self, getitem: Any, fetch_into: Any, iterator: Any, source: Any,
                  preloaded: dict[int, tuple[str, Any]], thread_safe: bool):
@@ -103,6 +106,8 @@ class SourceBox:
         #: Serializes calls into a source that is not thread-safe (``thread_safe=False``): a gate, taken
         #: with ``waits.wait_gate`` so that an on-demand miss can wait for it with a deadline.
         self.lock = None if thread_safe else new_gate()
+        #: An OnDemandPrefetcher's predictor (None for the streaming one): the caller's object, like the source.
+        self.predictor: Any = None
 
 
 def stop_iteration_error(where: str, e: StopIteration) -> RuntimeError:
