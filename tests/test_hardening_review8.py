@@ -6,11 +6,12 @@ finding; each failed on the code before its fix.
 import gc
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
-from safeprefetch import OnDemandPrefetcher, Predictor
+from safeprefetch import OnDemandPrefetcher, Predictor, Prefetcher
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -70,3 +71,23 @@ def test_1_an_abandoned_ondemand_prefetcher_whose_predictor_refers_back_is_colle
 
     abandon()
     assert _gone("r8-predictor-back"), _threads_of("r8-predictor-back")
+
+
+class _OwnedExecutor(ThreadPoolExecutor):
+    """An executor that knows the prefetcher it serves (a pipeline object's, say)."""
+
+    pf = None
+
+
+def test_2_an_abandoned_prefetcher_whose_executor_refers_back_is_collected_and_its_threads_end():
+    # The same shape with executor=: the core held the executor, so an executor referring back (both owned by
+    # the cycle alone) rooted the Prefetcher in its workers.
+    def abandon():
+        ex = _OwnedExecutor(2, thread_name_prefix="r8-executor")
+        ex.pf = pf = Prefetcher(_Rows(20), capacity=2, workers=2, executor=ex, name="r8-executor-back")
+        assert int(pf.get()[0]) == 0
+
+    abandon()
+    assert _gone("r8-executor-back"), _threads_of("r8-executor-back")
+    with _OwnedExecutor(2) as ex, Prefetcher(_Rows(20), capacity=2, workers=2, executor=ex) as pf:
+        assert [int(b[0]) for b in pf] == list(range(20))  # and an executor still runs the fetches

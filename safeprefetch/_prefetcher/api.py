@@ -138,14 +138,13 @@ class Prefetcher(NotCopyable):
             getitem=source.__getitem__ if opened.map_style and opened.has_getitem else None,
             fetch_into=opened.fetch_into if opened.map_style else None, iterator=opened.iterator,
             source=source if cfg.executor is not None else None, preloaded=opened.preloaded,
-            thread_safe=cfg.thread_safe)
+            thread_safe=cfg.thread_safe, executor=cfg.executor)
         capacity = min(cfg.capacity, slots)
         shape = (slots, workers, cfg.ordered, opened.sized, capacity if cfg.autotune else 0, min(slots, MAX_RUN))
         self._core = core = Core(
             machine=machine_for(shape[0], shape[1], opened.items, *shape[2:]),
             compiled=transitions_for(*shape) if cfg.runtime == "generated" else None,
-            pool=pool, shape=opened.shape, dtype=opened.dtype, plan=opened.plan, box=box, executor=cfg.executor,
-            workers=workers, close_timeout=cfg.close_timeout, name=cfg.name, timeline=cfg.timeline,
+            pool=pool, shape=opened.shape, dtype=opened.dtype, plan=opened.plan, box=box, workers=workers, close_timeout=cfg.close_timeout, name=cfg.name, timeline=cfg.timeline,
             timeout=cfg.timeout)
         self._ordered = cfg.ordered
         self._length = opened.items if opened.sized else None

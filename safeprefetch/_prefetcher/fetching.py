@@ -95,7 +95,7 @@ class FetchSide:
                 return "end"
         else:
             index = int(self.plan[pos])
-            if self.executor is not None:
+            if box.executor is not None:
                 item = self._remote(box, index)
                 if item is CLOSING:
                     return "ok"
@@ -135,7 +135,7 @@ class FetchSide:
                              f"got shape {item.shape} dtype {item.dtype}")
 
     def _remote(self, box: SourceBox, index: int) -> Any:
-        fut = self.executor.submit(remote_item, box.source, index, self.shape, self.dtype, self.token)
+        fut = box.executor.submit(remote_item, box.source, index, self.shape, self.dtype, self.token)
         done = threading.Event()
         fut.add_done_callback(lambda _f: done.set())
         with self.waiters_lock:

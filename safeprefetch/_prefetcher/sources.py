@@ -4,7 +4,8 @@
   sequential, a seeded permutation, then a rank's strided shard, padded or
   trimmed to equal lengths on request.
 * **The box** holds everything that reaches the source, and every other
-  object of the caller's that the core uses (an on-demand predictor). The
+  object of the caller's that the core uses (an executor, an on-demand
+  predictor). The
   Prefetcher owns it; the workers see it through a weak reference, one
   fetch at a time, so a source (or predictor) that refers back to its own
   Prefetcher does not keep it alive through the worker threads (the garbage
@@ -93,12 +94,14 @@ class SourceBox:
     garbage collector can collect it and run the finalizer.
     """
 
-    __slots__ = ("getitem", "fetch_into", "iterator", "source", "preloaded", "errors", "lock", "predictor",
-                 "__weakref__")
+    __slots__ = ("getitem", "fetch_into", "iterator", "source", "executor", "preloaded", "errors", "lock",
+                 "predictor", "__weakref__")
 
     def __init__(self, getitem: Any, fetch_into: Any, iterator: Any, source: Any,
-                 preloaded: dict[int, tuple[str, Any]], thread_safe: bool):
+                 preloaded: dict[int, tuple[str, Any]], thread_safe: bool, executor: Any = None):
         self.getitem, self.fetch_into, self.iterator, self.source = getitem, fetch_into, iterator, source
+        #: The ``executor=`` that runs the fetches (then ``source`` is the source itself, sent with each), or None.
+        self.executor = executor
         #: The constructor's read of position 0, if it made one: ("item", array) or ("error", exception).
         self.preloaded = preloaded
         #: Source exceptions waiting for the consumer, by stream position.
