@@ -91,3 +91,17 @@ def test_2_an_abandoned_prefetcher_whose_executor_refers_back_is_collected_and_i
     assert _gone("r8-executor-back"), _threads_of("r8-executor-back")
     with _OwnedExecutor(2) as ex, Prefetcher(_Rows(20), capacity=2, workers=2, executor=ex) as pf:
         assert [int(b[0]) for b in pf] == list(range(20))  # and an executor still runs the fetches
+
+
+@pytest.mark.parametrize("n", [0, 1, 10])
+def test_3_the_index_plan_cannot_be_made_writeable_so_the_stream_cannot_be_changed_through_it(n):
+    # ``pf.indices`` ("read-only") was a plain array whose flag could be set back; writing it then changed the
+    # items the workers fetched, silently (and ``last_index`` with them).
+    with Prefetcher(_Rows(n), capacity=1, shape=(3,), dtype=np.int64, shuffle=True, seed=3) as pf:
+        plan = pf.indices
+        assert not plan.flags.writeable and sorted(plan.tolist()) == list(range(n))
+        with pytest.raises(ValueError):
+            plan.flags.writeable = True
+        with pytest.raises(ValueError):
+            plan[...] = 0
+        assert [int(b[0]) for b in pf] == plan.tolist()

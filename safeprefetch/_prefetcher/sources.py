@@ -2,7 +2,9 @@
 
 * **The plan** maps the model's stream positions 0..n-1 onto source indices:
   sequential, a seeded permutation, then a rank's strided shard, padded or
-  trimmed to equal lengths on request.
+  trimmed to equal lengths on request. It is read-only for good (its
+  ``writeable`` flag cannot be set back): the caller sees it as
+  ``Prefetcher.indices``.
 * **The box** holds everything that reaches the source, and every other
   object of the caller's that the core uses (an executor, an on-demand
   predictor). The
@@ -26,6 +28,7 @@ import threading
 from typing import Any, Callable
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from .errors import PrefetchTimeout
 from .waits import new_gate, wait_event
@@ -60,9 +63,11 @@ def index_plan(n: int, shuffle: bool, seed: int, epoch: int, rank: int, world_si
         order = np.resize(order, -(-n // world_size) * world_size)  # repeats from the start
     elif even == "drop":
         order = order[:(n // world_size) * world_size]
-    plan = order[rank::world_size].copy()
-    plan.flags.writeable = False
-    return plan
+    # Read-only for good: ``Prefetcher.indices`` hands this very array out, and the workers read it for every
+    # fetch. A plain array's flag can be set back (``plan.flags.writeable = True``), and a caller writing it
+    # then changed which items the stream held, silently; an alias through a read-only buffer refuses that,
+    # as a Lease's view does.
+    return as_strided(order[rank::world_size].copy(), writeable=False)
 
 
 def remote_item(source: Any, index: int, shape: tuple[int, ...] | None, dtype: np.dtype | None,
