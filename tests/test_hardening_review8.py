@@ -4,6 +4,7 @@ finding; each failed on the code before its fix.
 """
 
 import gc
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -11,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from safeprefetch import OnDemandPrefetcher, Predictor, Prefetcher
+from safeprefetch import OnDemandPrefetcher, Predictor, Prefetcher, PrefetcherExhausted
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -105,3 +106,30 @@ def test_3_the_index_plan_cannot_be_made_writeable_so_the_stream_cannot_be_chang
         with pytest.raises(ValueError):
             plan[...] = 0
         assert [int(b[0]) for b in pf] == plan.tolist()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_4_iterating_a_finished_prefetcher_in_a_forked_child_raises_prefetcher_forked():
+    # "In a forked child every call raises PrefetcherForked": iterating one whose stream had ended in the parent
+    # raised PrefetcherExhausted there ("create a new one" -- and a child catching PrefetcherForked missed it).
+    with Prefetcher(_Rows(3)) as pf:
+        assert len(list(pf)) == 3
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report what iter(pf) raised, then leave without running anything of the parent's
+            try:
+                iter(pf)
+                what = b"nothing"
+            except BaseException as e:  # noqa: BLE001
+                what = type(e).__name__.encode()
+            os.write(w, what)
+            os._exit(0)
+        os.close(w)
+        try:
+            with os.fdopen(r, "rb") as f:
+                what = f.read().decode()
+        finally:
+            os.waitpid(pid, 0)
+        assert what == "PrefetcherForked"
+        with pytest.raises(PrefetcherExhausted):  # the parent is unaffected
+            iter(pf)

@@ -24,7 +24,7 @@ from .._runtime import interrupts as _interrupts
 from .._runtime.interrupts import deliver, guard, outermost, protected
 from .args import as_bool, as_dtype, as_int, as_seconds, as_shape
 from .consumer import COPY, DEFAULT, END, ERROR, GET, LEASE
-from .errors import PrefetcherExhausted
+from .errors import PrefetcherExhausted, PrefetcherForked
 from .core import Core
 from .lease import Lease, NotCopyable
 from .lifecycle import reaper, register
@@ -170,6 +170,8 @@ class Prefetcher(NotCopyable):
 
     def __iter__(self) -> "Prefetcher":
         core = self._core
+        if core.forked:  # as every consumer call there (a stream that had ended would say "exhausted" instead)
+            raise PrefetcherForked(f"prefetcher {core.name!r} belongs to the process that forked this one")
         if core.ended_with is not None and core.stash is None and not core.close_started:
             how = "ended with the source's error" if core.ended_with == ERROR else "was delivered to the end"
             raise PrefetcherExhausted(
