@@ -133,3 +133,31 @@ def test_4_iterating_a_finished_prefetcher_in_a_forked_child_raises_prefetcher_f
         assert what == "PrefetcherForked"
         with pytest.raises(PrefetcherExhausted):  # the parent is unaffected
             iter(pf)
+
+
+def test_5_unordered_a_source_error_ends_the_stream_without_the_batches_still_in_flight_as_documented():
+    # A docs finding (it passed before the docs changed): "re-raised at its position in the stream" read as if
+    # every earlier batch came first, as with ordered=True; with ordered=False the error is taken once no ready
+    # batch has an earlier position, and a batch still being fetched then -- position 0 here -- never comes.
+    release = threading.Event()
+
+    class Source(_Rows):
+        def __getitem__(self, i):
+            if i == 0:
+                release.wait(30)
+            if i == 2:
+                raise KeyError("two")
+            return super().__getitem__(i)
+
+    with Prefetcher(Source(6), capacity=3, workers=3, ordered=False, shape=(3,), dtype=np.int64) as pf:
+        deadline = time.monotonic() + 20
+        while pf.ready < 2:  # position 1 ready, position 2 failed; position 0 in flight
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        assert int(pf.get()[0]) == 1
+        with pytest.raises(KeyError, match="two"):
+            pf.get()
+        release.set()
+        with pytest.raises(StopIteration):
+            pf.get()
+        assert pf.stats.batches == 1

@@ -76,7 +76,9 @@ class Prefetcher(NotCopyable):
     once).
 
     Parameters: ``capacity`` slots (default 2); ``workers`` fetch threads;
-    ``ordered`` delivery (False: whichever batch is ready first);
+    ``ordered`` delivery (False: whichever batch is ready first; a source
+    error then ends the stream once no ready batch has an earlier position,
+    and batches still being fetched, earlier ones too, are not delivered);
     ``memory_budget`` in bytes caps the slot pool (capacity becomes at most
     ``memory_budget // batch_bytes``; arrays handed to the caller are the
     caller's own); the index plan ``rank`` / ``world_size`` (strided shard:
