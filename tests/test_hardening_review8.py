@@ -12,7 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from safeprefetch import OnDemandPrefetcher, Predictor, Prefetcher, PrefetcherExhausted
+from safeprefetch import OnDemandPrefetcher, Predictor, Prefetcher, PrefetcherExhausted, PrefetcherWarning
+from safeprefetch.models import _protocol as P
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -161,3 +162,63 @@ def test_5_unordered_a_source_error_ends_the_stream_without_the_batches_still_in
         with pytest.raises(StopIteration):
             pf.get()
         assert pf.stats.batches == 1
+
+
+class _BlocksAt(_Rows):
+    """A source that is not thread-safe, whose call for ``at`` blocks until ``release`` is set; records every call
+    and whether ``closed`` was set when it began."""
+
+    def __init__(self, n, at):
+        super().__init__(n)
+        self.at, self.release, self.closed, self.calls = at, threading.Event(), False, []
+
+    def __getitem__(self, i):
+        self.calls.append((i, self.closed))
+        if i == self.at:
+            self.release.wait(30)
+        return super().__getitem__(i)
+
+
+def _until(predicate, seconds=20.0):
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "the state waited for never came"
+        time.sleep(0.001)  # polling an observable state against a deadline
+
+
+def test_6_thread_safe_false_workers_waiting_for_the_source_lock_do_not_call_the_source_after_close():
+    # close() gave up on the worker stuck in the source and on those waiting for its lock ("still inside a
+    # fetch"); once the stuck call returned, each waiting worker took the lock and called the source anyway,
+    # after close() had returned (here items 2 and 3), to have the result discarded.
+    src = _BlocksAt(10, at=1)
+    pf = Prefetcher(src, capacity=4, workers=3, thread_safe=False, shape=(3,), dtype=np.int64, name="r8-unsafe")
+    core = pf._core
+    _until(lambda: all(core.rt.state[i] == P.FETCH for i in core.worker_pcs))  # one inside item 1, two waiting
+    with pytest.warns(PrefetcherWarning, match="still inside a fetch"):
+        pf.close(timeout=0.2)
+    src.closed = True
+    src.release.set()
+    assert _gone("r8-unsafe")
+    assert [i for i, after_close in src.calls if after_close] == []
+
+
+def test_6_on_demand_speculation_waiting_for_the_source_lock_does_not_call_the_source_after_close():
+    # The same with the OnDemandPrefetcher's speculative fetches.
+    src = _BlocksAt(10, at=1)
+
+    class Ahead(Predictor):
+        name = "ahead"
+
+        def predict(self, depth):
+            return [1, 2]
+
+    pf = OnDemandPrefetcher(src, capacity=4, workers=2, predict=Ahead(10), thread_safe=False, shape=(3,),
+                            dtype=np.int64, name="r8-unsafe-ondemand")
+    assert int(pf.get(0)[0]) == 0
+    _until(lambda: [state for state, _ in pf.slots()].count(repr(P.FILLING)) == 2)  # one inside item 1, one waiting
+    with pytest.warns(PrefetcherWarning, match="still inside a fetch"):
+        pf.close(timeout=0.2)
+    src.closed = True
+    src.release.set()
+    assert _gone("r8-unsafe-ondemand")
+    assert [i for i, after_close in src.calls if after_close] == []

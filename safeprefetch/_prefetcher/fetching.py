@@ -64,6 +64,8 @@ class FetchSide:
                 return self._fill(box, pos, k)
             with (box.lock if wait_gate(box.lock, None, deliver_deferred=False) else SOURCE_BUSY):
                 t0 = time.perf_counter()  # waiting for another worker's call is not fetch time
+                if self._closing():
+                    return "ok"  # closed while waiting for the lock: no call into the source after close()
                 return self._fill(box, pos, k)
         except StopIteration as e:
             if box.iterator is not None:  # an iterator's own end is handled in _fill; this is not it

@@ -193,7 +193,7 @@ class OnDemandCore(ServeSide, CloseSide):
         self.counts.spec_fetches[w] += 1
         t0 = time.perf_counter()
         try:
-            return self._fill(box, index, k)
+            return self._fill(box, index, k, speculative=True)
         except BaseException as e:  # noqa: BLE001 - every error is delivered to the request for its index
             box.errors[k] = self._as_error(index, e)
             return Q.FETCH_ERROR
@@ -224,11 +224,15 @@ class OnDemandCore(ServeSide, CloseSide):
             return stop_iteration_error(self._where(index), e)
         return e
 
-    def _fill(self, box: SourceBox, index: int, k: int, deadline: float | None = None) -> str:
+    def _fill(self, box: SourceBox, index: int, k: int, deadline: float | None = None,
+              speculative: bool = False) -> str:
         """Fill slot ``k`` with ``index``; ``deadline`` bounds the wait for a ``thread_safe=False`` source's lock
-        (a miss's, behind a worker's speculative call; SourceBusy when it passes)."""
+        (a miss's, behind a worker's speculative call; SourceBusy when it passes). A speculative fetch closed
+        while it waited for that lock does not call the source: close() has returned, or given up on it."""
         if box.lock is not None:
             with (box.lock if wait_gate(box.lock, deadline, deliver_deferred=False) else SOURCE_BUSY):
+                if speculative and self._closing():
+                    return Q.FETCH_OK  # discarded by the model when it lands, as in _spec_fetch
                 return self._fill_unlocked(box, index, k)
         return self._fill_unlocked(box, index, k)
 
