@@ -23,8 +23,7 @@ import numpy as np
 from .._runtime import interrupts as _interrupts
 from .._runtime.interrupts import deliver, guard, outermost, protected
 from .args import as_bool, as_dtype, as_int, as_seconds, as_shape
-from .consumer import COPY, DEFAULT, END, ERROR, GET, LEASE
-from .errors import PrefetcherExhausted, PrefetcherForked
+from .consumer import COPY, DEFAULT, END, GET, LEASE
 from .core import Core
 from .lease import Lease, NotCopyable
 from .lifecycle import reaper, register
@@ -146,8 +145,8 @@ class Prefetcher(NotCopyable):
         self._core = core = Core(
             machine=machine_for(shape[0], shape[1], opened.items, *shape[2:]),
             compiled=transitions_for(*shape) if cfg.runtime == "generated" else None,
-            pool=pool, shape=opened.shape, dtype=opened.dtype, plan=opened.plan, box=box, workers=workers, close_timeout=cfg.close_timeout, name=cfg.name, timeline=cfg.timeline,
-            timeout=cfg.timeout)
+            pool=pool, shape=opened.shape, dtype=opened.dtype, plan=opened.plan, box=box, workers=workers,
+            close_timeout=cfg.close_timeout, name=cfg.name, timeline=cfg.timeline, timeout=cfg.timeout)
         self._ordered = cfg.ordered
         self._length = opened.items if opened.sized else None
         reaper.ensure_started()
@@ -171,14 +170,7 @@ class Prefetcher(NotCopyable):
     # function is not one, and the dispatch on the kind calls nothing.
 
     def __iter__(self) -> "Prefetcher":
-        core = self._core
-        if core.forked:  # as every consumer call there (a stream that had ended would say "exhausted" instead)
-            raise PrefetcherForked(f"prefetcher {core.name!r} belongs to the process that forked this one")
-        if core.ended_with is not None and core.stash is None and not core.close_started:
-            how = "ended with the source's error" if core.ended_with == ERROR else "was delivered to the end"
-            raise PrefetcherExhausted(
-                f"prefetcher {core.name!r}: its stream {how} ({core.counts.delivered} batches); a Prefetcher is one "
-                "pass over its source: create a new one for another pass (with epoch=... for a new shuffle)")
+        self._core.refuse_iteration()  # PrefetcherExhausted after the end; PrefetcherForked in a forked child
         return self
 
     def __next__(self) -> np.ndarray:
