@@ -61,6 +61,7 @@ from .._prefetcher.ondemand import OnDemandPrefetcher
 from .._prefetcher.ondemand_core import OnDemandCore
 from .._prefetcher.ondemand_serve import ServeSide
 from .._prefetcher.waits import wait_gate
+from ..models import _predictive_protocol as Q
 from .injection_ondemand import _Fixed as Fixed  # proposes the same indices at every request
 from .prefetcher_code import ALLOW_ALIVE, _armed, _ctrl_c, _current, _finalizer, _signal_close, patches
 
@@ -360,12 +361,16 @@ def check_scenario(sc: CodeScenario, **options: Any) -> CodeCheckResult:
 
 # -- what can fail: two regressions, put back ------------------------------------------------------
 
-def _fill_without_deadline(self: Any, box: Any, index: int, k: int, deadline: float | None = None) -> str:
+def _fill_without_deadline(self: Any, box: Any, index: int, k: int, deadline: float | None = None,
+                           speculative: bool = False) -> str:
     """The code before the fifth hardening round: a ``thread_safe=False`` miss took the source lock with
-    no deadline, so its ``timeout=`` did not bound the wait for a worker's speculative call."""
+    no deadline, so its ``timeout=`` did not bound the wait for a worker's speculative call. (The eighth
+    round's re-check of ``closing`` under the lock is kept: only the deadline is put back.)"""
     if box.lock is not None:
         wait_gate(box.lock, None, deliver_deferred=False)
         with box.lock:
+            if speculative and self._closing():
+                return Q.FETCH_OK
             return self._fill_unlocked(box, index, k)
     return self._fill_unlocked(box, index, k)
 

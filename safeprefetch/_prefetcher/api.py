@@ -23,8 +23,7 @@ import numpy as np
 from .._runtime import interrupts as _interrupts
 from .._runtime.interrupts import deliver, guard, outermost, protected
 from .args import as_bool, as_dtype, as_int, as_seconds, as_shape
-from .consumer import COPY, DEFAULT, END, ERROR, GET, LEASE
-from .errors import PrefetcherExhausted
+from .consumer import COPY, DEFAULT, END, GET, LEASE
 from .core import Core
 from .lease import Lease, NotCopyable
 from .lifecycle import reaper, register
@@ -76,7 +75,9 @@ class Prefetcher(NotCopyable):
     once).
 
     Parameters: ``capacity`` slots (default 2); ``workers`` fetch threads;
-    ``ordered`` delivery (False: whichever batch is ready first);
+    ``ordered`` delivery (False: whichever batch is ready first; a source
+    error then ends the stream once no ready batch has an earlier position,
+    and batches still being fetched, earlier ones too, are not delivered);
     ``memory_budget`` in bytes caps the slot pool (capacity becomes at most
     ``memory_budget // batch_bytes``; arrays handed to the caller are the
     caller's own); the index plan ``rank`` / ``world_size`` (strided shard:
@@ -138,15 +139,14 @@ class Prefetcher(NotCopyable):
             getitem=source.__getitem__ if opened.map_style and opened.has_getitem else None,
             fetch_into=opened.fetch_into if opened.map_style else None, iterator=opened.iterator,
             source=source if cfg.executor is not None else None, preloaded=opened.preloaded,
-            thread_safe=cfg.thread_safe)
+            thread_safe=cfg.thread_safe, executor=cfg.executor)
         capacity = min(cfg.capacity, slots)
         shape = (slots, workers, cfg.ordered, opened.sized, capacity if cfg.autotune else 0, min(slots, MAX_RUN))
         self._core = core = Core(
             machine=machine_for(shape[0], shape[1], opened.items, *shape[2:]),
             compiled=transitions_for(*shape) if cfg.runtime == "generated" else None,
-            pool=pool, shape=opened.shape, dtype=opened.dtype, plan=opened.plan, box=box, executor=cfg.executor,
-            workers=workers, close_timeout=cfg.close_timeout, name=cfg.name, timeline=cfg.timeline,
-            timeout=cfg.timeout)
+            pool=pool, shape=opened.shape, dtype=opened.dtype, plan=opened.plan, box=box, workers=workers,
+            close_timeout=cfg.close_timeout, name=cfg.name, timeline=cfg.timeline, timeout=cfg.timeout)
         self._ordered = cfg.ordered
         self._length = opened.items if opened.sized else None
         reaper.ensure_started()
@@ -170,12 +170,7 @@ class Prefetcher(NotCopyable):
     # function is not one, and the dispatch on the kind calls nothing.
 
     def __iter__(self) -> "Prefetcher":
-        core = self._core
-        if core.ended_with is not None and core.stash is None and not core.close_started:
-            how = "ended with the source's error" if core.ended_with == ERROR else "was delivered to the end"
-            raise PrefetcherExhausted(
-                f"prefetcher {core.name!r}: its stream {how} ({core.counts.delivered} batches); a Prefetcher is one "
-                "pass over its source: create a new one for another pass (with epoch=... for a new shuffle)")
+        self._core.refuse_iteration()  # PrefetcherExhausted after the end; PrefetcherForked in a forked child
         return self
 
     def __next__(self) -> np.ndarray:

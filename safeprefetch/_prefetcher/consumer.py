@@ -39,7 +39,7 @@ from .._runtime.interrupts import deliver, guard, outermost, protected
 from .._runtime.kernel import StepTimeout
 from ..models import _protocol as P
 from .args import as_seconds
-from .errors import LeaseHeld, PrefetcherClosed, PrefetcherForked, PrefetchTimeout
+from .errors import LeaseHeld, PrefetcherClosed, PrefetcherExhausted, PrefetcherForked, PrefetchTimeout
 from .lease import RELEASED_ARRAY, Lease
 from .sources import EXECUTING
 from .waits import NO_GATE, hold_gate, wait_gate
@@ -101,6 +101,17 @@ class ConsumerSide:
             raise RuntimeError(f"prefetcher {self.name!r}: a consumer call from its own worker (the source calling "
                                "its prefetcher back): it would wait for the fetch it is inside; only close() may be "
                                "called there")
+
+    def refuse_iteration(self) -> None:
+        """``iter(pf)`` of a stream that is over: PrefetcherExhausted (one pass per Prefetcher). In a forked child
+        PrefetcherForked first, as every consumer call there (a stream that had ended said "exhausted")."""
+        if self.forked:
+            raise PrefetcherForked(f"prefetcher {self.name!r} belongs to the process that forked this one")
+        if self.ended_with is not None and self.stash is None and not self.close_started:
+            how = "ended with the source's error" if self.ended_with == ERROR else "was delivered to the end"
+            raise PrefetcherExhausted(
+                f"prefetcher {self.name!r}: its stream {how} ({self.counts.delivered} batches); a Prefetcher is one "
+                "pass over its source: create a new one for another pass (with epoch=... for a new shuffle)")
 
     @protected
     def consume(self, api: str, out: Any, deadline: float | None) -> tuple:

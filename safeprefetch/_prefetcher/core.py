@@ -50,7 +50,7 @@ def _read_only_alias(pool: np.ndarray) -> np.ndarray:
 
 class Core(FetchSide, ConsumerSide, CloseSide):
     def __init__(self, *, machine: Any, pool: np.ndarray | None, shape: tuple[int, ...] | None, dtype: Any,
-                 plan: np.ndarray | None, box: SourceBox, executor: Any, workers: int, close_timeout: float | None,
+                 plan: np.ndarray | None, box: SourceBox, workers: int, close_timeout: float | None,
                  name: str, timeline: bool = False, timeout: float | None = None, compiled: Any = None):
         self.machine = m = machine
         # ``compiled``: the machine's generated transitions (the default), or None for its plain steps.
@@ -65,8 +65,8 @@ class Core(FetchSide, ConsumerSide, CloseSide):
         self.shape, self.dtype = shape, dtype
         # -- the source
         self.plan = plan
-        self.source_ref = weakref.ref(box)
-        self.executor = executor
+        self.source_ref = weakref.ref(box)  # the executor too (``box.executor``): an executor referring back
+                                            # to its Prefetcher must not keep it alive through the workers
         self.close_timeout = close_timeout  # None: no limit
         self.timeout = timeout              # default timeout of the consumer's calls
         self.name = name

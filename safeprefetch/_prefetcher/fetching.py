@@ -64,6 +64,8 @@ class FetchSide:
                 return self._fill(box, pos, k)
             with (box.lock if wait_gate(box.lock, None, deliver_deferred=False) else SOURCE_BUSY):
                 t0 = time.perf_counter()  # waiting for another worker's call is not fetch time
+                if self._closing():
+                    return "ok"  # closed while waiting for the lock: no call into the source after close()
                 return self._fill(box, pos, k)
         except StopIteration as e:
             if box.iterator is not None:  # an iterator's own end is handled in _fill; this is not it
@@ -95,7 +97,7 @@ class FetchSide:
                 return "end"
         else:
             index = int(self.plan[pos])
-            if self.executor is not None:
+            if box.executor is not None:
                 item = self._remote(box, index)
                 if item is CLOSING:
                     return "ok"
@@ -135,7 +137,7 @@ class FetchSide:
                              f"got shape {item.shape} dtype {item.dtype}")
 
     def _remote(self, box: SourceBox, index: int) -> Any:
-        fut = self.executor.submit(remote_item, box.source, index, self.shape, self.dtype, self.token)
+        fut = box.executor.submit(remote_item, box.source, index, self.shape, self.dtype, self.token)
         done = threading.Event()
         fut.add_done_callback(lambda _f: done.set())
         with self.waiters_lock:

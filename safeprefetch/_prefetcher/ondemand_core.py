@@ -107,7 +107,7 @@ class OnDemandCore(ServeSide, CloseSide):
         self.length = length
         self.source_ref = weakref.ref(box)
         self.close_timeout, self.timeout, self.name = close_timeout, timeout, name
-        self.predictor, self.depth = predictor, depth
+        box.predictor, self.depth = predictor, depth  # in the box: see ``predictor``
         # -- tags (changed only by the gate's owner)
         self.keys = len(self.branches_request)
         self.index_of = [-1] * self.keys        # tag -> index
@@ -156,6 +156,14 @@ class OnDemandCore(ServeSide, CloseSide):
         self.branches_drop = [(b(Q.CANCEL, k), b(Q.EVICT, k), Q.CLOSED) for k in range(capacity)]
         self.branches_serve = (Q.HIT, Q.ERROR, Q.CLOSED)
 
+    @property
+    def predictor(self) -> Predictor:
+        """The predictor, kept in the source box, which the core sees weakly: a custom predictor that refers
+        back to its prefetcher (``self.pf = pf``) would otherwise keep it alive through the workers, which hold
+        this core, and it would never be collected or closed. Read only inside a call of the owner (which keeps
+        the box alive) or through it."""
+        return self.source_ref().predictor
+
     # -- workers --------------------------------------------------------------
 
     def plan_workers(self) -> list:
@@ -185,7 +193,7 @@ class OnDemandCore(ServeSide, CloseSide):
         self.counts.spec_fetches[w] += 1
         t0 = time.perf_counter()
         try:
-            return self._fill(box, index, k)
+            return self._fill(box, index, k, speculative=True)
         except BaseException as e:  # noqa: BLE001 - every error is delivered to the request for its index
             box.errors[k] = self._as_error(index, e)
             return Q.FETCH_ERROR
@@ -216,11 +224,15 @@ class OnDemandCore(ServeSide, CloseSide):
             return stop_iteration_error(self._where(index), e)
         return e
 
-    def _fill(self, box: SourceBox, index: int, k: int, deadline: float | None = None) -> str:
+    def _fill(self, box: SourceBox, index: int, k: int, deadline: float | None = None,
+              speculative: bool = False) -> str:
         """Fill slot ``k`` with ``index``; ``deadline`` bounds the wait for a ``thread_safe=False`` source's lock
-        (a miss's, behind a worker's speculative call; SourceBusy when it passes)."""
+        (a miss's, behind a worker's speculative call; SourceBusy when it passes). A speculative fetch closed
+        while it waited for that lock does not call the source: close() has returned, or given up on it."""
         if box.lock is not None:
             with (box.lock if wait_gate(box.lock, deadline, deliver_deferred=False) else SOURCE_BUSY):
+                if speculative and self._closing():
+                    return Q.FETCH_OK  # discarded by the model when it lands, as in _spec_fetch
                 return self._fill_unlocked(box, index, k)
         return self._fill_unlocked(box, index, k)
 

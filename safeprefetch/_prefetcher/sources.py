@@ -2,11 +2,16 @@
 
 * **The plan** maps the model's stream positions 0..n-1 onto source indices:
   sequential, a seeded permutation, then a rank's strided shard, padded or
-  trimmed to equal lengths on request.
-* **The box** holds everything that reaches the source. The Prefetcher owns
-  it; the workers see it through a weak reference, one fetch at a time, so
-  a source that refers back to its own Prefetcher does not keep it alive
-  through the worker threads (the garbage collector can collect the cycle).
+  trimmed to equal lengths on request. It is read-only for good (its
+  ``writeable`` flag cannot be set back): the caller sees it as
+  ``Prefetcher.indices``.
+* **The box** holds everything that reaches the source, and every other
+  object of the caller's that the core uses (an executor, an on-demand
+  predictor). The
+  Prefetcher owns it; the workers see it through a weak reference, one
+  fetch at a time, so a source (or predictor) that refers back to its own
+  Prefetcher does not keep it alive through the worker threads (the garbage
+  collector can collect the cycle).
 * **An executor's thread** running a fetch (``remote_item``) is marked, in
   this process, as running that prefetcher's fetch (``EXECUTING``), so a
   source that calls its own prefetcher back from there is refused as it is
@@ -23,6 +28,7 @@ import threading
 from typing import Any, Callable
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from .errors import PrefetchTimeout
 from .waits import new_gate, wait_event
@@ -57,9 +63,11 @@ def index_plan(n: int, shuffle: bool, seed: int, epoch: int, rank: int, world_si
         order = np.resize(order, -(-n // world_size) * world_size)  # repeats from the start
     elif even == "drop":
         order = order[:(n // world_size) * world_size]
-    plan = order[rank::world_size].copy()
-    plan.flags.writeable = False
-    return plan
+    # Read-only for good: ``Prefetcher.indices`` hands this very array out, and the workers read it for every
+    # fetch. A plain array's flag can be set back (``plan.flags.writeable = True``), and a caller writing it
+    # then changed which items the stream held, silently; an alias through a read-only buffer refuses that,
+    # as a Lease's view does.
+    return as_strided(order[rank::world_size].copy(), writeable=False)
 
 
 def remote_item(source: Any, index: int, shape: tuple[int, ...] | None, dtype: np.dtype | None,
@@ -91,11 +99,14 @@ class SourceBox:
     garbage collector can collect it and run the finalizer.
     """
 
-    __slots__ = ("getitem", "fetch_into", "iterator", "source", "preloaded", "errors", "lock", "__weakref__")
+    __slots__ = ("getitem", "fetch_into", "iterator", "source", "executor", "preloaded", "errors", "lock",
+                 "predictor", "__weakref__")
 
     def __init__(self, getitem: Any, fetch_into: Any, iterator: Any, source: Any,
-                 preloaded: dict[int, tuple[str, Any]], thread_safe: bool):
+                 preloaded: dict[int, tuple[str, Any]], thread_safe: bool, executor: Any = None):
         self.getitem, self.fetch_into, self.iterator, self.source = getitem, fetch_into, iterator, source
+        #: The ``executor=`` that runs the fetches (then ``source`` is the source itself, sent with each), or None.
+        self.executor = executor
         #: The constructor's read of position 0, if it made one: ("item", array) or ("error", exception).
         self.preloaded = preloaded
         #: Source exceptions waiting for the consumer, by stream position.
@@ -103,6 +114,8 @@ class SourceBox:
         #: Serializes calls into a source that is not thread-safe (``thread_safe=False``): a gate, taken
         #: with ``waits.wait_gate`` so that an on-demand miss can wait for it with a deadline.
         self.lock = None if thread_safe else new_gate()
+        #: An OnDemandPrefetcher's predictor (None for the streaming one): the caller's object, like the source.
+        self.predictor: Any = None
 
 
 def stop_iteration_error(where: str, e: StopIteration) -> RuntimeError:
