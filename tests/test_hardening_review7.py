@@ -76,3 +76,37 @@ def test_1_a_source_closing_its_own_prefetcher_does_not_wait_for_itself(runs_on)
         # buffered before may or may not have been handed out by then
         pf.close(timeout=20)
         assert pf._core.closed and not any(th.is_alive() for th in pf._core.threads)  # every worker joined
+
+
+def test_2_in_a_forked_child_an_open_prefetcher_raises_forked_and_a_closed_one_closed():
+    # A docs finding (passed before the docs changed): "in a forked child every call raises PrefetcherForked"
+    # held only for prefetchers open at the fork; one closed before it raises PrefetcherClosed there, as in the
+    # parent. The README and hardening.md say so now.
+    import os
+
+    from safeprefetch import PrefetcherClosed, PrefetcherForked
+
+    rows = np.arange(9, dtype=np.int64).reshape(3, 3)
+    closed = Prefetcher(rows)
+    closed.close()
+    with Prefetcher(rows) as open_:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report what each call raised, then leave without running the parent's code
+            out = []
+            for pf in (open_, closed):
+                try:
+                    pf.get()
+                    out.append("nothing")
+                except BaseException as e:  # noqa: BLE001
+                    out.append(type(e).__name__)
+            os.write(w, " ".join(out).encode())
+            os._exit(0)
+        os.close(w)
+        try:
+            with os.fdopen(r, "rb") as f:
+                what = f.read().decode().split()
+        finally:
+            os.waitpid(pid, 0)
+        assert what == [PrefetcherForked.__name__, PrefetcherClosed.__name__]
+        assert int(open_.get()[0]) == 0  # the parent is unaffected
