@@ -1,9 +1,10 @@
 """The seventh adversarial review (docs/hardening.md, "A seventh round"): the findings fixed, one test each.
 
-Each failed on the code before its fix, but for the two marked as guarding a neighbour of the fix (they passed
-before it too, and pin what the fix must not change).
+Each failed on the code before its fix, but for those marked as guarding a neighbour of a fix (they passed before
+it too, and pin what the fix must not change) and test_2, a docs finding.
 """
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -110,3 +111,35 @@ def test_2_in_a_forked_child_an_open_prefetcher_raises_forked_and_a_closed_one_c
             os.waitpid(pid, 0)
         assert what == [PrefetcherForked.__name__, PrefetcherClosed.__name__]
         assert int(open_.get()[0]) == 0  # the parent is unaffected
+
+
+def test_3_a_first_read_that_times_out_says_an_iterator_lost_its_item():
+    # The constructor's first read of an iterator timed out with "did not return its first batch" and nothing
+    # else: the read went on in a background thread, and the item it then returned was discarded, so a caller
+    # that retried with the same iterator silently lost that item.
+    from safeprefetch import PrefetchTimeout
+
+    release, read = threading.Event(), threading.Event()
+
+    def rows():
+        read.set()
+        release.wait(30)
+        for i in range(3):
+            yield np.full(3, i, np.int64)
+
+    it = rows()
+    with pytest.raises(PrefetchTimeout, match="this iterator has lost its next item"):
+        Prefetcher(it, timeout=0.05)
+    assert read.wait(30)
+    release.set()
+    # map-style sources lose nothing: their message does not say so
+    class Slow(_CallsBack):
+        def __getitem__(self, i):
+            release2.wait(30)
+            return np.full(3, i, np.int64)
+
+    release2 = threading.Event()
+    with pytest.raises(PrefetchTimeout) as info:
+        Prefetcher(Slow(0, None), timeout=0.05)
+    release2.set()
+    assert "lost" not in str(info.value)

@@ -159,8 +159,12 @@ def read_first(read: Callable[[], Any], timeout: float | None, name: str, map_st
     th = threading.Thread(target=run, name=f"safeprefetch-{name}-first-read", daemon=True)
     th.start()
     if not wait_event(done, timeout):
+        lost = "" if map_style else (
+            "; the read goes on in a background thread until the source returns, and the item it returns is "
+            "discarded: this iterator has lost its next item, so do not hand it to a new prefetcher")
         raise PrefetchTimeout(f"the source did not return its first batch within {timeout:g} s "
-                              f"(the constructor reads it to size the slot pool; give shape= and dtype= to skip it)")
+                              f"(the constructor reads it to size the slot pool; give shape= and dtype= to skip "
+                              f"it){lost}")
     kind, value = box[0]
     if kind == "base":
         raise value
