@@ -21,6 +21,7 @@ class JoinBeforeDrain(Model):
     expected = "deadlock"
     fix = "monitor"
     params = {"producers": 1, "consumers": 1, "capacity": 1, "items": 2}
+    minimums = {"consumers": 1}
 
     def build(self, m, producers, consumers, capacity, items):
         m.shared(buf=(), received=(), running=producers)

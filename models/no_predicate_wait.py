@@ -20,6 +20,7 @@ class NoPredicateWait(Model):
     fix = "monitor"
     expected = "lost_wakeup"
     params = {"producers": 1, "consumers": 1, "capacity": 1, "items": 1}
+    minimums = {"consumers": 1}
 
     def build(self, m, producers, consumers, capacity, items):
         m.shared(count=0)

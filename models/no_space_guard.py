@@ -20,6 +20,7 @@ class NoSpaceGuard(Model):
     fix = "monitor"
     expected = "overflow"
     params = {"producers": 1, "consumers": 1, "capacity": 1, "items": 2}
+    minimums = {"consumers": 1}
 
     def build(self, m, producers, consumers, capacity, items):
         m.shared(count=0)

@@ -22,6 +22,7 @@ class OneCondSignal(Model):
     fix = "monitor"
     expected = "deadlock"
     params = {"producers": 1, "consumers": 2, "capacity": 1, "items": 2}
+    minimums = {"consumers": 1}
 
     def build(self, m, producers, consumers, capacity, items):
         total = producers * items

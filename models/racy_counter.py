@@ -26,6 +26,7 @@ class RacyCounter(Model):
     expected = "lost_item"
     fix = "semaphores"
     params = {"producers": 2, "consumers": 1, "capacity": 2, "items": 1}
+    minimums = {"producers": 1, "consumers": 1, "items": 1}
 
     def build(self, m, producers, consumers, capacity, items):
         if consumers > producers * items:

@@ -21,6 +21,7 @@ class SignalBeforePublish(Model):
     expected = "underflow"
     fix = "semaphores"
     params = {"producers": 1, "consumers": 1, "capacity": 1, "items": 1}
+    minimums = {"producers": 1, "consumers": 1, "items": 1}
 
     def build(self, m, producers, consumers, capacity, items):
         if consumers > producers * items:

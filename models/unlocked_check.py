@@ -23,6 +23,7 @@ class UnlockedCheck(Model):
     expected = "lost_wakeup"
     fix = "monitor"
     params = {"producers": 1, "consumers": 1, "capacity": 1, "items": 1}
+    minimums = {"producers": 1, "consumers": 1, "items": 1}
 
     def build(self, m, producers, consumers, capacity, items):
         if consumers > producers * items:

@@ -43,6 +43,7 @@ class WriterPreferenceRWLock(Model):
     name = "writer_preference_rwlock"
     expected = "ok"
     params = {"readers": 2, "writers": 1}
+    minimums = {"readers": 1, "writers": 1}
     sweep = {"readers": [1, 2, 3], "writers": [1]}
     # The fairness a lock's fix is verified under (see the docstring).
     settings = {"fairness": "strong"}

@@ -105,6 +105,21 @@ def test_out_of_range_numbers_and_options_that_do_nothing_are_usage_errors(capsy
     assert code == 2 and out == "" and message in err and err.count("\n") == 1, err
 
 
+@pytest.mark.parametrize("model, param", [
+    ("join_before_drain", "consumers"), ("no_predicate_wait", "consumers"), ("no_space_guard", "consumers"),
+    ("one_cond_signal", "consumers"), ("racy_counter", "consumers"), ("racy_counter", "producers"),
+    ("signal_before_publish", "consumers"), ("unlocked_check", "consumers"), ("wait_holding_mutex", "items"),
+    ("reader_preference_rwlock", "readers"), ("writer_preference_rwlock", "writers"),
+])
+def test_a_catalog_model_refuses_a_count_it_cannot_run_with(capsys, model, param):
+    # Zero consumers made these models divide by zero (readers or writers: an IndexError), reported as "the
+    # model raised ZeroDivisionError at line ..."; zero producers or items said "needs consumers <= 0". Each
+    # declares its minimums now.
+    code, out, err = cli_run(capsys, "check", model, "--set", f"{param}=0")
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert f"model {model!r}: parameter {param} must be at least 1, not 0" in err
+
+
 def test_a_negative_sentinel_parameter_is_still_accepted(capsys):
     # error_at's default is -1 ("no error"): not a count, so any integer goes.
     code, _, err = cli_run(capsys, "check", "prefetcher", "--set", "error_at=-1", "--set", "items=1")
