@@ -143,3 +143,141 @@ def test_3_a_first_read_that_times_out_says_an_iterator_lost_its_item():
         Prefetcher(Slow(0, None), timeout=0.05)
     release2.set()
     assert "lost" not in str(info.value)
+
+
+# -- review of a9ba8a6 (sources.EXECUTING): process executors, Ctrl-C, nesting ---------------------------------
+
+
+class _ReadsAPrefetcherOfItsOwn:
+    """Item i, read (in whatever process runs the fetch) through a prefetcher the source makes for it."""
+
+    def __len__(self):
+        return 3
+
+    def __getitem__(self, i):
+        with Prefetcher(np.full((1, 3), i, np.int64)) as own:
+            return own.get().copy()
+
+
+def _count_prefetchers_to(n):
+    """A process executor's initializer: this worker process has made ``n`` prefetchers already."""
+    from safeprefetch._prefetcher.sources import new_token
+
+    for _ in range(n):
+        new_token()
+
+
+def test_4_a_source_in_a_process_executor_may_read_a_prefetcher_of_its_own():
+    # The token sent with each fetch was a bare count, and a spawned worker process counts its own prefetchers
+    # from 1: its n-th prefetcher had the token of ours, and a source there reading it was refused ("a consumer
+    # call from its own worker") though it waits for nothing of ours. Tokens are (pid, n) now.
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from safeprefetch._prefetcher.sources import new_token
+
+    t = new_token()
+    n = t if isinstance(t, int) else t[1]  # ours gets n + 1; so does the worker's first own prefetcher
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_count_prefetchers_to, initargs=(n,)) as ex, \
+            Prefetcher(_ReadsAPrefetcherOfItsOwn(), capacity=2, executor=ex, timeout=60) as pf:
+        assert [int(b[0]) for b in pf] == [0, 1, 2]
+
+
+def test_4_a_ctrl_c_anywhere_in_remote_item_leaves_no_refusal_behind():
+    # KeyboardInterrupt lands on the main thread, and remote_item runs there when an executor runs its calls on
+    # the main thread (one that drives a GUI or event loop, or a process executor's worker). One landing
+    # between marking the thread and the try, or in the finally before the mark was removed, left the mark:
+    # every later consumer call of that prefetcher from the main thread raised "a consumer call from its own
+    # worker". The marks are checked against the thread's frames now.
+    import sys
+
+    from safeprefetch._prefetcher.sources import EXECUTING, remote_item
+
+    code = remote_item.__code__
+    lines = sorted({ln for _, _, ln in code.co_lines() if ln is not None and ln > code.co_firstlineno})
+    rows = np.arange(3 * len(lines), dtype=np.int64).reshape(-1, 3)
+    with Prefetcher(rows, capacity=2) as pf:
+        token = pf._core.token
+        for at in lines:
+            def trace(frame, event, arg, at=at):
+                if frame.f_code is code:
+                    def local(frame, event, arg):
+                        if event == "line" and frame.f_lineno == at:
+                            sys.settrace(None)
+                            frame.f_trace = None
+                            raise KeyboardInterrupt
+                        return local
+                    return local
+                return None
+
+            sys.settrace(trace)
+            try:
+                remote_item(rows, 0, None, None, token)
+            except KeyboardInterrupt:
+                pass
+            finally:
+                sys.settrace(None)
+            assert int(pf.get()[0]) == 3 * lines.index(at), f"a Ctrl-C at line {at} of remote_item"
+        EXECUTING.pop(threading.get_ident(), None)
+
+
+class _HelpingExecutor:
+    """An executor whose calls run on whichever thread calls ``help()`` (as a work-helping pool runs queued
+    tasks on a thread that would otherwise wait)."""
+
+    def __init__(self):
+        import queue
+
+        self.calls = queue.Queue()
+
+    def submit(self, fn, *args):
+        from concurrent.futures import Future
+
+        fut = Future()
+        self.calls.put((fut, fn, args))
+        return fut
+
+    def help(self):
+        fut, fn, args = self.calls.get(timeout=30)
+        try:
+            fut.set_result(fn(*args))
+        except BaseException as e:  # noqa: BLE001 - the fetch's error, for its worker
+            fut.set_exception(e)
+
+
+def test_4_a_fetch_run_inside_another_prefetchers_fetch_may_not_call_the_outer_one_back():
+    # Nested: A's fetch runs on an executor thread; A's source there runs B's queued fetch (B's executor lets
+    # a waiting thread help); B's source calls A back. EXECUTING held only the innermost token (B's), so A did
+    # not refuse the call, and it waited for the gate A's consumer held while that waited for this very fetch:
+    # both timed out (A's timeout) instead of B's item raising RuntimeError. Every token on the thread counts.
+    helping = _HelpingExecutor()
+    b_rows = np.arange(30, dtype=np.int64).reshape(10, 3)
+
+    class CallsA:
+        def __len__(self):
+            return 10
+
+        def __getitem__(self, i):
+            if i == 1:
+                a.get()
+            return b_rows[i]
+
+    class RunsB:
+        def __len__(self):
+            return 10
+
+        def __getitem__(self, i):
+            if i == 2:
+                helping.help()  # runs B's fetch of item 1 here
+            return np.full(3, i, np.int64)
+
+    with ThreadPoolExecutor(1, thread_name_prefix="executor") as ex:
+        a = Prefetcher(RunsB(), capacity=1, executor=ex, timeout=10, shape=(3,), dtype=np.int64)
+        b = Prefetcher(CallsA(), capacity=1, executor=helping, timeout=10, shape=(3,), dtype=np.int64)
+        with a, b:
+            helping.help()  # B's item 0
+            assert int(b.get()[0]) == 0  # B's worker queues item 1 now
+            assert [int(a.get()[0]) for _ in range(3)] == [0, 1, 2]  # A's item 2 ran B's item 1 on its thread
+            with pytest.raises(RuntimeError, match="its own worker"):
+                b.get()  # B's item 1: its source called A back from inside A's fetch

@@ -41,7 +41,7 @@ from ..models import _protocol as P
 from .args import as_seconds
 from .errors import LeaseHeld, PrefetcherClosed, PrefetcherExhausted, PrefetcherForked, PrefetchTimeout
 from .lease import RELEASED_ARRAY, Lease
-from .sources import EXECUTING
+from .sources import EXECUTING, executing
 from .waits import NO_GATE, hold_gate, wait_gate
 
 __all__ = ["DEFAULT", "ConsumerSide", "COPY", "END", "GET", "LEASE", "TERMINAL"]
@@ -86,8 +86,7 @@ class ConsumerSide:
     def on_own_thread(self) -> bool:
         """Whether the calling thread runs a fetch of this prefetcher: one of its workers, or an executor's
         thread inside one of its fetches (``sources.EXECUTING``)."""
-        me = threading.get_ident()
-        return me in self.worker_idents or (me in EXECUTING and EXECUTING[me] == self.token)  # only ``me`` sets it
+        return threading.get_ident() in self.worker_idents or (bool(EXECUTING) and executing(self.token))
 
     def refuse_reentry(self) -> None:
         """Raise RuntimeError for a consumer call that would wait for itself: made on a thread that holds the gate

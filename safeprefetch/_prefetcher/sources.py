@@ -24,6 +24,8 @@
 from __future__ import annotations
 
 import itertools
+import os
+import sys
 import threading
 from typing import Any, Callable
 
@@ -33,18 +35,37 @@ from numpy.lib.stride_tricks import as_strided
 from .errors import PrefetchTimeout
 from .waits import new_gate, wait_event
 
-__all__ = ["EXECUTING", "SourceBox", "index_plan", "new_token", "read_first", "remote_item", "stop_iteration_error"]
+__all__ = ["EXECUTING", "SourceBox", "executing", "index_plan", "new_token", "read_first", "remote_item",
+           "stop_iteration_error"]
 
-#: The threads of this process inside an executor's fetch: thread ident -> the token of the prefetcher whose
-#: fetch it runs. Only the thread itself adds or removes its own key (one dict store: atomic under the GIL).
-EXECUTING: dict[int, int] = {}
+#: The threads of this process inside an executor's fetch: thread ident -> the tokens of the prefetchers whose
+#: fetches it runs, outermost first (an executor may run a fetch on a thread already inside another's). Only the
+#: thread itself adds or removes its own key (one dict store: atomic under the GIL). A filter only: an entry a
+#: Ctrl-C left behind (it lands between any two bytecodes of ``remote_item``, its ``finally`` too) is told from
+#: a live one by the thread's frames (``executing``).
+EXECUTING: dict[int, tuple[tuple[int, int], ...]] = {}
 _TOKENS = itertools.count(1)
 
 
-def new_token() -> int:
-    """A prefetcher's token for ``EXECUTING``: unique in this process, and picklable (it travels with the
-    fetch to process executors, where it marks nothing anyone asks about)."""
-    return next(_TOKENS)
+def new_token() -> tuple[int, int]:
+    """A prefetcher's token for ``EXECUTING``: picklable (it travels with the fetch to process executors) and
+    unique across processes -- (pid, n): a spawned worker process counts its own prefetchers from 1, so a bare
+    count sent from here named one of the worker's own, and a source there reading a prefetcher of its own was
+    refused as calling its prefetcher back."""
+    return os.getpid(), next(_TOKENS)
+
+
+def executing(token: tuple[int, int]) -> bool:
+    """Whether the calling thread runs, in ``remote_item``, a fetch of the prefetcher with ``token`` (at any
+    depth of nesting)."""
+    if token not in EXECUTING.get(threading.get_ident(), ()):
+        return False
+    code, f = remote_item.__code__, sys._getframe(1)
+    while f is not None:  # the entry is live only while remote_item's frame is on this thread's stack
+        if f.f_code is code and f.f_locals.get("token") == token:
+            return True
+        f = f.f_back
+    return False
 
 
 def index_plan(n: int, shuffle: bool, seed: int, epoch: int, rank: int, world_size: int, even: str | None) -> np.ndarray:
@@ -71,23 +92,23 @@ def index_plan(n: int, shuffle: bool, seed: int, epoch: int, rank: int, world_si
 
 
 def remote_item(source: Any, index: int, shape: tuple[int, ...] | None, dtype: np.dtype | None,
-                token: int = 0) -> Any:
+                token: tuple[int, int] = (0, 0)) -> Any:
     """What an executor runs: fetch one item and return it (the worker copies it into its slot). The running
     thread is marked in ``EXECUTING`` with the prefetcher's ``token`` while the source runs."""
     me = threading.get_ident()
-    outer = EXECUTING.get(me)  # an executor that runs the call on a thread already inside one (nested)
-    EXECUTING[me] = token
+    outer = EXECUTING.get(me, ())  # an executor that runs the call on a thread already inside one (nested)
     try:
+        EXECUTING[me] = (*outer, token)
         if hasattr(source, "__getitem__"):
             return source[index]
         out = np.empty(shape, dtype)
         source.fetch_into(index, out)
         return out
     finally:
-        if outer is None:
-            del EXECUTING[me]
-        else:
+        if outer:
             EXECUTING[me] = outer
+        else:
+            EXECUTING.pop(me, None)
 
 
 class SourceBox:
