@@ -25,6 +25,7 @@ class IfNotWhile(Model):
     expected = "underflow"
     fix = "monitor"
     params = {"producers": 1, "consumers": 2, "capacity": 1, "items": 2}
+    minimums = {"producers": 1, "consumers": 1, "items": 1}
 
     def build(self, m, producers, consumers, capacity, items):
         if consumers > producers * items:

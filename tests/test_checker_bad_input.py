@@ -110,6 +110,7 @@ def test_out_of_range_numbers_and_options_that_do_nothing_are_usage_errors(capsy
     ("one_cond_signal", "consumers"), ("racy_counter", "consumers"), ("racy_counter", "producers"),
     ("signal_before_publish", "consumers"), ("unlocked_check", "consumers"), ("wait_holding_mutex", "items"),
     ("reader_preference_rwlock", "readers"), ("writer_preference_rwlock", "writers"),
+    ("if_not_while", "consumers"), ("if_not_while", "producers"), ("if_not_while", "items"),  # review: missed
 ])
 def test_a_catalog_model_refuses_a_count_it_cannot_run_with(capsys, model, param):
     # Zero consumers made these models divide by zero (readers or writers: an IndexError), reported as "the
