@@ -306,3 +306,95 @@ def test_the_ceiling_rows_are_counted():
         assert counted == {"K1 transitions alone", "K4 in place"}
         assert all(why.startswith("skipped: Cython") for why in r["skipped_rows"].values())
     assert all(v > 0 for v in r["instructions_per_item"].values())
+
+
+def _calls(loop):
+    """Python calls ``loop()`` makes: (to live_ceiling's own functions, to everything else)."""
+    import sys
+
+    from safeprefetch._harness import live_ceiling
+
+    own, other = [0], [0]
+
+    def prof(frame, event, arg):
+        if event == "call" and frame.f_code is not loop.__code__:
+            (own if frame.f_code.co_filename == live_ceiling.__file__ else other)[0] += 1
+
+    sys.setprofile(prof)
+    try:
+        out = loop()
+    finally:
+        sys.setprofile(None)
+    return own[0], other[0], out
+
+
+def test_the_ceiling_loops_time_what_they_timed_before_direct_round():
+    """Review of d6d7ec5: ``ceiling_report``'s K1/K2 and K4/K5 loops must time what they did before the
+    refactor: the first claim inside the loop (K1's had moved out of it, K4's had not), and no call per
+    round (``one_round`` added one to every seven items of each row, but not to K0). Compared with the
+    loops as they were (d6d7ec5^), call for call: the transitions and layout calls are the same, and the
+    harness's own calls a constant per loop."""
+    from safeprefetch._harness import live_ceiling as LC
+    from safeprefetch._harness.live_layout import mutable_transitions
+    from safeprefetch._prefetcher.machine import machine_for, transitions_for
+
+    items = 700
+    cm = transitions_for(8, 1, True, True, 0, 8)
+    gen = {(t, pc): g for t, table in enumerate(cm.steps) for pc, g in table.items()}
+    firsts, ones = {k: g.first for k, g in gen.items()}, {k: g.ones for k, g in gen.items()}
+    mt = mutable_transitions(cm)
+    m = machine_for(8, 1, items + 1, True, True, 0, 8)
+    w, c = m.thread_names.index("worker0"), m.thread_names.index("consumer")
+    pw, pc = m.pc_index[w], m.pc_index[c]
+
+    def before(firsts, ones, mt=None):  # d6d7ec5^'s _direct_loop (mt None) and _direct_loop_in_place
+        st0 = m.init
+
+        def loop():
+            st = st0 if mt is None else mt.to_list(m.init)
+            st = firsts[w, st[pw]](st)[1]
+            for _ in range(items // 7):
+                for _ in range(7):
+                    st = ones[w, st[pw]][0](st)
+                    st = firsts[w, st[pw]](st)[1]
+                st = ones[c, st[pc]][6](st)
+                st = firsts[c, st[pc]](st)[1]
+            return st if mt is None else mt.to_tuple(st)
+        return loop
+
+    rows = {"K1": (LC._direct_loop(cm, items, firsts, ones), before(firsts, ones)),
+            "K4": (LC._direct_loop_in_place(mt, items), before(mt.firsts, mt.ones, mt))}
+    for k, (now, then) in rows.items():
+        for loop in (now, then):
+            loop()  # warm (any import or cache a first call fills)
+        own, other, got = _calls(now)
+        _, other_then, want = _calls(then)
+        assert got == want, k
+        assert other == other_then, k  # the same transition (and layout) calls
+        assert own <= 3, f"{k}: {own} harness calls per loop of {items // 7} rounds"
+
+
+def test_the_k6_rounds_hold_the_lock_for_every_step():
+    """Review of d6d7ec5: K6 is K5 with each step inside ``with lock``: every transition runs holding it, and
+    it is free between steps."""
+    import threading
+
+    from safeprefetch._harness.live_ceiling import direct_round
+    from safeprefetch._prefetcher.machine import transitions_for
+
+    cm = transitions_for(8, 1, True, True, 0, 8)
+    gen = {(t, pc): g for t, table in enumerate(cm.steps) for pc, g in table.items()}
+    lock, seen = threading.Lock(), []
+
+    def held(f):
+        def step(st):
+            seen.append(lock.locked())
+            return f(st)
+        return step
+
+    firsts = {k: held(g.first) for k, g in gen.items()}
+    ones = {k: tuple(held(f) for f in g.ones) for k, g in gen.items()}
+    st, rounds = direct_round(70, firsts, ones, lock)
+    seen.clear()
+    st = rounds(st, 3)
+    assert len(seen) == 3 * 16 and all(seen) and not lock.locked()

@@ -45,7 +45,7 @@ from typing import Any, Callable
 from .live_common import median, one_thread_queue_loops
 from .live_profile import protocol_loop, timed_loop
 
-__all__ = ["ceiling_report", "direct_round", "format_ceiling", "in_place_compiled"]
+__all__ = ["ceiling_report", "direct_round", "direct_start", "format_ceiling", "in_place_compiled"]
 
 _DEPTH, _RUN = 8, 7
 
@@ -72,48 +72,61 @@ def _threads(items: int) -> tuple[Any, int, int, int, int]:
     return m, w, c, m.pc_index[w], m.pc_index[c]
 
 
+def direct_start(items: int, firsts: dict, layout: Callable[[tuple], Any] | None = None) -> Callable[[], Any]:
+    """``start() -> state``: a fresh initial state (in the transitions' ``layout``), after the worker's first
+    claim. The timed loops call it inside the loop, as the loop before ``direct_round`` did: the in-place
+    transitions update their list, so every loop needs its own."""
+    m, w, _c, pw, _pc = _threads(items)
+    init, first = m.init, firsts
+
+    def start() -> Any:
+        st = init if layout is None else layout(init)
+        return first[w, st[pw]](st)[1]
+    return start
+
+
 def direct_round(items: int, firsts: dict, ones: dict, lock: Any = None,
-                 layout: Callable[[tuple], Any] | None = None) -> tuple[Any, Callable[[Any], Any]]:
+                 layout: Callable[[tuple], Any] | None = None) -> tuple[Any, Callable[..., Any]]:
     """K1/K2 (K4/K5 with in-place ``firsts``/``ones``): the protocol loop's transitions for a source of
     ``items``, called directly in the order the kernel takes them. Returns the state after the worker's
-    first claim and ``one_round(state) -> state``: one round of the loop (seven fetches, each chained with
-    the next claim, a take of seven, a release). With ``lock`` (K6), every step runs inside ``with lock``:
-    the least a runtime must add, one lock round trip per step. ``layout`` turns the initial state
-    into the transitions' own (the in-place ones' list)."""
-    m, w, c, pw, pc = _threads(items)
-    init = m.init if layout is None else layout(m.init)
-    first = firsts[w, init[pw]](init)[1]
+    first claim and ``rounds(state, n=1) -> state``: ``n`` rounds of the loop (seven fetches, each chained with
+    the next claim, a take of seven, a release), in one call: a call per round would be counted with the
+    transitions. With ``lock`` (K6), every step runs inside ``with lock``: the least a runtime must add, one
+    lock round trip per step. ``layout`` turns the initial state into the transitions' own (the in-place
+    ones' list)."""
+    _m, w, c, pw, pc = _threads(items)
     run = _RUN
     if lock is None:
-        def one_round(st: Any) -> Any:
-            for _ in range(run):
-                st = ones[w, st[pw]][0](st)              # fetch into slot, outcome "ok"
-                st = firsts[w, st[pw]](st)[1]            # claim index and slot
-            st = ones[c, st[pc]][run - 1](st)            # take up to 7
-            return firsts[c, st[pc]](st)[1]              # release lease
+        def rounds(st: Any, n: int = 1) -> Any:
+            for _ in range(n):
+                for _ in range(run):
+                    st = ones[w, st[pw]][0](st)          # fetch into slot, outcome "ok"
+                    st = firsts[w, st[pw]](st)[1]        # claim index and slot
+                st = ones[c, st[pc]][run - 1](st)        # take up to 7
+                st = firsts[c, st[pc]](st)[1]            # release lease
+            return st
     else:
-        def one_round(st: Any) -> Any:
-            for _ in range(run):
+        def rounds(st: Any, n: int = 1) -> Any:
+            for _ in range(n):
+                for _ in range(run):
+                    with lock:
+                        st = ones[w, st[pw]][0](st)
+                    with lock:
+                        st = firsts[w, st[pw]](st)[1]
                 with lock:
-                    st = ones[w, st[pw]][0](st)
+                    st = ones[c, st[pc]][run - 1](st)
                 with lock:
-                    st = firsts[w, st[pw]](st)[1]
-            with lock:
-                st = ones[c, st[pc]][run - 1](st)
-            with lock:
-                return firsts[c, st[pc]](st)[1]
-    return first, one_round
+                    st = firsts[c, st[pc]](st)[1]
+            return st
+    return direct_start(items, firsts, layout)(), rounds
 
 
 def _direct_loop(cm: Any, items: int, firsts: dict, ones: dict) -> Callable[[], tuple]:
-    """K1/K2: ``direct_round`` over the whole source; the last state."""
-    first, one_round = direct_round(items, firsts, ones)
+    """K1/K2: ``direct_round`` over the whole source, from the first claim (timed with it); the last state."""
+    start, (_, rounds), n = direct_start(items, firsts), direct_round(items, firsts, ones), items // _RUN
 
     def loop() -> tuple:
-        st = first
-        for _ in range(items // _RUN):
-            st = one_round(st)
-        return st
+        return rounds(start(), n)
     return loop
 
 
@@ -140,11 +153,12 @@ def _compiled_transitions(cm: Any) -> tuple[dict, dict] | str:
 
 def _direct_loop_in_place(mt: Any, items: int) -> Callable[[], tuple]:
     """K4/K5: the protocol loop of ``_direct_loop`` over the in-place transitions; the last state as a tuple."""
+    start = direct_start(items, mt.firsts, mt.to_list)  # a fresh list each loop
+    _, rounds = direct_round(items, mt.firsts, mt.ones, layout=mt.to_list)
+    n, to_tuple = items // _RUN, mt.to_tuple
+
     def loop() -> tuple:
-        st, one_round = direct_round(items, mt.firsts, mt.ones, layout=mt.to_list)  # a fresh list each loop
-        for _ in range(items // _RUN):
-            st = one_round(st)
-        return mt.to_tuple(st)
+        return to_tuple(rounds(start(), n))
     return loop
 
 
