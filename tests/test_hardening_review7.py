@@ -281,3 +281,23 @@ def test_4_a_fetch_run_inside_another_prefetchers_fetch_may_not_call_the_outer_o
             assert [int(a.get()[0]) for _ in range(3)] == [0, 1, 2]  # A's item 2 ran B's item 1 on its thread
             with pytest.raises(RuntimeError, match="its own worker"):
                 b.get()  # B's item 1: its source called A back from inside A's fetch
+
+
+def test_5_the_injection_harness_sees_every_kind_of_point_on_every_python(tmp_path):
+    # On 3.12 (3.12.1 here) the harness's opcode tracing never started: f_trace_opcodes set from the trace
+    # function takes effect there only once sys.settrace is called again, so it recorded function entries alone
+    # (22 of predictors.py's 77 points) and every injection sweep run on 3.12 skipped the points after calls and
+    # on loops' back-edges. Passes on 3.11 either way; failed before on 3.12.1 (no "after call", no "loop").
+    import importlib.util
+    import sys
+
+    from safeprefetch._runtime import inject
+
+    path = tmp_path / "traced_here.py"
+    path.write_text("def work(n):\n    total = 0\n    for i in range(n):\n        total += abs(-i)\n    return total\n")
+    spec = importlib.util.spec_from_file_location("traced_here", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    points = inject.record_points(lambda: mod.work(3), [str(path)])
+    kinds = {p.kind for p in points}
+    assert kinds == {"entry", "after call", "loop"}, (sys.version, points)
