@@ -114,6 +114,9 @@ def tracer(frame, event, arg):
             if event == "opcode" and frame.f_lasti == store_at and not fired:
                 ctrl_c(frame)
             return local
+        frame.f_trace = local
+        if sys.version_info[:2] == (3, 12):
+            sys.settrace(sys.gettrace())  # 3.12 starts opcode events only then (see _runtime/inject.py)
         return local
     return None
 
