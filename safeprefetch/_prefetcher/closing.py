@@ -136,8 +136,11 @@ class CloseSide:
             # Still alive: a worker whose model thread is inside "fetch into slot" is stuck in the
             # source; the others have left the model and are only finishing their thread.
             state = rt.state
-            self.stuck = [th.name for th, i in zip(self.threads, self.worker_pcs)
-                          if th is not me and th.is_alive() and state[i] == P.FETCH]
+            # A generator, not a list comprehension: 3.13.0 inlines the comprehension with jumps that no
+            # exception-table entry covers, so a Ctrl-C at its back-edge skipped this ``with``'s exit and left
+            # the close lock held. A generator's frame raises into the ``list`` call, which is covered.
+            self.stuck = list(th.name for th, i in zip(self.threads, self.worker_pcs)
+                              if th is not me and th.is_alive() and state[i] == P.FETCH)
             self.counts.t_end = time.perf_counter()
             box = self.source_ref()
             if box is not None:
