@@ -1,4 +1,5 @@
-"""Starting and joining a test body's threads, for the interleaving tests (run under the checker)."""
+"""Starting and joining a test body's threads, and recording what a call did, for the interleaving tests (run
+under the checker)."""
 
 from __future__ import annotations
 
@@ -11,3 +12,12 @@ def run(*threads: threading.Thread) -> None:
         t.start()
     for t in threads:
         t.join()
+
+
+def outcome(call):
+    """What one call did: ``("returned", repr(value))`` or ``(exception type, message)``."""
+    try:
+        value = call()
+    except BaseException as e:  # noqa: BLE001 - the outcome is what is compared
+        return (type(e).__name__, str(e))
+    return ("returned", repr(value))

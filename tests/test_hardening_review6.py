@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from safeprefetch import OnDemandPrefetcher, Predictor
+from _polling import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -189,21 +190,14 @@ class _NextTwo(Predictor):
         return [self.last + 1, self.last + 2][:depth]
 
 
-def _until(predicate, seconds=10.0):
-    """Wait until ``predicate()`` holds (observable state), at most ``seconds``; its last value."""
-    deadline = time.monotonic() + seconds
-    while not predicate() and time.monotonic() < deadline:
-        time.sleep(0.001)
-    return predicate()
-
-
 def test_3_a_custom_predictor_without_a_name_is_asked_to_predict():
     # A subclass that kept the base class's name "none" was taken for predict=None: never asked to
     # predict, silently (no speculation; stats said "prediction off (none)").
     with OnDemandPrefetcher(_Long(), capacity=4, workers=1, predict=_NextTwo(1000)) as pf:
         for i in range(5):
             assert pf.get(i)[0] == i
-            assert _until(lambda: ("READY", i + 1) in pf.slots()), f"{i + 1} was not fetched ahead: {pf.slots()}"
+            assert wait_until(lambda: ("READY", i + 1) in pf.slots(), 10), \
+                f"{i + 1} was not fetched ahead: {pf.slots()}"
         assert pf.get(5)[0] == 5
         stats = pf.stats
     assert stats.hits == 5, stats
@@ -289,7 +283,7 @@ def test_5_a_float_proposal_is_refused_not_fetched_as_the_index_it_equals():
         assert all(type(i) is int for i in src.calls), src.calls
         pf._core.predictor.f = lambda last: [last + 1]  # fixed: the same prefetcher serves on
         assert pf.get(1).tolist() == [3.0, 4.0, 5.0]
-        assert _until(lambda: ("READY", 2) in pf.slots())
+        assert wait_until(lambda: ("READY", 2) in pf.slots(), 10)
         assert pf.get(2).tolist() == [6.0, 7.0, 8.0]
     assert all(type(i) is int for i in src.calls), src.calls
 
@@ -302,7 +296,7 @@ def test_5_proposals_out_of_range_are_dropped_not_fetched():
     with OnDemandPrefetcher(src, capacity=4, workers=1, predict=_Proposes(lambda last: [-1, 10, last + 1])) as pf:
         for i in range(4):
             assert pf.get(i)[0] == 3 * i
-            assert _until(lambda: ("READY", i + 1) in pf.slots()), pf.slots()
+            assert wait_until(lambda: ("READY", i + 1) in pf.slots(), 10), pf.slots()
         assert pf.stats.hits == 3
     assert all(0 <= i < 10 for i in src.calls), src.calls
 
@@ -325,7 +319,7 @@ class _CallsBack:
         if i == self.at and self.pf is not None and self.on in threading.current_thread().name:
             self.entered.set()
             if self.wait_for is not None:
-                assert _until(lambda: self.wait_for(self.pf), 30)
+                assert wait_until(lambda: self.wait_for(self.pf), 30)
             self.back(self.pf)
         return np.full(3, i, np.int64)
 

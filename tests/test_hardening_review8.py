@@ -14,6 +14,7 @@ import pytest
 
 from safeprefetch import OnDemandPrefetcher, Predictor, Prefetcher, PrefetcherExhausted, PrefetcherWarning
 from safeprefetch.models import _protocol as P
+from _polling import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -179,13 +180,6 @@ class _BlocksAt(_Rows):
         return super().__getitem__(i)
 
 
-def _until(predicate, seconds=20.0):
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < deadline, "the state waited for never came"
-        time.sleep(0.001)  # polling an observable state against a deadline
-
-
 def test_6_thread_safe_false_workers_waiting_for_the_source_lock_do_not_call_the_source_after_close():
     # close() gave up on the worker stuck in the source and on those waiting for its lock ("still inside a
     # fetch"); once the stuck call returned, each waiting worker took the lock and called the source anyway,
@@ -193,7 +187,7 @@ def test_6_thread_safe_false_workers_waiting_for_the_source_lock_do_not_call_the
     src = _BlocksAt(10, at=1)
     pf = Prefetcher(src, capacity=4, workers=3, thread_safe=False, shape=(3,), dtype=np.int64, name="r8-unsafe")
     core = pf._core
-    _until(lambda: all(core.rt.state[i] == P.FETCH for i in core.worker_pcs))  # one inside item 1, two waiting
+    assert wait_until(lambda: all(core.rt.state[i] == P.FETCH for i in core.worker_pcs), 20)  # one in item 1, two wait
     with pytest.warns(PrefetcherWarning, match="still inside a fetch"):
         pf.close(timeout=0.2)
     src.closed = True
@@ -215,7 +209,7 @@ def test_6_on_demand_speculation_waiting_for_the_source_lock_does_not_call_the_s
     pf = OnDemandPrefetcher(src, capacity=4, workers=2, predict=Ahead(10), thread_safe=False, shape=(3,),
                             dtype=np.int64, name="r8-unsafe-ondemand")
     assert int(pf.get(0)[0]) == 0
-    _until(lambda: [state for state, _ in pf.slots()].count(repr(P.FILLING)) == 2)  # one inside item 1, one waiting
+    assert wait_until(lambda: [st for st, _ in pf.slots()].count(repr(P.FILLING)) == 2, 20)  # one in item 1, one waits
     with pytest.warns(PrefetcherWarning, match="still inside a fetch"):
         pf.close(timeout=0.2)
     src.closed = True

@@ -32,19 +32,11 @@ from fractions import Fraction
 import pytest
 
 from safeprefetch import interleavings
+from _threads import outcome
 
 pytestmark = pytest.mark.timeout(60)
 
 NAN, INF, HUGE = math.nan, math.inf, 1e300
-
-
-def outcome(call):
-    """What one call did: ``("returned", repr(value))`` or ``(exception type, message)``."""
-    try:
-        value = call()
-    except BaseException as e:  # noqa: BLE001 - the outcome is what is compared
-        return (type(e).__name__, str(e))
-    return ("returned", repr(value))
 
 
 def calls(make, *ops):

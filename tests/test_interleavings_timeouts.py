@@ -21,16 +21,9 @@ import time
 import pytest
 
 from safeprefetch import interleavings
+from _threads import outcome
 
 INF, HUGE, NAN = math.inf, 1e12, math.nan
-
-
-def _outcome(call):
-    try:
-        value = call()
-    except BaseException as e:  # noqa: BLE001 - the outcome is what is compared
-        return (type(e).__name__, str(e))
-    return ("returned", repr(value))
 
 
 def _held_lock(kind, t):
@@ -144,11 +137,11 @@ CASES = (
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("make", [m for _, m in CASES], ids=[n for n, _ in CASES])
 def test_a_timeout_a_real_call_answers_at_once_gets_the_same_answer_under_interleavings(make):
-    real = _outcome(make())
+    real = outcome(make())
     seen = []
 
     def body():
-        seen.append(_outcome(make()))
+        seen.append(outcome(make()))
 
     result = interleavings.check(body)
     assert result.verdict == "ok", result
@@ -161,7 +154,7 @@ def test_a_barrier_wait_that_cannot_wait_leaves_the_barrier_whole_and_one_that_t
         out = []
         for t in (INF, -1):
             barrier = threading.Barrier(2)
-            out.append((_outcome(lambda: barrier.wait(t))[0], barrier.broken, barrier.n_waiting))
+            out.append((outcome(lambda: barrier.wait(t))[0], barrier.broken, barrier.n_waiting))
         return out
 
     real = states()
