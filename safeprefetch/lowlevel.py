@@ -32,6 +32,15 @@ private modules behind it may move. (trio keeps its own such surface in
   control has SIGINT ignored and no handler to deliver:
   :func:`deliver_sigint` then raises :class:`SigintUnavailable`, and
   :func:`python_sigint` installs Python's default handler for a block.
+* **Back-edges that escape their handler:** a Ctrl-C that lands on a loop's
+  back-edge is looked up in the exception table at a place that depends on
+  the CPython version (3.11/3.12: before the jump's target; 3.13: the jump,
+  which its compiler sometimes leaves out of the table), so it can skip a
+  ``finally`` or a ``with``'s exit, or be caught by an ``except`` it is
+  outside of. A trace-hook injector cannot show it on 3.11 and 3.12.
+  :func:`escaping_back_edges` reads it from the bytecode of a function,
+  method, code object or module on the running interpreter and returns
+  :class:`EscapingBackEdge` records (docs/hardening.md).
 """
 
 from __future__ import annotations
@@ -45,6 +54,8 @@ from ._check.strategies import search as search
 from ._check.swarm import SwarmResult as SwarmResult
 from ._check.swarm import SwarmRun as SwarmRun
 from ._check.swarm import swarm_search as swarm_search
+from ._runtime.backedges import EscapingBackEdge as EscapingBackEdge
+from ._runtime.backedges import escaping_back_edges as escaping_back_edges
 from ._runtime.conformance import ConformanceReport as ConformanceReport
 from ._runtime.conformance import LiveRunResult as LiveRunResult
 from ._runtime.conformance import run_live as run_live
@@ -71,6 +82,7 @@ __all__ = [
     "ActionContext",
     "ClusterError",
     "ConformanceReport",
+    "EscapingBackEdge",
     "InjectionOutcome",
     "InjectionPoint",
     "LiveDeadlock",
@@ -85,6 +97,7 @@ __all__ = [
     "SwarmResult",
     "SwarmRun",
     "deliver_sigint",
+    "escaping_back_edges",
     "explore_cluster",
     "package_files",
     "pct_probability",

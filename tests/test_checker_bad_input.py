@@ -98,6 +98,9 @@ def test_a_step_calling_sys_exit_is_a_step_error_from_the_api(tmp_path):
     (("--depth", "2"), "--depth applies to --strategy pct and --swarm, not to --strategy bfs"),
     (("--budget", "50"), "--budget applies to the sampling strategies"),
     (("--strategy", "random", "--preemptions", "1"), "--preemptions applies to --strategy preempt"),
+    (("--seed", "3"), "--seed applies to the sampling strategies (random, pct, hypothesis) and --swarm, not to "
+                      "--strategy bfs"),  # it was accepted and did nothing
+    (("--strategy", "preempt", "--seed", "3"), "--seed applies to the sampling strategies"),
     (("--set", "items=2", "--set", "items=3"), "--set items given twice"),
 ])
 def test_out_of_range_numbers_and_options_that_do_nothing_are_usage_errors(capsys, args, message):

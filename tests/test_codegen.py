@@ -331,3 +331,28 @@ def test_wake_sets_list_only_readers_of_what_a_branch_writes(cfg):
     assert claim.writes[exit_branch] == frozenset({m.shared_index["alive"]})
     take = compiled.steps[consumer]["take next batch"]
     assert m.shared_index["slots"] in take.reads and m.shared_index["alive"] not in take.reads
+
+
+def test_clone_is_deepcopy_and_builds_nodes_with_their_fields():
+    """inline.clone against copy.deepcopy over this package's own sources: the same tree, with locations,
+    sharing no node; and no node built without its fields (deprecated in 3.13, an error in 3.15)."""
+    import ast
+    import copy
+    import pathlib
+    import warnings
+
+    import safeprefetch
+    from safeprefetch._dsl.inline import clone
+
+    root = pathlib.Path(safeprefetch.__file__).parent
+    files = sorted(root.glob("_dsl/*.py"))[:6] + sorted(root.glob("_prefetcher/*.py"))[:4]
+    assert len(files) == 10
+    for path in files:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", DeprecationWarning)
+            mine = clone(tree)
+        theirs = copy.deepcopy(tree)
+        assert ast.dump(mine, include_attributes=True) == ast.dump(theirs, include_attributes=True), path
+        originals = {id(n) for n in ast.walk(tree)}
+        assert not originals & {id(n) for n in ast.walk(mine)}, path

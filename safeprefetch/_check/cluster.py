@@ -243,11 +243,13 @@ class ShardActor:
 
     def receive(self) -> tuple:
         with self.cond:
-            while not self.inbox:
+            while True:  # not ``while not self.inbox:``: 3.13 leaves its back-edge out of the with
+                if self.inbox:
+                    return self.inbox.pop(0)
                 self.cond.wait(POLL)
-                if not self.inbox:
-                    self._check_wanted()
-            return self.inbox.pop(0)
+                if self.inbox:
+                    continue
+                self._check_wanted()
 
     def _check_wanted(self) -> None:
         if self.aborted:
@@ -303,25 +305,29 @@ class ActorPool:
             else:
                 tasks = [asyncio.ensure_future(f._result()) for f in futures]
             try:
+                lost: list[str] = []  # the loop's head must not open the try (3.11, 3.12: backedges.py)
                 while True:
                     done, pending = await asyncio.wait(tasks, timeout=POLL, return_when=asyncio.FIRST_EXCEPTION)
+                    # No loop here ends in an ``if`` (lowlevel.escaping_back_edges: 3.13 leaves such
+                    # back-edges out of the ``finally``).
                     for t in done:
                         error = t.exception()
+                        if error is None:
+                            continue
                         if isinstance(error, OSError):  # dask could not reach the actor's worker
                             raise ClusterError(f"cluster search: a dask worker died or cannot be reached "
                                                f"({type(error).__name__}: {error})") from error
-                        if error is not None:
-                            raise error
+                        raise error
                     if not pending:
                         return [t.result() for t in tasks]
                     alive = await client.scheduler.ncores()
-                    lost = [a for a in addresses if a not in alive]
-                    if lost:
-                        raise ClusterError(f"cluster search: the dask worker at {lost[0]} died "
-                                           f"(workers alive: {len(alive)})")
+                    lost = sorted(set(addresses).difference(alive))
+                    if not lost:
+                        continue
+                    raise ClusterError(f"cluster search: the dask worker at {lost[0]} died "
+                                       f"(workers alive: {len(alive)})")
             finally:
-                for t in tasks:
-                    t.cancel()
+                _cancel_all(tasks)
 
         return client.sync(wait_all)
 
@@ -348,11 +354,18 @@ class ActorPool:
             return
         deadline = time.monotonic() + CLOSE_TIMEOUT
         with contextlib.suppress(Exception):
-            while time.monotonic() < deadline:
+            while True:
+                if time.monotonic() >= deadline:
+                    break
                 held = client.run(_held_actors, keys, on_error="ignore")
                 if not any(held.values()):
                     break
                 time.sleep(0.01)  # polling the workers' observable state, not a synchronisation
+
+
+def _cancel_all(tasks: list[Any]) -> None:
+    for t in tasks:
+        t.cancel()
 
 
 def _workers(client: Any) -> list[str]:

@@ -117,6 +117,7 @@ def _check_options(args) -> None:
             ("budget", 1, sampling, "the sampling strategies (random, pct, hypothesis) and --swarm"),
             ("depth", 1, args.strategy == "pct" or args.swarm is not None, "--strategy pct and --swarm"),
             ("preemptions", 0, args.strategy == "preempt", "--strategy preempt"),
+            ("seed", -2**63, sampling, "the sampling strategies (random, pct, hypothesis) and --swarm"),
             ("progress_bound", 0, True, "")):
         value = getattr(args, name)
         flag = "--" + name.replace("_", "-")
@@ -140,6 +141,7 @@ def _check_options(args) -> None:
     args.budget = 1000 if args.budget is None else args.budget
     args.depth = 3 if args.depth is None else args.depth
     args.preemptions = 2 if args.preemptions is None else args.preemptions
+    args.seed = 0 if args.seed is None else args.seed
     if math.isnan(args.progress_seconds) or args.progress_seconds <= 0:  # inf: no progress lines
         raise UsageError(f"--progress-seconds must be a positive number of seconds, not {args.progress_seconds}")
     if args.all:
@@ -387,7 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "the model's own step functions (plain), the generated expansion as Python (generated) "
                          "or compiled by Cython to C (compiled: pip install 'safeprefetch[speed]'; built once "
                          "per configuration and cached). Every engine gives the same result")
-    ck.add_argument("--seed", type=int, default=0, help="seed for randomized strategies")
+    ck.add_argument("--seed", type=int, default=None, help="seed for randomized strategies (default 0)")
     ck.add_argument("--svg", metavar="FILE", help="also draw the counterexample as an SVG swimlane diagram")
     ck.add_argument("--allow-partial", action="store_true",
                     help="exit 0, not 3, when no violation was found by a search that did not finish")

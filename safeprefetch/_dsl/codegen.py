@@ -147,8 +147,9 @@ def _slug(text: str) -> str:
 def _built(model: Any, config: Mapping[str, Any]) -> Builder:
     """The model built again at ``config``: the same functions the machine's steps were compiled from."""
     b = Builder({k: config[k] for k in model.SETTINGS}, None, None)  # the machine exists: its size passed
+    kwargs = {k: v for k, v in config.items() if k not in model.SETTINGS}  # not inside the with: 3.13 (backedges.py)
     with exited(f"model {model.name or model.__name__!r}: its build"):
-        model().build(b, **{k: v for k, v in config.items() if k not in model.SETTINGS})
+        model().build(b, **kwargs)
     return b
 
 

@@ -158,9 +158,8 @@ def clone(node: Any) -> Any:
         return [clone(x) for x in node]
     if not isinstance(node, ast.AST):
         return node  # identifiers, constants: immutable
-    new = node.__class__()
-    for name, value in ast.iter_fields(node):
-        setattr(new, name, clone(value))
+    # Fields as keywords: a node built without its required fields is deprecated from 3.13 (an error in 3.15).
+    new = node.__class__(**{name: clone(value) for name, value in ast.iter_fields(node)})
     for name in node._attributes:
         if hasattr(node, name):
             setattr(new, name, getattr(node, name))

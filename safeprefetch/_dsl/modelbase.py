@@ -113,8 +113,9 @@ class Model:
         config = cls.configure(overrides)
         b = Builder({k: config[k] for k in cls.SETTINGS}, *((MAX_THREADS, MAX_VALUE_LEN) if bounded else (None, None)))
         model = cls()
+        kwargs = {k: v for k, v in config.items() if k not in cls.SETTINGS}  # not inside the with: 3.13
         with exited(f"model {cls.name or cls.__name__!r}: its build"):
-            model.build(b, **{k: v for k, v in config.items() if k not in cls.SETTINGS})
+            model.build(b, **kwargs)
         return config, b
 
     @classmethod

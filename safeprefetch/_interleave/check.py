@@ -477,7 +477,9 @@ def outcomes(fn: Callable[[], Any], *, reduce: str = "dpor", preemption_bound: i
     n = 0
     with patched():
         warm_up(fn, settings, tuple(interrupts))
-        while n < max_schedules:
+        while True:  # no ``while cond:``: 3.13 leaves its back-edge out of the with (backedges.py)
+            if n >= max_schedules:
+                break
             ex = run_once(fn, dfs, settings, tuple(interrupts))
             n += 1
             if ex.outcome != "pruned":

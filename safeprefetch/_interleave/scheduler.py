@@ -86,24 +86,18 @@ class VThread:
                  "aborts", "in_interrupt", "started", "exited", "daemon", "stopped")
 
     def __init__(self, index: int, name: str, body: Callable[[], Any], obj: Any = None, daemon: bool = False):
-        self.index = index
-        self.name = name
-        self.obj = obj
-        self.body = body
+        self.index, self.name, self.obj, self.body, self.daemon = index, name, obj, body, daemon
         self.ident: int | None = None
         self.baton = _thread.allocate_lock()
         self.baton.acquire()
         self.op: Op | None = None
         self.granted: Choice | None = None
-        self.finished = False
-        self.abort = False
+        self.finished = self.abort = self.in_interrupt = False
         self.aborts = 0
-        self.in_interrupt = False
         self.started = _thread.allocate_lock()
         self.started.acquire()
         self.exited = _thread.allocate_lock()
         self.exited.acquire()
-        self.daemon = daemon
         self.stopped = False  #: its Thread has recorded its end (CPython's ``_is_stopped``; patching._join)
 
 
@@ -251,14 +245,17 @@ class Execution:
             self.by_ident.pop(ident, None)
             vt.exited.release()
 
-    def _run_body(self, vt: VThread) -> None:
+    def _run_catching(self, vt: VThread) -> None:
+        """The thread's body; what it raises is a finding (no ``except`` falls through: backedges.py, 3.12)."""
         try:
             vt.body()
+            return
         except Aborted:
             raise
         except SystemExit:
             if vt.index == 0:
                 self.violation("uncaught_exception", "the test body raised SystemExit", vt)
+            return
         except BaseException as e:  # noqa: BLE001 - every exception of the code under test is a finding
             if vt.abort:  # raised by the code's own cleanup while the checker unwound it: not the code's
                 raise Aborted from None
@@ -266,7 +263,10 @@ class Execution:
             text = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
             who = "the test body" if vt.index == 0 else f"thread {vt.name}"
             self.exception = e
-            self.violation(kind, f"{who} raised {text}{raised_at(e)}", vt)
+            return self.violation(kind, f"{who} raised {text}{raised_at(e)}", vt)
+
+    def _run_body(self, vt: VThread) -> None:
+        self._run_catching(vt)
         if vt.index == 0:
             self.root_done = True
             leaked = [u.name for u in self.threads if u is not vt and not u.finished

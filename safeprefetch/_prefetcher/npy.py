@@ -67,7 +67,9 @@ class NpyFiles:
             if shape is not None and not fortran and out.flags.c_contiguous and not dtype.hasobject:
                 view = memoryview(out).cast("B")
                 got = 0
-                while got < out.nbytes:
+                while True:  # not ``while got < ...:``, whose back-edge 3.13 leaves out of the with's cleanup
+                    if got >= out.nbytes:
+                        break
                     n = f.readinto(view[got:])
                     if not n:
                         raise ValueError(f"{path}: file ends after {got} of {out.nbytes} data bytes")

@@ -273,7 +273,9 @@ def _worker_main(core: OnDemandCore, t: int) -> None:
         return  # close() is driving it out already (this thread's start had raised: waits.start_threads)
     rt = core.rt
     try:
-        while rt.pc(t) != DONE:
+        while True:  # not ``while cond:``, whose back-edge 3.13 leaves out of the try (backedges.py)
+            if rt.pc(t) == DONE:
+                break
             # "fetch into slot" and the next "start queued fetch" share one critical section,
             # parking there until a claim is queued (or close).
             rt.step(t, chain=True)

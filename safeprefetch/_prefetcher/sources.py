@@ -169,11 +169,17 @@ def read_first(read: Callable[[], Any], timeout: float | None, name: str, map_st
     box: list[Any] = []
     done = threading.Event()
 
+    def attempt_or_exception() -> Any:
+        # Both branches return: an except body that falls through ends in a back-edge on 3.12, where
+        # an interrupt is caught by this same clause again (lowlevel.escaping_back_edges).
+        try:
+            return attempt()
+        except BaseException as e:  # noqa: BLE001 - handed to the constructor
+            return ("base", e)
+
     def run() -> None:
         try:
-            box.append(attempt())
-        except BaseException as e:  # noqa: BLE001 - handed to the constructor
-            box.append(("base", e))
+            box.append(attempt_or_exception())
         finally:
             done.set()
 

@@ -228,6 +228,14 @@ class Play:
 
     # -- the loop ----------------------------------------------------------------
 
+    def _read_line(self) -> str:
+        """The next line of input; Ctrl-C at the prompt quits like q. (Both branches return: an ``except``
+        body that falls through ends in a back-edge on 3.12, where a second Ctrl-C lands in it again.)"""
+        try:
+            return self.inp.readline()
+        except KeyboardInterrupt:
+            return "q\n"
+
     def run(self) -> int:
         m = self.machine
         self._say(f"play {m.name} ({config_text(m.config)})")
@@ -242,10 +250,7 @@ class Play:
             show = False
             self.out.write(self._prompt())
             self.out.flush()
-            try:
-                line = self.inp.readline()
-            except KeyboardInterrupt:  # Ctrl-C at the prompt quits like q
-                line = "q\n"
+            line = self._read_line()
             if not line:
                 self._say("\n(end of input)")
                 break
