@@ -106,7 +106,7 @@ class ConsumerSide:
         PrefetcherForked first, as every consumer call there (a stream that had ended said "exhausted")."""
         if self.forked:
             raise PrefetcherForked(f"prefetcher {self.name!r} belongs to the process that forked this one")
-        if self.ended_with is not None and self.stash is None and not self.close_started:
+        if self.ended_with is not None and self.stash is None and not self.returned and not self.close_started:
             how = "ended with the source's error" if self.ended_with == ERROR else "was delivered to the end"
             raise PrefetcherExhausted(
                 f"prefetcher {self.name!r}: its stream {how} ({self.counts.delivered} batches); a Prefetcher is one "
@@ -124,6 +124,8 @@ class ConsumerSide:
         try:
             with (gate if wait_gate(gate, deadline) else NO_GATE):
                 try:
+                    if self.returned:
+                        self.take_returned()
                     entry = self.stash
                     if entry is not None and self.close_started and entry[0] not in TERMINAL:
                         entry = self.stash = None  # an interrupted call's batch: after close, none is handed out
@@ -179,18 +181,32 @@ class ConsumerSide:
 
     @protected
     def unreturn(self, entry: tuple) -> None:
-        """Put back an outcome whose call is raising a deferred Ctrl-C instead: the next call returns it."""
-        gate = self.gate
-        entry = _owned(entry)
-        # A Ctrl-C deferred meanwhile (a second one) waits until the outcome is back: delivered before, it
-        # would lose it.
-        with (gate if wait_gate(gate, None, deliver_deferred=False) else NO_GATE):
+        """Put back an outcome whose call is raising a Ctrl-C instead: the next call returns it.
+
+        Recorded without the gate (``list.append`` is atomic): the next call moves it into the stash under
+        the gate (:meth:`take_returned`). It used to wait for the gate here, interruptibly so as not to
+        hang behind another consumer thread's long call, and a second Ctrl-C during that wait lost the
+        outcome. Nothing here waits now, so a second Ctrl-C is deferred to the next call like any other.
+        """
+        self.returned.append(_owned(entry))
+
+    def take_returned(self) -> None:
+        """Move the outcomes interrupted calls put back into the stash, in the order they were put back.
+
+        Under the gate. Each is stored and removed from ``returned`` with no interruption point in between
+        (attribute stores, a tuple and ``del``; no call), so an interrupt anywhere here loses or repeats none.
+        """
+        returned = self.returned
+        while True:
+            if not returned:
+                return
+            entry = returned[0]
             if entry[0] is LEASE and self.lease_out is entry[4]:
                 self.lease_out = None
             if self.stash is None:
-                self.stash = entry
+                self.stash = entry; del returned[0]  # noqa: E702
             else:
-                self.backlog = (entry,) + self.backlog
+                self.backlog = (entry,) + self.backlog; del returned[0]  # noqa: E702
 
     def _usable(self) -> None:
         if self.close_started:

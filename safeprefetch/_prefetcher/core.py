@@ -86,6 +86,7 @@ class Core(FetchSide, ConsumerSide, CloseSide):
         self.run_delivered = -1                 # the model's ``delivered`` right after the take of ``run``
         self.stash: tuple | None = None         # an outcome produced, not yet returned
         self.backlog: tuple = ()                # outcomes returned to the stash by interrupted calls (rare)
+        self.returned: list[tuple] = []         # outcomes put back without the gate (unreturn), not yet in the stash
         # The Lease handed out last, weakly: a Lease the caller dropped unreleased (a Ctrl-C right
         # after lease() returned, before ``with`` took it) is released by the next call.
         self.lease_out: weakref.ref | None = None

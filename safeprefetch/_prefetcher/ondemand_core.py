@@ -115,6 +115,7 @@ class OnDemandCore(ServeSide, CloseSide):
         # -- the consumer's side (changed only by the gate's owner)
         self.gate = new_gate()
         self.stash: tuple | None = None         # an interrupted call's outcome: (kind, value, index, data)
+        self.returned: list[tuple] = []         # outcomes put back without the gate (unreturn), not yet in the stash
         self.drop_demand = False                # the next demand fetch is an interrupted call's: drop it
         self.demand_deadline: float | None = None  # the request's, for a thread_safe=False source's lock
         self.busy: BaseException | None = None  # the last SourceBusy a demand fetch stored (not a source error)

@@ -86,6 +86,8 @@ class ServeSide:
         try:
             with (gate if wait_gate(gate, deadline) else NO_GATE):
                 try:
+                    if self.returned:
+                        self.take_returned()
                     entry = self.stash
                     if entry is not None and (entry[2] != index or self.close_started):
                         entry = self.stash = None  # an interrupted call's outcome, for another index: nobody's now
@@ -112,12 +114,25 @@ class ServeSide:
 
     @protected
     def unreturn(self, entry: tuple) -> None:
-        """Put back an outcome whose call is raising an interrupt instead: the next call for its index returns it."""
-        gate = self.gate
-        entry = _kept(entry)
-        with (gate if wait_gate(gate, None, deliver_deferred=False) else NO_GATE):  # as ConsumerSide.unreturn
+        """Put back an outcome whose call is raising an interrupt instead: the next call for its index returns it.
+
+        Recorded without the gate, as ``ConsumerSide.unreturn`` (a second Ctrl-C while waiting for the gate
+        lost it); the next call moves it into the stash (:meth:`take_returned`).
+        """
+        self.returned.append(_kept(entry))
+
+    def take_returned(self) -> None:
+        """Under the gate: the first outcome put back becomes the stash if it is empty (one is kept, as before);
+        each is removed from ``returned`` on the line that stores it."""
+        returned = self.returned
+        while True:
+            if not returned:
+                return
+            entry = returned[0]
             if self.stash is None:
-                self.stash = entry
+                self.stash = entry; del returned[0]  # noqa: E702
+            else:
+                del returned[0]
 
     def _adapt(self, entry: tuple, api: str, out: Any) -> tuple:
         """An interrupted call's batch, for this call's API (or ``out``)."""
