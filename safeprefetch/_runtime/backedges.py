@@ -1,7 +1,9 @@
 """Loop back-edges whose asynchronous exception escapes the ``try`` (or ``with``) they sit in.
 
 A ``KeyboardInterrupt`` raised by a signal handler can land on a loop's
-back-edge (``JUMP_BACKWARD``), one of CPython's eval-breaker checks. Which
+back-edge (``JUMP_BACKWARD``; on 3.11 also a conditional jump back,
+``POP_JUMP_BACKWARD_IF_*``, as at the bottom test of a ``while cond:`` and a
+comprehension's ``if``), one of CPython's eval-breaker checks. Which
 handler then catches it is decided by a lookup in the code object's
 exception table, at an offset that is *not* always the jump's own, and the
 table does not always cover that offset:
@@ -58,6 +60,9 @@ _SILENT = frozenset({"NOP", "EXTENDED_ARG", "CACHE", "JUMP_FORWARD", "JUMP_BACKW
                      "POP_JUMP_FORWARD_IF_NONE", "POP_JUMP_FORWARD_IF_NOT_NONE", "POP_JUMP_BACKWARD_IF_TRUE",
                      "POP_JUMP_BACKWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE",
                      "NOT_TAKEN"})
+#: The jumps back that check for signals (JUMP_BACKWARD_NO_INTERRUPT does not); the conditional ones are 3.11's.
+_BACK_EDGES = frozenset({"JUMP_BACKWARD", "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE",
+                         "POP_JUMP_BACKWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE"})
 #: What a handler block may do and still be a mere cleanup that re-raises into the next handler out.
 _CLEANUP = frozenset({"PUSH_EXC_INFO", "POP_EXCEPT", "SWAP", "COPY", "POP_TOP", "NOP", "LOAD_CONST", "STORE_FAST",
                       "STORE_FAST_MAYBE_NULL", "DELETE_FAST", "STORE_FAST_STORE_FAST", "RERAISE", "EXTENDED_ARG",
@@ -131,11 +136,15 @@ class _Table:
         instructions before it that can raise. After an ``await``'s ``CLEANUP_THROW`` (3.12), that
         instruction's. A jump the table skips anywhere else lies outside every ``try``: so does an
         ``if ...: continue`` inside a ``try`` in a loop that is in none, whose jump follows a test in
-        the ``try`` but has the ``continue``'s position (it leaves the ``try`` first).
+        the ``try`` but has the ``continue``'s position (it leaves the ``try`` first). A conditional
+        jump back (3.11) the table skips lies in its test's entry.
         """
         jump = self.instructions[k]
         if self.handler(jump.offset) is not None:
             return self.effective(jump.offset)
+        if "_IF_" in jump.opname:  # a conditional jump back (3.11) lies in its test's block
+            test = next((i for i in reversed(self.instructions[:k]) if i.opname not in _SILENT), None)
+            return None if test is None else self.effective(test.offset)
         before = next((i for i in reversed(self.instructions[:k]) if i.opname not in ("EXTENDED_ARG", "CACHE")), None)
         if before is not None and before.opname == "CLEANUP_THROW":  # an ``await``'s exit (3.12): its block
             return self.effective(before.offset)
@@ -232,7 +241,7 @@ def escaping_back_edges(obj: Any) -> list[EscapingBackEdge]:
     for code, namespace in _codes_of(obj):
         table = _Table(code, namespace)
         for k, jump in enumerate(table.instructions):
-            if jump.opname != "JUMP_BACKWARD":  # JUMP_BACKWARD_NO_INTERRUPT does not check for signals
+            if jump.opname not in _BACK_EDGES:
                 continue
             at = lookup_offset(jump)
             expected, actual = table.lexical(k), table.effective(at)
