@@ -1,7 +1,9 @@
 """Loop back-edges whose asynchronous exception escapes the ``try`` (or ``with``) they sit in.
 
 A ``KeyboardInterrupt`` raised by a signal handler can land on a loop's
-back-edge (``JUMP_BACKWARD``), one of CPython's eval-breaker checks. Which
+back-edge (``JUMP_BACKWARD``; on 3.11 also a conditional jump back,
+``POP_JUMP_BACKWARD_IF_*``, as at the bottom test of a ``while cond:`` and a
+comprehension's ``if``), one of CPython's eval-breaker checks. Which
 handler then catches it is decided by a lookup in the code object's
 exception table, at an offset that is *not* always the jump's own, and the
 table does not always cover that offset:
@@ -14,25 +16,30 @@ table does not always cover that offset:
   another block -- the exception escapes a handler it is lexically inside.
 * **CPython 3.13** looks the handler up at the jump itself, but its compiler
   leaves some jumps out of the table: the duplicated test at the bottom of a
-  ``while cond:`` loop and the ``if`` filter of an inlined comprehension end
-  in a ``JUMP_BACKWARD`` no entry covers (python/cpython#130279). A
-  ``while`` inside a ``with lock:`` then leaks the lock on Ctrl-C.
+  ``while cond:`` loop, a ``for`` body ending in an ``if`` and the ``if``
+  filter of an inlined comprehension end in a ``JUMP_BACKWARD`` (made from a
+  conditional jump back, with the test's source position) that no entry
+  covers (python/cpython#130279). A ``while`` inside a ``with lock:`` then
+  leaks the lock on Ctrl-C.
 
 Neither is visible to a trace-hook injector on 3.11 and 3.12 (an exception
 raised from the hook is looked up at the jump), and both are visible to a
 static reading of the table. :func:`escaping_back_edges` is that reading: for
 each back-edge it compares the handler the running interpreter will use with
 the handler the jump lies in (its own table entry; where 3.13's table skips
-a jump that closes a conditional test, the test's entry), and reports the
-back-edges where they differ. Handlers that only restore state and
+a jump made from a conditional test, the test's entry; a jump the table
+skips otherwise -- an ``if ...: continue`` that leaves a ``try`` in a loop
+that is in none, on every version -- lies outside every ``try``), and
+reports the back-edges where they differ. Handlers that only restore state and
 re-raise (an inlined comprehension's, an ``except`` block's cleanup) are
 followed to the handler they re-raise into, so a difference that no
 user-visible handler would see is not reported.
 
 The rule for each version is an observation, not a documented interface;
 ``tests/test_backedges.py`` re-derives it on the running interpreter from
-real interrupts (``_thread.interrupt_main``) at probe loops, and fails if the
-prediction and the outcome disagree.
+real interrupts (``_thread.interrupt_main``) at probe loops, and
+``tests/test_backedges_generated.py`` at loops in programs Hypothesis
+writes; both fail if the prediction and the outcome disagree.
 """
 
 from __future__ import annotations
@@ -53,6 +60,9 @@ _SILENT = frozenset({"NOP", "EXTENDED_ARG", "CACHE", "JUMP_FORWARD", "JUMP_BACKW
                      "POP_JUMP_FORWARD_IF_NONE", "POP_JUMP_FORWARD_IF_NOT_NONE", "POP_JUMP_BACKWARD_IF_TRUE",
                      "POP_JUMP_BACKWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE",
                      "NOT_TAKEN"})
+#: The jumps back that check for signals (JUMP_BACKWARD_NO_INTERRUPT does not); the conditional ones are 3.11's.
+_BACK_EDGES = frozenset({"JUMP_BACKWARD", "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE",
+                         "POP_JUMP_BACKWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE"})
 #: What a handler block may do and still be a mere cleanup that re-raises into the next handler out.
 _CLEANUP = frozenset({"PUSH_EXC_INFO", "POP_EXCEPT", "SWAP", "COPY", "POP_TOP", "NOP", "LOAD_CONST", "STORE_FAST",
                       "STORE_FAST_MAYBE_NULL", "DELETE_FAST", "STORE_FAST_STORE_FAST", "RERAISE", "EXTENDED_ARG",
@@ -119,19 +129,26 @@ class _Table:
     def lexical(self, k: int) -> int | None:
         """The handler the jump at index ``k`` lies in (as :meth:`effective`).
 
-        Its own table entry's; or, where the table skips it right after a conditional jump (3.13's
-        bottom test of a ``while`` and its comprehensions' ``if``, python/cpython#130279), the entry
-        of the test it closes: the instructions before it that can raise; after an ``await``'s
-        ``CLEANUP_THROW`` (3.12), that instruction's. A jump the table skips anywhere else lies
-        outside every ``try``.
+        Its own table entry's; or, where the table skips a jump that the compiler made out of a
+        conditional jump back (3.13's bottom test of a ``while``, a ``for`` body ending in an ``if``,
+        a comprehension's ``if``: the test inverted, then a ``JUMP_BACKWARD`` given the test's source
+        position but no table entry, python/cpython#130279), the entry of the test it closes: the
+        instructions before it that can raise. After an ``await``'s ``CLEANUP_THROW`` (3.12), that
+        instruction's. A jump the table skips anywhere else lies outside every ``try``: so does an
+        ``if ...: continue`` inside a ``try`` in a loop that is in none, whose jump follows a test in
+        the ``try`` but has the ``continue``'s position (it leaves the ``try`` first). A conditional
+        jump back (3.11) the table skips lies in its test's entry.
         """
         jump = self.instructions[k]
         if self.handler(jump.offset) is not None:
             return self.effective(jump.offset)
+        if "_IF_" in jump.opname:  # a conditional jump back (3.11) lies in its test's block
+            test = next((i for i in reversed(self.instructions[:k]) if i.opname not in _SILENT), None)
+            return None if test is None else self.effective(test.offset)
         before = next((i for i in reversed(self.instructions[:k]) if i.opname not in ("EXTENDED_ARG", "CACHE")), None)
         if before is not None and before.opname == "CLEANUP_THROW":  # an ``await``'s exit (3.12): its block
             return self.effective(before.offset)
-        if before is None or "_IF_" not in before.opname:
+        if before is None or "_IF_" not in before.opname or before.positions != jump.positions:
             return None
         test = next((i for i in reversed(self.instructions[:k]) if i.opname not in _SILENT), None)
         return None if test is None else self.effective(test.offset)
@@ -224,7 +241,7 @@ def escaping_back_edges(obj: Any) -> list[EscapingBackEdge]:
     for code, namespace in _codes_of(obj):
         table = _Table(code, namespace)
         for k, jump in enumerate(table.instructions):
-            if jump.opname != "JUMP_BACKWARD":  # JUMP_BACKWARD_NO_INTERRUPT does not check for signals
+            if jump.opname not in _BACK_EDGES:
                 continue
             at = lookup_offset(jump)
             expected, actual = table.lexical(k), table.effective(at)
