@@ -91,10 +91,9 @@ class EscapingBackEdge:
                 f"{self.offset} reaches {name(self.actual_handler)}, not {name(self.expected_handler)}")
 
 
-def lookup_offset(jump: dis.Instruction, version: tuple[int, int] | None = None) -> int:
-    """Where the interpreter looks up the handler of an exception raised at the back-edge ``jump``."""
-    major_minor = version or sys.version_info[:2]
-    if major_minor <= (3, 12):
+def lookup_offset(jump: dis.Instruction) -> int:
+    """Where the running interpreter looks up the handler of an exception raised at the back-edge ``jump``."""
+    if sys.version_info[:2] <= (3, 12):
         return int(jump.argval) - 2  # after the jump: the code unit before the target
     return jump.offset
 
@@ -143,13 +142,16 @@ class _Table:
         if self.handler(jump.offset) is not None:
             return self.effective(jump.offset)
         if "_IF_" in jump.opname:  # a conditional jump back (3.11) lies in its test's block
-            test = next((i for i in reversed(self.instructions[:k]) if i.opname not in _SILENT), None)
-            return None if test is None else self.effective(test.offset)
+            return self._test_before(k)
         before = next((i for i in reversed(self.instructions[:k]) if i.opname not in ("EXTENDED_ARG", "CACHE")), None)
         if before is not None and before.opname == "CLEANUP_THROW":  # an ``await``'s exit (3.12): its block
             return self.effective(before.offset)
         if before is None or "_IF_" not in before.opname or before.positions != jump.positions:
             return None
+        return self._test_before(k)
+
+    def _test_before(self, k: int) -> int | None:
+        """The handler (as :meth:`effective`) of the last instruction before index ``k`` that can raise."""
         test = next((i for i in reversed(self.instructions[:k]) if i.opname not in _SILENT), None)
         return None if test is None else self.effective(test.offset)
 
