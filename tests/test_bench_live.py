@@ -51,8 +51,9 @@ def test_every_figure_has_a_baseline_and_a_ratio(report):
 def test_queue_baselines_and_torchdata_are_named(report):
     for f in report["figures"]:
         if f["figure"] in ("handoff", "overlap"):
-            assert {"queue.Queue", "BackgroundGenerator-style", "SimpleQueue floor", "torchdata"} <= set(f["baselines"])
-            assert f["baselines"]["SimpleQueue floor"] > 0
+            assert {"queue.Queue", "BackgroundGenerator-style", "SimpleQueue floor", "bare model",
+                    "torchdata"} <= set(f["baselines"])
+            assert f["baselines"]["SimpleQueue floor"] > 0 and f["baselines"]["bare model"] > 0
             if report["torchdata"] != "measured":
                 assert f["baselines"]["torchdata"] == "skipped: torchdata not installed"
             else:

@@ -17,6 +17,12 @@ The baselines
   items over one C ``queue.SimpleQueue``, ``depth`` credits back over
   another; no Python runs inside a put or a get, so what it costs is the
   interpreter's calls and the machine waking threads.
+* **bare model** (``live_bare.py``) -- not a baseline but ours stripped: the
+  same checked model's generated transitions and the same copies, on two
+  threads with one ``threading.Condition`` and nothing else (no interrupt
+  safety, deadlock detection, record, statistics or consumer gate). It splits
+  a gap to ``queue.Queue`` into the design's share and the runtime's. In the
+  ``handoff`` and ``overlap`` figures.
 * **torchdata** ``nodes.Prefetcher`` -- only when ``torchdata`` is importable;
   otherwise the figure says so.
 
@@ -234,12 +240,13 @@ def format_report(result: dict[str, Any]) -> str:
             lines.append(f"{'':38} CPU us/item: ours {cpu['ours']:.2f}, queue.Queue {cpu['queue.Queue']:.2f} "
                          f"(ratio {f['extra']['cpu_ratio']:.2f}); BackgroundGenerator-style "
                          f"{f['baselines']['BackgroundGenerator-style']} us/item; SimpleQueue floor "
-                         f"{f['baselines']['SimpleQueue floor']} us/item")
+                         f"{f['baselines']['SimpleQueue floor']} us/item; bare model "
+                         f"{f['baselines'].get('bare model', '-')} us/item")
         if f["figure"] == "overlap" and "ours_autotune_percent" in f["extra"]:
             e = f["extra"]
             lines.append(f"{'':38} ours at capacity+1 {e['ours_capacity_plus_1_percent']}%, autotune "
                          f"{e['ours_autotune_percent']}%, 2 workers {e['ours_2_workers_percent']}%; SimpleQueue floor "
-                         f"{f['baselines']['SimpleQueue floor']}%")
+                         f"{f['baselines']['SimpleQueue floor']}%; bare model {f['baselines'].get('bare model', '-')}%")
         if f["figure"] == "copy_bandwidth" and "python_after_copy_slowdown" in f["extra"]:
             e = f["extra"]
             lines.append(f"{'':38} fixed cost us/batch: ours {e['overhead_us_per_batch']}, queue.Queue "

@@ -27,6 +27,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .._prefetcher.api import Prefetcher
+from .live_bare import BARE, bare_run
 from .live_common import (BASELINES, TORCHDATA_SKIP, Figure, Trivial, median, one_thread_queue_loops, torchdata_available,
                           torchdata_run)
 
@@ -64,6 +65,9 @@ def _handoff_ours(n: int, depth: int, steps: list[int] | None = None, runtime: s
 
 def _handoff_baseline(kind: str, n: int, depth: int) -> tuple[float, float]:
     src = Trivial(n)
+    if kind == BARE:  # the model and the copies with no runtime around them, taking runs as ours does here
+        return _time_loop(lambda: bare_run(src.fetch_into, n, depth, src.item.shape, src.item.dtype,
+                                           lambda out: None, run=depth))
     runner = BASELINES[kind] if kind != "torchdata" else torchdata_run
 
     def consume(item: Any) -> None:
@@ -77,7 +81,8 @@ def bench_handoff(n: int, repeats: int, depths: tuple[int, ...]) -> list[Figure]
     _handoff_ours(min(n, 200), 2)  # warm-up: compile the machine, start-up paths
     for depth in depths:
         runs: dict[str, list[tuple[float, float]]] = {"ours": [], "queue.Queue": [],
-                                                       "BackgroundGenerator-style": [], "SimpleQueue floor": []}
+                                                       "BackgroundGenerator-style": [], "SimpleQueue floor": [],
+                                                       BARE: []}
         if torchdata_available():
             runs["torchdata"] = []
         inflight: list[tuple[float, float]] = []

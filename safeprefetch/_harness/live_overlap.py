@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from .._prefetcher.api import Prefetcher
+from .live_bare import BARE, bare_run
 from .live_common import BASELINES, TORCHDATA_SKIP, Figure, Sleepy, median, torchdata_available, torchdata_run
 
 __all__ = ["bench_autotune", "bench_overlap"]
@@ -59,6 +60,8 @@ def _overlap_once(kind: str, ptimes: list[float], consumer: float, capacity: int
                         workers=workers) as pf:
             while pf.copy_prefetched(out):
                 compute()
+    elif kind == BARE:  # the same model and copies with no runtime around them: one batch per take, as ours here
+        bare_run(src.fetch_into, n, capacity, src.item.shape, src.item.dtype, lambda out: compute())
     else:
         runner = BASELINES[kind] if kind != "torchdata" else torchdata_run
         runner(src.__getitem__, n, capacity, lambda item: compute())
@@ -68,7 +71,7 @@ def _overlap_once(kind: str, ptimes: list[float], consumer: float, capacity: int
 
 def bench_overlap(n: int, repeats: int, pairs: list[tuple[float, float]], capacity: int = 2) -> list[Figure]:
     figs = []
-    kinds = (["ours", "queue.Queue", "BackgroundGenerator-style", "SimpleQueue floor"]
+    kinds = (["ours", "queue.Queue", "BackgroundGenerator-style", "SimpleQueue floor", BARE]
              + (["torchdata"] if torchdata_available() else []))
     for k in kinds:  # warm-up, untimed: first-use costs (thread start-up paths, imports) are not overlap
         _overlap_once(k, [0.0005] * 8, 0.0005, capacity)
