@@ -13,14 +13,24 @@ import numpy as np
 import pytest
 
 from safeprefetch._dsl.model import DONE
-from safeprefetch._harness.live_bare import bare_run
+from safeprefetch._harness.live_bare import TRANSITIONS, bare_run
 from safeprefetch._prefetcher.machine import machine_for
 
 pytestmark = pytest.mark.timeout(60)
 
 
+def _transitions(name: str) -> str:
+    if name == "in place, Cython":
+        from safeprefetch._check import generated as G
+
+        if not G.cython_available():
+            pytest.skip("Cython is not installed (the speed extra)")
+    return name
+
+
+@pytest.mark.parametrize("transitions", TRANSITIONS)
 @pytest.mark.parametrize("capacity,run", [(1, 1), (2, 1), (2, 2), (3, 1), (8, 8)])
-def test_every_item_once_in_order_through_the_model(capacity, run):
+def test_every_item_once_in_order_through_the_model(capacity, run, transitions):
     n = 97
     seen: list[int] = []
     fetched: list[int] = []
@@ -31,7 +41,8 @@ def test_every_item_once_in_order_through_the_model(capacity, run):
         fetched.append(i)
         slot[:] = i
 
-    final = bare_run(fetch_into, n, capacity, (3,), np.int64, lambda out: seen.append(int(out[0])), run=run)
+    final = bare_run(fetch_into, n, capacity, (3,), np.int64, lambda out: seen.append(int(out[0])), run=run,
+                     transitions=_transitions(transitions))
     assert seen == list(range(n)) and fetched == list(range(n))
     assert workers and threading.get_ident() not in workers  # the fetches ran on the worker thread
     m = machine_for(capacity, 1, n, True, True, 0, capacity)
@@ -39,9 +50,24 @@ def test_every_item_once_in_order_through_the_model(capacity, run):
     assert final[names.index("delivered")] == n
     assert final[m.pc_index[m.thread_names.index("worker0")]] == DONE
     assert final[m.pc_index[m.thread_names.index("consumer")]] != "release lease"
+    assert type(final) is tuple and len(final) == len(names)
 
 
-def test_consumer_copies_out_of_the_slot_before_the_worker_reuses_it():
+def test_every_layout_ends_in_the_same_state():
+    # The in-place rewrite is checked against the generated transitions state by state elsewhere
+    # (tests/test_live_layout.py); here, the two runs it is measured in end where the generated one ends.
+    ends = {t: bare_run(lambda i, slot: None, 40, 2, (2,), np.int64, lambda out: None, transitions=_transitions(t))
+            for t in TRANSITIONS[:2]}
+    assert ends["in place"] == ends["generated"]
+
+
+def test_unknown_transitions_are_refused():
+    with pytest.raises(ValueError, match="transitions must be one of"):
+        bare_run(lambda i, slot: None, 4, 2, (2,), np.int64, lambda out: None, transitions="C")
+
+
+@pytest.mark.parametrize("transitions", TRANSITIONS[:2])
+def test_consumer_copies_out_of_the_slot_before_the_worker_reuses_it(transitions):
     # One slot: the worker may refill it only after the consumer released it, so every copy holds its item
     # whole (a fetch that raced the copy would tear an item: half its rows from the next one).
     n = 200
@@ -54,7 +80,7 @@ def test_consumer_copies_out_of_the_slot_before_the_worker_reuses_it():
         if not (out == out[0]).all():
             bad.append(int(out[0]))
 
-    bare_run(fetch_into, n, 1, (4096,), np.int64, consume)
+    bare_run(fetch_into, n, 1, (4096,), np.int64, consume, transitions=transitions)
     assert bad == []
 
 
