@@ -48,7 +48,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from .specialize import function_node, specialize
+from .specialize import clone, function_node, specialize
 
 __all__ = ["Binder", "Inlined", "NotInlinable", "clone", "fold", "inline", "same_object", "simple_constant",
            "tail_returns", "terminates"]
@@ -150,20 +150,6 @@ def inline(fn: Callable, *, nparams: int, branch: Any, prefix: str, shared: Mapp
     rn.comprehension_names = _comprehension_names(body, rn)
     body = fold([rn.visit(st) for st in body], binder.namespace)  # (no locations needed: it becomes text)
     return Inlined(body, rn.reads, rn.writes, rn.local_reads, rn.local_writes)
-
-
-def clone(node: Any) -> Any:
-    """A deep copy of an AST node (or a list of them): ``copy.deepcopy`` without its memo, several times faster."""
-    if isinstance(node, list):
-        return [clone(x) for x in node]
-    if not isinstance(node, ast.AST):
-        return node  # identifiers, constants: immutable
-    # Fields as keywords: a node built without its required fields is deprecated from 3.13 (an error in 3.15).
-    new = node.__class__(**{name: clone(value) for name, value in ast.iter_fields(node)})
-    for name in node._attributes:
-        if hasattr(node, name):
-            setattr(new, name, getattr(node, name))
-    return new
 
 
 #: code object -> its checked ``def``/``lambda`` node, or the reason it was refused. Functions are
