@@ -75,6 +75,39 @@ def test_the_sweep_covers_every_consumer_and_close_path(monkeypatch, runtime, wa
         assert function in seen, function
 
 
+def test_the_sweep_reaches_outcomes_put_back_by_interrupted_calls():
+    """An outcome put back by an interrupted call (``unreturn``) is moved to the stash by the next call
+    (``take_returned``), which only runs when one is waiting: the put-back scenarios make it run, with
+    one outcome and with two (the second goes to the backlog), so its points are injected at too. (A
+    ``take_returned`` that drops the entry before storing it, with a call in between, fails the sweep:
+    the next test.)"""
+    for sc in (Scenario("get", "ready", put_back=1), Scenario("copy", "ready", then="copy", put_back=2)):
+        reached = [p for p in points(sc, "raise") if p.function == "ConsumerSide.take_returned"]
+        assert {p.kind for p in reached} == {"entry", "loop"}, (sc, reached)
+        assert len([p for p in reached if p.kind == "loop"]) == sc.put_back, (sc, reached)
+
+
+def test_the_put_back_sweep_catches_a_take_returned_that_can_lose_an_outcome(monkeypatch):
+    """The mutant: ``take_returned`` removes the entry from ``returned``, calls into C, then stores it. An
+    interrupt after that call loses the outcome, and the put-back scenario must say so. (Compiled under
+    consumer.py's name, so that the injector counts its points as the package's own.)"""
+    import inspect
+    import textwrap
+
+    from safeprefetch._prefetcher import consumer
+
+    src = textwrap.dedent(inspect.getsource(consumer.ConsumerSide.take_returned))
+    atomic = "self.stash = entry; del returned[0]  # noqa: E702"
+    assert atomic in src
+    src = src.replace(atomic, "del returned[0]\n            len(returned)\n            self.stash = entry")
+    namespace = dict(vars(consumer))
+    exec(compile(src, consumer.__file__, "exec"), namespace)  # noqa: S102 - our own source, mutated
+    monkeypatch.setattr(consumer.ConsumerSide, "take_returned", namespace["take_returned"])
+    report = sweep([(Scenario("get", "ready", put_back=1), "raise")])
+    lost = [p for p in report.problems if "take_returned" in p.point and "delivered" in p.what]
+    assert lost, report.problems
+
+
 def test_no_point_sits_at_a_handler_boundary():
     """Where a C call ends a ``try`` or ``with`` body, the injector (which raises before the next
     instruction) would escape a handler the real interrupt (raised at the end of the call) reaches. The

@@ -53,6 +53,7 @@ import numpy as np
 from .._runtime import inject as _inject
 from .._prefetcher.lifecycle import thread_count
 from .._prefetcher.api import Prefetcher
+from .._prefetcher.consumer import COPY, GET
 from .._prefetcher.errors import PrefetcherClosed, PrefetcherWarning, PrefetchTimeout
 
 __all__ = ["EFFECTS", "Problem", "Scenario", "InjectionRun", "SweepReport", "default_scenarios", "points",
@@ -111,12 +112,18 @@ class Scenario:
     #: the timeline's spans around it.
     autotune: bool = False
     timeline: bool = False
+    #: Outcomes that interrupted calls put back before the call under test (``unreturn``: a Ctrl-C raised
+    #: at their hand-out), which the call and the drain must hand out first, in order, once each. Two is
+    #: two consumer threads interrupted one after the other: the second waits in ``returned`` behind the
+    #: first, and the call under test moves both (``take_returned``: the stash, then the backlog).
+    put_back: int = 0
 
     def __str__(self) -> str:
         return (f"{self.api}@{self.phase}" + (f"->{self.then}" if self.then != "get" else "")
                 + (f" w={self.workers}" if self.workers != 2 else "")
                 + (f" k={self.capacity}" if self.capacity != 3 else "")
-                + (" autotune" if self.autotune else "") + (" timeline" if self.timeline else ""))
+                + (" autotune" if self.autotune else "") + (" timeline" if self.timeline else "")
+                + (f" put_back={self.put_back}" if self.put_back else ""))
 
 
 @dataclass(frozen=True)
@@ -173,6 +180,8 @@ class _Setup:
                 raise AssertionError("setup: the take was not a run of two or more")
         elif phase in ("ready", "error"):
             self._wait(lambda: self.core.ready_now() >= 1)
+        if sc.put_back:
+            self._put_back(sc.put_back)
         if sc.api == "release":
             lease = self.pf.lease(timeout=5)
             self.got.append(int(lease.array[0]))
@@ -184,6 +193,22 @@ class _Setup:
             self._wait(lambda: all(rt.is_parked(w) or rt.is_done(w) for w in self.core.worker_ids))
         if phase == "park":
             threading.Thread(target=self._release_when_parked, daemon=True).start()
+
+    def _put_back(self, count: int) -> None:
+        """``count`` outcomes taken by calls whose hand-out was interrupted, put back as ``handout`` puts them.
+
+        The first is a ``copy_prefetched`` outcome (kept as a copy of the caller's buffer, which the caller
+        then overwrites), the others ``get``'s. Their callers never saw them: they are not in ``got``.
+        """
+        core = self.core
+        scratch = [np.empty(SHAPE, np.float32) for _ in range(count)]
+        taken = [core.consume(COPY if k == 0 else GET, scratch[k], time.monotonic() + 5) for k in range(count)]
+        for entry in taken:
+            core.unreturn(entry)
+        for buf in scratch:
+            buf.fill(SCRIBBLE)
+        if len(core.returned) != count:
+            raise AssertionError("setup: the outcomes were not put back")
 
     def _wait(self, cond: Callable[[], bool], seconds: float = 5.0) -> None:
         deadline = time.monotonic() + seconds
@@ -480,6 +505,11 @@ def default_scenarios(full: bool = False) -> list[tuple[Scenario, str]]:
             for effect in ("raise", "signal"):
                 out.append((Scenario(api, "ready", then="copy", autotune=True), effect))
                 out.append((Scenario(api, "park", timeline=True), effect))
+        for api in ("get", "copy", "lease"):
+            for put_back in (1, 2):
+                for effect in ("raise", "signal", "close"):
+                    out.append((Scenario(api, "ready", then="copy" if api == "copy" else "get", put_back=put_back),
+                                effect))
         return out
     # The CI-sized set: every API and every situation at least once with a raw interrupt; the
     # SIGINT handler, a handler's close() and the finalizer where each matters most.
@@ -497,6 +527,8 @@ def default_scenarios(full: bool = False) -> list[tuple[Scenario, str]]:
         (Scenario("get", "ready", workers=1, capacity=1), "finalize"),
         (Scenario("copy", "ready", then="copy", autotune=True), "raise"),
         (Scenario("get", "park", timeline=True), "signal"),
+        (Scenario("get", "ready", put_back=1), "raise"), (Scenario("copy", "ready", then="copy", put_back=2), "raise"),
+        (Scenario("lease", "ready", put_back=2), "signal"),
     ]
 
 
