@@ -29,7 +29,8 @@ def _sweep(sc, effect, every):
     pts = inj.points(sc, effect)
     assert len(pts) >= 20, f"{sc} / {effect}: only {len(pts)} points recorded"
     problems, fired = [], 0
-    chosen = pts[::every]
+    # Every fourth point, and every point of the put-back path (few, and reached only with put_back).
+    chosen = pts[::every] + [p for i, p in enumerate(pts) if i % every and p.function == "ServeSide.take_returned"]
     for p in chosen:
         r = inj.run_point(sc, p, effect)
         fired += r.fired
@@ -59,6 +60,34 @@ def test_the_sweep_has_teeth(monkeypatch):
         if found:
             break
     assert any("answered" in what for what in found), found
+
+
+def test_the_put_back_scenarios_reach_take_returned_and_catch_a_lossy_one(monkeypatch):
+    """A request whose hand-out was interrupted puts its outcome back; the next request moves it into the
+    stash (``take_returned``). The put-back scenarios inject there, and a mutant that removes the entry,
+    calls into C, then stores it (compiled under ondemand_serve.py's name, so that its points count as the
+    package's) loses the outcome at that call: the next request for that index reads the source again,
+    which the sweep reports."""
+    import inspect
+    import textwrap
+
+    from safeprefetch._prefetcher import ondemand_serve
+
+    sc = inj.OnDemandScenario("hit", "copy", put_back=True)
+    reached = [p for p in inj.points(sc, "raise") if p.function == "ServeSide.take_returned"]
+    assert {p.kind for p in reached} == {"entry", "loop"}, reached
+    src = textwrap.dedent(inspect.getsource(ServeSide.take_returned))
+    atomic = "self.stash = entry; del returned[0]  # noqa: E702"
+    assert atomic in src
+    src = src.replace(atomic, "del returned[0]\n            len(returned)\n            self.stash = entry")
+    namespace = dict(vars(ondemand_serve))
+    exec(compile(src, ondemand_serve.__file__, "exec"), namespace)  # noqa: S102 - our own source, mutated
+    monkeypatch.setattr(ServeSide, "take_returned", namespace["take_returned"])
+    lost = [p for p in inj.points(sc, "raise") if p.function.endswith("take_returned") and p.kind == "after call"]
+    assert lost, "the mutant's call into C is no injection point"
+    runs = [inj.run_point(sc, p, "raise") for p in lost]
+    assert all(r.fired for r in runs)
+    assert all(any("was lost" in what for what in r.problems) for r in runs), [r.problems for r in runs]
 
 
 class _CtrlCInSource:

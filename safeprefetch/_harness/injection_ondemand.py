@@ -45,6 +45,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
+from .._prefetcher.consumer import GET
 from .._prefetcher.errors import PrefetcherClosed, PrefetchTimeout
 from .._prefetcher.lifecycle import thread_count
 from .._prefetcher.ondemand import OnDemandPrefetcher
@@ -74,11 +75,13 @@ class _Source:
         self.gate_at = gate_at
         self.gate = threading.Event()
         self.entered = threading.Event()
+        self.reads: list[int] = []  # every index read, by anyone (list.append: atomic)
 
     def __len__(self) -> int:
         return N
 
     def __getitem__(self, i: int) -> np.ndarray:
+        self.reads.append(i)
         if i == self.gate_at and "worker" in threading.current_thread().name:
             self.entered.set()
             self.gate.wait(10)
@@ -105,9 +108,13 @@ class OnDemandScenario:
     #: False: a ``thread_safe=False`` source with a request timeout, so a miss takes the source lock
     #: with a deadline (``waits.wait_gate``) and the sweep injects inside that wait too.
     thread_safe: bool = True
+    #: The asked-for index's outcome was taken by a call whose hand-out was interrupted and put back
+    #: (``unreturn``): the call under test moves it to the stash (``take_returned``) and returns it.
+    put_back: bool = False
 
     def __str__(self) -> str:
-        return f"{self.api}@{self.situation}" + ("" if self.thread_safe else "-unsafe")
+        return (f"{self.api}@{self.situation}" + ("" if self.thread_safe else "-unsafe")
+                + (" put_back" if self.put_back else ""))
 
 
 class _Setup:
@@ -141,6 +148,11 @@ class _Setup:
             self._wait(self.source.entered.is_set)
             threading.Thread(target=self._release_when_parked, daemon=True).start()
         else:
+            if sc.put_back:
+                if sc.situation not in ("hit", "miss"):
+                    raise ValueError(f"put_back needs a hit or a miss, not {sc.situation!r}")
+                core = self.core
+                core.unreturn(core.consume(GET, (self.asked, None), time.monotonic() + 5))
             self._wait(lambda: all(rt.is_parked(w) or rt.is_done(w) for w in self.core.worker_ids))
 
     def _wait(self, cond: Callable[[], bool], seconds: float = 5.0) -> None:
@@ -269,6 +281,8 @@ def run_point(sc: OnDemandScenario, point: _inject.InjectionPoint, effect: str) 
             problems.append(f"the interrupt was not raised by the call (it ended with: {outcome[0]})")
         if effect == "close" and res.fired and not setup.pf.closed:
             problems.append("close() from the handler did not close the prefetcher")
+        if sc.put_back and res.raised and isinstance(res.result, KeyboardInterrupt) and not setup.pf.closed:
+            problems += _put_back_kept(setup)
         if effect == "finalize" and res.fired:
             deadline = time.monotonic() + 6
             while True:  # not ``while cond:``: its back-edge escapes the try on 3.13 (lowlevel.escaping_back_edges)
@@ -281,6 +295,22 @@ def run_point(sc: OnDemandScenario, point: _inject.InjectionPoint, effect: str) 
     finally:
         setup.source.gate.set()
     return InjectionRun(res.fired, outcome[0], tuple(problems))
+
+
+def _put_back_kept(setup: _Setup) -> list[str]:
+    """After an interrupted call under a put-back scenario: the outcome put back (and whatever the
+    interrupted call made of it) is still there, so the next request for its index is answered without
+    reading the source again. A request for another index first would drop it, by design: ask this one."""
+    asked, reads = setup.asked, setup.source.reads
+    before = reads.count(asked)
+    try:
+        got = setup.pf.get(asked, timeout=5)
+    except BaseException as e:  # noqa: BLE001 - a finding
+        return [f"get({asked}) after the interrupted call raised {type(e).__name__}: {e}"]
+    problems = [] if (got == asked).all() else [f"get({asked}) answered {got!r}"]
+    if reads.count(asked) != before:
+        problems.append(f"the outcome put back for index {asked} was lost: the source was read for it again")
+    return problems
 
 
 def _outcome(setup: _Setup, res: _inject.InjectionOutcome) -> tuple[str, bool]:
@@ -304,13 +334,15 @@ def default_scenarios(full: bool = False) -> list[tuple[OnDemandScenario, str]]:
     if full:
         out = [(OnDemandScenario(s, api), effect) for s in SITUATIONS for api in ("get", "copy")
                for effect in ("raise", "signal", "close") if not (s == "close" and api == "copy")]
+        out += [(OnDemandScenario(s, api, put_back=True), effect) for s in ("hit", "miss") for api in ("get", "copy")
+                for effect in ("raise", "signal", "close")]
         return out + [(OnDemandScenario("hit"), "finalize"), (OnDemandScenario("join"), "finalize")]
     return [(OnDemandScenario("hit"), "raise"), (OnDemandScenario("miss"), "raise"),
             (OnDemandScenario("join"), "raise"), (OnDemandScenario("error", "copy"), "raise"),
             (OnDemandScenario("close"), "raise"), (OnDemandScenario("hit", "copy"), "signal"),
             (OnDemandScenario("join"), "signal"), (OnDemandScenario("miss"), "close"),
             (OnDemandScenario("miss", thread_safe=False), "raise"),
-            (OnDemandScenario("hit"), "finalize")]
+            (OnDemandScenario("hit"), "finalize"), (OnDemandScenario("hit", "copy", put_back=True), "raise")]
 
 
 def sweep(pairs: Iterable[tuple[OnDemandScenario, str]], progress: Callable[[str], None] | None = None) -> SweepReport:
