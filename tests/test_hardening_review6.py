@@ -13,6 +13,7 @@ import pytest
 
 from safeprefetch import OnDemandPrefetcher, Predictor
 from _polling import wait_until
+from _tracing import interrupted_under
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -61,12 +62,7 @@ def _interrupted_at_entry(code, call):
         return None
 
     t0 = time.monotonic()
-    sys.settrace(tracer)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            call()
-    finally:
-        sys.settrace(None)
+    interrupted_under(tracer, call)
     assert fired
     return time.monotonic() - t0
 

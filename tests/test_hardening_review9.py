@@ -4,7 +4,6 @@ Each failed on the code before its fix. (The back-edge audit has its own file, t
 """
 
 import signal
-import sys
 import threading
 
 import numpy as np
@@ -13,6 +12,7 @@ import pytest
 from safeprefetch import Prefetcher
 from safeprefetch._prefetcher.consumer import ConsumerSide
 from safeprefetch.lowlevel import python_sigint
+from _tracing import interrupted_under
 from _polling import wait_until
 
 pytestmark = pytest.mark.timeout(60)
@@ -75,12 +75,7 @@ def test_1_a_second_ctrl_c_while_the_batch_goes_back_behind_another_consumer_los
                     signal.getsignal(signal.SIGINT)(signal.SIGINT, frame)
                 return None
 
-            sys.settrace(tracer)
-            try:
-                with pytest.raises(KeyboardInterrupt):
-                    pf.get(timeout=10)
-            finally:
-                sys.settrace(None)
+            interrupted_under(tracer, lambda: pf.get(timeout=10))
             assert fired["first"] == fired["other"] == 1 and fired["second"] >= 1, fired
             src.go.set()
             other.join(30)

@@ -106,7 +106,8 @@ class ConsumerSide:
         PrefetcherForked first, as every consumer call there (a stream that had ended said "exhausted")."""
         if self.forked:
             raise PrefetcherForked(f"prefetcher {self.name!r} belongs to the process that forked this one")
-        if self.ended_with is not None and self.stash is None and not self.returned and not self.close_started:
+        if (self.ended_with is not None and self.stash is None and not self.backlog and not self.returned
+                and not self.close_started):
             how = "ended with the source's error" if self.ended_with == ERROR else "was delivered to the end"
             raise PrefetcherExhausted(
                 f"prefetcher {self.name!r}: its stream {how} ({self.counts.delivered} batches); a Prefetcher is one "
@@ -130,13 +131,19 @@ class ConsumerSide:
                     if entry is not None and self.close_started and entry[0] not in TERMINAL:
                         entry = self.stash = None  # an interrupted call's batch: after close, none is handed out
                         self.backlog = ()
+                    served = False
                     if entry is None:
                         if self.backlog:
                             entry = self.backlog[0]
                             self.stash, self.backlog = entry, self.backlog[1:]
                         else:
                             self._serve(api, out, deadline)
-                            entry = self.stash
+                            entry, served = self.stash, True
+                    if not served and entry[0] not in TERMINAL:
+                        # An interrupted call's batch is a batch like any other: not while a lease is held
+                        # (another consumer thread may have taken one since), or releasing this one would
+                        # give back the slot the held lease reads.
+                        self._no_lease_held()
                     if entry[0] not in TERMINAL and (entry[0] is not api or (api is COPY and entry[3] is not out)):
                         self._adapt(api, out)  # an interrupted call (of another API, or another out) produced it
                         entry = self.stash
@@ -206,11 +213,15 @@ class ConsumerSide:
             if self.stash is None:
                 self.stash = entry; del returned[0]  # noqa: E702
             else:
-                self.backlog = (entry,) + self.backlog; del returned[0]  # noqa: E702
+                self.backlog = self.backlog + (entry,); del returned[0]  # noqa: E702
 
     def _usable(self) -> None:
         if self.close_started:
             raise PrefetcherClosed(f"prefetcher {self.name!r} is closed")
+        self._no_lease_held()
+
+    def _no_lease_held(self) -> None:
+        """Raise LeaseHeld while a lease handed out is unreleased; a lease dropped unreleased is released here."""
         ref = self.lease_out
         if ref is not None:
             lo = ref()
