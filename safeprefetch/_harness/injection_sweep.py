@@ -115,7 +115,8 @@ class Scenario:
     #: Outcomes that interrupted calls put back before the call under test (``unreturn``: a Ctrl-C raised
     #: at their hand-out), which the call and the drain must hand out first, in order, once each. Two is
     #: two consumer threads interrupted one after the other: the second waits in ``returned`` behind the
-    #: first, and the call under test moves both (``take_returned``: the stash, then the backlog).
+    #: first, and the call under test moves both (``take_returned``: the stash, then the backlog); three,
+    #: the backlog's order too.
     put_back: int = 0
 
     def __str__(self) -> str:
@@ -506,7 +507,7 @@ def default_scenarios(full: bool = False) -> list[tuple[Scenario, str]]:
                 out.append((Scenario(api, "ready", then="copy", autotune=True), effect))
                 out.append((Scenario(api, "park", timeline=True), effect))
         for api in ("get", "copy", "lease"):
-            for put_back in (1, 2):
+            for put_back in (1, 2, 3):
                 for effect in ("raise", "signal", "close"):
                     out.append((Scenario(api, "ready", then="copy" if api == "copy" else "get", put_back=put_back),
                                 effect))
@@ -528,7 +529,7 @@ def default_scenarios(full: bool = False) -> list[tuple[Scenario, str]]:
         (Scenario("copy", "ready", then="copy", autotune=True), "raise"),
         (Scenario("get", "park", timeline=True), "signal"),
         (Scenario("get", "ready", put_back=1), "raise"), (Scenario("copy", "ready", then="copy", put_back=2), "raise"),
-        (Scenario("lease", "ready", put_back=2), "signal"),
+        (Scenario("lease", "ready", put_back=2), "signal"), (Scenario("get", "ready", put_back=3), "raise"),
     ]
 
 
