@@ -67,9 +67,22 @@ def uses_arg(fn: Callable, position: int) -> bool:
 
 
 def _loaded_names(code) -> set[str]:
+    """The local names ``code`` reads. From 3.13 two loads can be one instruction (``LOAD_FAST_LOAD_FAST``,
+    and ``STORE_FAST_LOAD_FAST``, whose second name is the one read): their argument is a pair of names.
+    Read as one name, a pair hid a parameter read only there (``balances[me.src]`` right after
+    ``balances = ...``), and the step ran with ``me`` None."""
     import dis
 
-    return {ins.argval for ins in dis.get_instructions(code) if ins.opname.startswith("LOAD_FAST")}
+    names: set[str] = set()
+    for ins in dis.get_instructions(code):
+        op = ins.opname
+        if "LOAD_FAST" not in op:
+            continue
+        if isinstance(ins.argval, tuple):
+            names.update(ins.argval[1:] if op.startswith("STORE_") else ins.argval)
+        else:
+            names.add(ins.argval)
+    return names
 
 
 def clone(node: Any) -> Any:
@@ -367,10 +380,14 @@ def _same_code(fn: Callable, node: ast.AST) -> bool:
 
 
 def _instructions(code) -> list[tuple[str, Any]]:
-    """``code``'s instructions as ``(name, argument)``, method-call forms folded, jumps by instruction index."""
+    """``code``'s instructions as ``(name, argument)``, method-call forms folded, jumps by instruction index.
+
+    The NULL pushed for a call is dropped in both forms: from 3.12 the method form is a LOAD_ATTR
+    that pushes it itself, and the attribute form a LOAD_ATTR and a PUSH_NULL (after it on 3.13).
+    """
     import dis
 
-    ins = [i for i in dis.get_instructions(code) if i.opname != "CACHE"]
+    ins = [i for i in dis.get_instructions(code) if i.opname not in ("CACHE", "PUSH_NULL")]
     where = {i.offset: k for k, i in enumerate(ins)}
     out = []
     for i in ins:
