@@ -22,6 +22,7 @@ import threading
 import pytest
 
 from safeprefetch import lowlevel as _inject
+from _mutants import ATOMIC_PUT_BACK, SPLIT_PUT_BACK, mutant
 from safeprefetch._harness.ctrl_c_soak import ctrl_c_soak
 from safeprefetch._harness.injection_sweep import Scenario, default_scenarios, points, sweep
 
@@ -91,18 +92,10 @@ def test_the_put_back_sweep_catches_a_take_returned_that_can_lose_an_outcome(mon
     """The mutant: ``take_returned`` removes the entry from ``returned``, calls into C, then stores it. An
     interrupt after that call loses the outcome, and the put-back scenario must say so. (Compiled under
     consumer.py's name, so that the injector counts its points as the package's own.)"""
-    import inspect
-    import textwrap
+    from safeprefetch._prefetcher.consumer import ConsumerSide
 
-    from safeprefetch._prefetcher import consumer
-
-    src = textwrap.dedent(inspect.getsource(consumer.ConsumerSide.take_returned))
-    atomic = "self.stash = entry; del returned[0]  # noqa: E702"
-    assert atomic in src
-    src = src.replace(atomic, "del returned[0]\n            len(returned)\n            self.stash = entry")
-    namespace = dict(vars(consumer))
-    exec(compile(src, consumer.__file__, "exec"), namespace)  # noqa: S102 - our own source, mutated
-    monkeypatch.setattr(consumer.ConsumerSide, "take_returned", namespace["take_returned"])
+    monkeypatch.setattr(ConsumerSide, "take_returned",
+                        mutant(ConsumerSide, "take_returned", ATOMIC_PUT_BACK, SPLIT_PUT_BACK))
     report = sweep([(Scenario("get", "ready", put_back=1), "raise")])
     lost = [p for p in report.problems if "take_returned" in p.point and "delivered" in p.what]
     assert lost, report.problems

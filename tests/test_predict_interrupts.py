@@ -19,6 +19,7 @@ import pytest
 from safeprefetch import OnDemandPrefetcher
 from safeprefetch._harness import injection_ondemand as inj
 from safeprefetch._prefetcher.ondemand_serve import ServeSide
+from _mutants import ATOMIC_PUT_BACK, SPLIT_PUT_BACK, mutant
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(300)]
 
@@ -68,21 +69,10 @@ def test_the_put_back_scenarios_reach_take_returned_and_catch_a_lossy_one(monkey
     calls into C, then stores it (compiled under ondemand_serve.py's name, so that its points count as the
     package's) loses the outcome at that call: the next request for that index reads the source again,
     which the sweep reports."""
-    import inspect
-    import textwrap
-
-    from safeprefetch._prefetcher import ondemand_serve
-
     sc = inj.OnDemandScenario("hit", "copy", put_back=True)
     reached = [p for p in inj.points(sc, "raise") if p.function == "ServeSide.take_returned"]
     assert {p.kind for p in reached} == {"entry", "loop"}, reached
-    src = textwrap.dedent(inspect.getsource(ServeSide.take_returned))
-    atomic = "self.stash = entry; del returned[0]  # noqa: E702"
-    assert atomic in src
-    src = src.replace(atomic, "del returned[0]\n            len(returned)\n            self.stash = entry")
-    namespace = dict(vars(ondemand_serve))
-    exec(compile(src, ondemand_serve.__file__, "exec"), namespace)  # noqa: S102 - our own source, mutated
-    monkeypatch.setattr(ServeSide, "take_returned", namespace["take_returned"])
+    monkeypatch.setattr(ServeSide, "take_returned", mutant(ServeSide, "take_returned", ATOMIC_PUT_BACK, SPLIT_PUT_BACK))
     lost = [p for p in inj.points(sc, "raise") if p.function.endswith("take_returned") and p.kind == "after call"]
     assert lost, "the mutant's call into C is no injection point"
     runs = [inj.run_point(sc, p, "raise") for p in lost]

@@ -99,7 +99,6 @@ def clone(node: Any) -> Any:
     return new
 
 
-
 class _ParsedFile:
     """A source file's tree, with its lambdas by line and its ``def``s by name, in ``ast.walk`` order.
 
@@ -108,10 +107,9 @@ class _ParsedFile:
     model file for each was a quarter of a first construction's time at 32 workers.
     """
 
-    __slots__ = ("tree", "lambdas", "defs")
+    __slots__ = ("lambdas", "defs")
 
     def __init__(self, tree: ast.Module):
-        self.tree = tree
         self.lambdas: dict[int, list[ast.Lambda]] = {}
         self.defs: dict[str, list[ast.FunctionDef]] = {}
         for n in ast.walk(tree):

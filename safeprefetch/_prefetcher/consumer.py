@@ -131,19 +131,18 @@ class ConsumerSide:
                     if entry is not None and self.close_started and entry[0] not in TERMINAL:
                         entry = self.stash = None  # an interrupted call's batch: after close, none is handed out
                         self.backlog = ()
-                    served = False
-                    if entry is None:
-                        if self.backlog:
+                    if entry is None and not self.backlog:
+                        self._serve(api, out, deadline)
+                        entry = self.stash
+                    else:
+                        if entry is None:
                             entry = self.backlog[0]
                             self.stash, self.backlog = entry, self.backlog[1:]
-                        else:
-                            self._serve(api, out, deadline)
-                            entry, served = self.stash, True
-                    if not served and entry[0] not in TERMINAL:
-                        # An interrupted call's batch is a batch like any other: not while a lease is held
-                        # (another consumer thread may have taken one since), or releasing this one would
-                        # give back the slot the held lease reads.
-                        self._no_lease_held()
+                        if entry[0] not in TERMINAL:
+                            # An interrupted call's batch is a batch like any other: not while a lease is held
+                            # (another consumer thread may have taken one since), or releasing this one would
+                            # give back the slot the held lease reads.
+                            self._no_lease_held()
                     if entry[0] not in TERMINAL and (entry[0] is not api or (api is COPY and entry[3] is not out)):
                         self._adapt(api, out)  # an interrupted call (of another API, or another out) produced it
                         entry = self.stash
