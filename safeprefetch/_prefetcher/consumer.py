@@ -128,8 +128,10 @@ class ConsumerSide:
                     if self.returned:
                         self.take_returned()
                     entry = self.stash
-                    if entry is not None and self.close_started and entry[0] not in TERMINAL:
-                        entry = self.stash = None  # an interrupted call's batch: after close, none is handed out
+                    if entry is not None and self.close_started and entry[0] is not CLOSED:
+                        # An interrupted call's outcome: after close none is handed out, not a batch and not the
+                        # end or the source's error either ("use after close raises PrefetcherClosed").
+                        entry = self.stash = None
                         self.backlog = ()
                     if entry is None and not self.backlog:
                         self._serve(api, out, deadline)
