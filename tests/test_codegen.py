@@ -356,3 +356,22 @@ def test_clone_is_deepcopy_and_builds_nodes_with_their_fields():
         assert ast.dump(mine, include_attributes=True) == ast.dump(theirs, include_attributes=True), path
         originals = {id(n) for n in ast.walk(tree)}
         assert not originals & {id(n) for n in ast.walk(mine)}, path
+
+
+@pytest.mark.parametrize("subject", ["catalog", "live shapes", "many workers"])
+def test_successor_tuples_written_as_text_give_the_plain_paths_module(monkeypatch, subject):
+    """The generator writes each successor tuple as text (construction with many workers spent most of its
+    time walking and unparsing them); the module is character for character the one ``ast.unparse`` writes."""
+    if subject == "catalog":
+        cases = [(m.compile(), m) for m in catalog().values()]
+    elif subject == "live shapes":
+        cases = [(machine_for(c, w, 2, o, s, t, r), PREFETCHER) for c, w, o, s, t, r in LIVE_SHAPES]
+    else:
+        cases = [(PREFETCHER.compile({"capacity": 9, "workers": 9, "close": True, "error": True}), PREFETCHER)]
+    for machine, model in cases:
+        monkeypatch.setattr(codegen._Generator, "tuples_as_text", False)
+        plain = compile_transitions(machine, model).source
+        monkeypatch.setattr(codegen._Generator, "tuples_as_text", True)
+        fast = compile_transitions(machine, model).source
+        assert "SUCCESSOR" not in fast and fast.count("nxt__ = (") == plain.count("nxt__ = (") > 0
+        assert fast == plain, machine.name

@@ -290,10 +290,17 @@ class _Generator:
         self._emit(name, t, stmts)
         return name
 
+    #: Write the successor tuples as text (``_tuple_text``) instead of walking and unparsing them; False is
+    #: the plain path, which tests/test_codegen.py checks gives the same module text.
+    tuples_as_text = True
+
     def _emit(self, name: str, t: int, stmts: list[ast.stmt]) -> None:
         """The function ``name(state)``: every field local it mentions read first, then ``stmts``."""
         m = self.m
+        holes = _tuple_holes(stmts) if self.tuples_as_text else []
         used = _mentioned(stmts)
+        for _hole, _text, names in holes:
+            used |= names
         loads: list[ast.stmt] = []
         for n, i in m.shared_index.items():
             if f"S__{n}" in used:
@@ -309,7 +316,13 @@ class _Generator:
         for n in ast.walk(fn):  # unparse reads a statement's line (for type comments); the text has its own
             if isinstance(n, ast.stmt) and not hasattr(n, "lineno"):
                 n.lineno = 1
-        self.defs.append(ast.unparse(fn))  # compiled from this text, so its lines are the module's own
+        text = ast.unparse(fn)
+        for hole, tup, _names in holes:
+            if text.count(hole.id) != 1:
+                raise AssertionError(f"{name}: the successor's placeholder {hole.id} appears "
+                                     f"{text.count(hole.id)} times")
+            text = text.replace(hole.id, tup)
+        self.defs.append(text)  # compiled from this text, so its lines are the module's own
 
 
 def compile_transitions(machine: Machine, model: Any) -> CompiledMachine:
@@ -534,6 +547,40 @@ def _stored(stmts: list[ast.stmt], prefix: str) -> set[str]:
         if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load) and n.id.startswith(prefix):
             out.add(n.id[len(prefix):])
     return out
+
+
+def _tuple_holes(stmts: list[ast.stmt]) -> list[tuple[ast.Name, str, set[str]]]:
+    """Take each top-level ``nxt__ = (...)`` successor tuple out of ``stmts``, as text.
+
+    A successor lists every field of the state, so with many threads each
+    transition's tuple is long and every transition has one: walking and
+    unparsing them made generation grow with the square of the workers. The
+    elements are names and ``state[i]`` only, whose text is plain; each tuple
+    is replaced by a placeholder name, returned with the tuple's text (as
+    ``ast.unparse`` writes it) and the names it mentions, and the caller puts
+    the text back in place of the placeholder.
+    """
+    holes = []
+    for st in stmts:
+        if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
+                and st.targets[0].id == "nxt__" and isinstance(st.value, ast.Tuple)):
+            continue
+        parts, names = [], set()
+        for e in st.value.elts:
+            if isinstance(e, ast.Name):
+                parts.append(e.id)
+                names.add(e.id)
+            elif (isinstance(e, ast.Subscript) and isinstance(e.value, ast.Name) and e.value.id == "state"
+                  and isinstance(e.slice, ast.Constant) and type(e.slice.value) is int and e.slice.value >= 0):
+                parts.append(f"state[{e.slice.value}]")
+            else:
+                break
+        else:
+            hole = ast.Name(id=f"SUCCESSOR{len(holes)}__", ctx=ast.Load())
+            text = f"({parts[0]},)" if len(parts) == 1 else f"({', '.join(parts)})"
+            st.value = hole
+            holes.append((hole, text, names))
+    return holes
 
 
 def _mentioned(stmts: list[ast.stmt]) -> set[str]:
