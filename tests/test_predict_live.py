@@ -356,3 +356,39 @@ def test_any_request_sequence_is_served_exactly_and_conforms_to_the_model(reques
     (rt,) = runtimes
     report = verify_record(rt.machine, rt.record)
     assert report.ok, report.message
+
+
+# -- the policy's look-ups, against the plain scan -----------------------------------------------------------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from safeprefetch._prefetcher.ondemand_policy import holdings  # noqa: E402
+from safeprefetch.models import _predictive_protocol as _Q  # noqa: E402
+
+_SLOT_STATES = [_Q.EMPTY, _Q.FREE, _Q.QUEUED, _Q.FILLING, _Q.CANCELLED, _Q.READY, _Q.FAILED, _Q.LEASED, _Q.DEMAND]
+
+
+def _held_by_scan(slots, tag):
+    """The plain answer: the state of the first slot, in slot order, that holds ``tag`` (EMPTY holds nothing)."""
+    for st_, t in slots:
+        if t == tag and st_ != _Q.EMPTY:
+            return st_
+    return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.sampled_from(_SLOT_STATES), st.integers(0, 6)), max_size=8), min_size=1,
+                max_size=4))
+def test_holdings_are_the_plain_scan_for_every_tag_and_follow_the_slots(successive):
+    """``holdings`` (one dict per value of the slots, cached on the core) answers what scanning the slots for
+    each tag answers, a tag held by two slots (a cancelled fetch and a new one) included, for each of a
+    sequence of states: a new slots tuple is never answered from the last one's dict."""
+    class Core:
+        holdings_cache = ((), {})
+
+    core = Core()
+    for slots in successive:
+        slots = tuple(slots)
+        for _twice in range(2):
+            held = holdings(core, slots)
+            assert {t: held.get(t) for t in range(8)} == {t: _held_by_scan(slots, t) for t in range(8)}

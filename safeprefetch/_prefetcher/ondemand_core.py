@@ -112,6 +112,7 @@ class OnDemandCore(ServeSide, CloseSide):
         self.keys = len(self.branches_request)
         self.index_of = [-1] * self.keys        # tag -> index
         self.tag_of: dict[int, int] = {}        # index -> tag (for tags mapped now)
+        self.holdings_cache: tuple = ((), {})   # (slots, tag -> state): see ondemand_policy.holdings
         # -- the consumer's side (changed only by the gate's owner)
         self.gate = new_gate()
         self.stash: tuple | None = None         # an interrupted call's outcome: (kind, value, index, data)

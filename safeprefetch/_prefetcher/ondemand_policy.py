@@ -48,7 +48,7 @@ from .._runtime.interrupts import deliver, guard, interruptible
 from ..models import _predictive_protocol as Q
 from .predictors import Predictor, label
 
-__all__ = ["speculate"]
+__all__ = ["holdings", "speculate"]
 
 _DROPPABLE = (Q.QUEUED, Q.FILLING)
 _EVICTABLE = (Q.READY, Q.FAILED)
@@ -72,7 +72,7 @@ def speculate(core: Any, index: int) -> None:
     for p in proposals:
         slots = rt.state[core.i_slots]
         tag = core.tag_of.get(p)
-        held = _held(slots, tag) if tag is not None else None
+        held = holdings(core, slots).get(tag) if tag is not None else None
         if held == Q.CANCELLED:
             rt.step(c, core.branches_uncancel[tag])
         elif held is not None:
@@ -111,19 +111,28 @@ def ask(core: Any, index: int) -> list[int] | None:
     return proposals
 
 
-def _held(slots: tuple, tag: int) -> Any:
-    """The state of the slot holding ``tag``, or None."""
-    for st, t in slots:
-        if t == tag and st != Q.EMPTY:
-            return st
-    return None
+def holdings(core: Any, slots: tuple) -> dict[int, Any]:
+    """Each tag a slot holds -> that slot's state (the first such slot's, in slot order; an EMPTY slot holds
+    nothing).
+
+    Built once per value of ``slots`` and kept on the core (by the gate's owner only): a request looks up
+    every proposal, and scanning the slots for each made a request cost capacity x depth. The state is
+    immutable, so the same tuple object means the same holdings; the cache keeps the tuple alive, so its
+    identity is not reused.
+    """
+    cached = core.holdings_cache
+    if cached[0] is slots:
+        return cached[1]
+    held = {t: st for st, t in reversed(slots) if st != Q.EMPTY}  # reversed: the first slot's state wins
+    core.holdings_cache = (slots, held)
+    return held
 
 
 def _room(core: Any, slots: tuple, index: int, wanted: set) -> bool:
     """Whether a slot is free for one more speculation (evicting a ready batch nobody predicts, if need be)."""
     free = slots.count(Q.FREE)
     tag = core.tag_of.get(index)
-    reserve = 1 if tag is None or _held(slots, tag) is None else 0  # the request will be a miss: keep it a slot
+    reserve = 1 if tag is None or tag not in holdings(core, slots) else 0  # the request will be a miss: keep it a slot
     if free > reserve:
         return True
     index_of = core.index_of

@@ -44,7 +44,7 @@ from .._runtime.kernel import StepTimeout
 from ..models import _predictive_protocol as Q
 from .consumer import COPY, GET, ConsumerSide
 from .errors import PrefetcherClosed, PrefetcherForked, PrefetchTimeout
-from .ondemand_policy import speculate
+from .ondemand_policy import holdings, speculate
 from .waits import NO_GATE, wait_gate
 
 __all__ = ["CLOSED", "ERROR", "ServeSide"]
@@ -243,10 +243,7 @@ class ServeSide:
         tag = self.tag_of.get(index)
         if tag is not None:
             return tag  # held by a slot, or free: either way it stands for ``index``
-        held = set()
-        for st, t in slots:
-            if st != Q.EMPTY:
-                held.add(t)
+        held = holdings(self, slots)
         for tag in range(self.keys):
             if tag not in held:
                 break
