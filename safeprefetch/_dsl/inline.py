@@ -212,8 +212,17 @@ class _Rename(ast.NodeTransformer):
             (self.local_reads if load else self.local_writes).add(attr)
             return ast.copy_location(ast.Name(id=self.local[attr], ctx=ctx), node)
         if attr in self.constants and load:
-            return ast.copy_location(ast.Constant(self.constants[attr]), node)
+            return self._value_of(attr, self.constants[attr], node)
         raise NotInlinable(f"{self.fn.__name__}: me.{attr} is not a local of this thread")
+
+    def _value_of(self, hint: str, value: Any, node: ast.AST) -> ast.AST:
+        """A value the generator knows (the branch taken, ``me.name``): a literal only when the literal is that
+        very object (:func:`same_object`), else a name bound to it, so ``b is GOT`` keeps its meaning (a
+        branch name with a space is not interned: its literal would be another string). The folder still
+        folds it: it reads bound names' values."""
+        if same_object(value):
+            return ast.copy_location(ast.Constant(value), node)
+        return ast.copy_location(ast.Name(id=self.binder.bind(hint, value), ctx=ast.Load()), node)
 
     def visit_AugAssign(self, node: ast.AugAssign) -> ast.AST:
         t = node.target
@@ -241,7 +250,7 @@ class _Rename(ast.NodeTransformer):
         if name == self.b and self.b is not None:
             if not isinstance(node.ctx, ast.Load):
                 raise NotInlinable(f"{self.fn.__name__}: rebinds its branch parameter")
-            return ast.copy_location(ast.Constant(self.branch), node)
+            return self._value_of("branch", self.branch, node)
         if name in self.locals or name in self.comprehension_names:
             return ast.copy_location(ast.Name(id=self.prefix + name, ctx=node.ctx), node)
         if not isinstance(node.ctx, ast.Load):
@@ -264,6 +273,10 @@ class _Rename(ast.NodeTransformer):
         if isinstance(node, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Global,
                              ast.Nonlocal, ast.Yield, ast.YieldFrom, ast.Await)):
             raise NotInlinable(f"{self.fn.__name__}: a nested function, class, global or yield")
+        if isinstance(node, (ast.Match, ast.Import, ast.ImportFrom)) or (
+                isinstance(node, ast.ExceptHandler) and node.name is not None):
+            # They bind names as identifier strings, not Name nodes, which the renaming would miss.
+            raise NotInlinable(f"{self.fn.__name__}: a match statement, an import or 'except ... as'")
         return super().generic_visit(node)
 
 
@@ -280,17 +293,30 @@ def _comprehension_names(body: list[ast.stmt], rn: "_Rename") -> set[str]:
             bound |= {x.id for x in ast.walk(n.target) if isinstance(x, ast.Name)}
     if not bound:
         return bound
+    # The names each use resolves outside every comprehension that encloses it: in the function's scope
+    # (a local or a global). A comprehension's first iterable is evaluated in the enclosing scope; the rest
+    # of it sees its own targets and the enclosing comprehensions' ones.
+    # The function's own locals come from the tree, the same on every Python (3.12+ lists the targets of
+    # inlined comprehensions among ``co_varnames``).
     outside: set[str] = set()
-    stack: list[ast.AST] = list(body)
+    stores: set[str] = set()
+    stack: list[tuple[ast.AST, frozenset]] = [(n, frozenset()) for n in body]
     while stack:
-        n = stack.pop()
+        n, seen = stack.pop()
         if isinstance(n, scopes):
-            stack.append(n.generators[0].iter)  # evaluated in the enclosing scope
+            stack.append((n.generators[0].iter, seen))
+            inner = seen | {x.id for g in n.generators for x in ast.walk(g.target) if isinstance(x, ast.Name)}
+            rest: list[ast.AST] = [g.target for g in n.generators] + [g.iter for g in n.generators[1:]]
+            rest += [c for g in n.generators for c in g.ifs]
+            rest += [n.key, n.value] if isinstance(n, ast.DictComp) else [n.elt]
+            stack.extend((c, inner) for c in rest)
             continue
-        if isinstance(n, ast.Name):
+        if isinstance(n, ast.Name) and n.id not in seen:
             outside.add(n.id)
-        stack.extend(ast.iter_child_nodes(n))
-    clash = (bound & outside) - rn.locals
+            if not seen and not isinstance(n.ctx, ast.Load):
+                stores.add(n.id)
+        stack.extend((c, seen) for c in ast.iter_child_nodes(n))
+    clash = (bound & outside) - (stores | set(rn.fn.__code__.co_varnames[:rn.fn.__code__.co_argcount]))
     clash |= bound & {rn.s, rn.me, rn.b}
     if clash:
         raise NotInlinable(f"{rn.fn.__name__}: a comprehension binds {sorted(x for x in clash if x)}, "
@@ -337,10 +363,13 @@ class _Fold(ast.NodeTransformer):
         vals = [self._const(x) for x in (node.left, *node.comparators)]
         if all(ok for ok, _ in vals) and all(type(op) in _CMP for op in node.ops):
             result = True
-            for op, (_, a), (_, b) in zip(node.ops, vals, vals[1:]):
-                result = _CMP[type(op)](a, b)
-                if not result:
-                    break
+            try:
+                for op, (_, a), (_, b) in zip(node.ops, vals, vals[1:]):
+                    result = _CMP[type(op)](a, b)
+                    if not result:
+                        break
+            except Exception:  # noqa: BLE001 - e.g. `None < 4`, on a path the code may never take: left as is
+                return node
             return self._lit(bool(result), node)
         return node
 

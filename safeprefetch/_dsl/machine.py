@@ -216,7 +216,7 @@ class Machine:
                     if r is not None:
                         fast = r[0]
                         # A known footprint means `s` is only ever subscripted: a plain tuple will do.
-                        raw = fast.__footprint__ is not None
+                        raw = fast.__footprint__ is not None and not fast.__writes__
                 cached.append((name, kind, fast, raw))
             self.__dict__["_fast_inv"] = cached
         return cached

@@ -53,14 +53,18 @@ __all__ = ["ENABLED", "clone", "function_node", "specialize", "unsafe_reason", "
 #: every user function through views only (slower, same meaning); read at each compile.
 ENABLED = os.environ.get("SAFEPREFETCH_SPECIALIZE", "1") != "0"
 
-_cache: dict[tuple, Any] = {}
+_cache: dict[str, tuple[str, Any]] = {}  # file name -> (its text, its _ParsedFile)
 
 
 def uses_arg(fn: Callable, position: int) -> bool:
     """Whether ``fn``'s positional parameter ``position`` is ever read in its body."""
     code = getattr(fn, "__code__", None)
+    if inspect.ismethod(fn):
+        position += 1  # a bound method's code has ``self`` first
     if code is None or position >= code.co_argcount:
         return True
+    if _DYNAMIC & set(code.co_names):
+        return True  # ``locals()``, ``eval("me.x")``: the parameter may be read by string
     name = code.co_varnames[position]
     return name in code.co_varnames[: code.co_argcount] and (
         name in _loaded_names(code) or name in code.co_cellvars)
@@ -132,14 +136,18 @@ def function_node(fn: Callable) -> ast.AST | None:
     lines = linecache.getlines(filename)
     if not lines:
         return None
-    key = (filename, len(lines), lines[0] if lines else "")
-    parsed = _cache.get(key)
-    if parsed is None:
+    # By the whole text: an edit that keeps the line count and the first line (then importlib.reload) must
+    # not be answered from the old file's tree.
+    text = "".join(lines)
+    cached = _cache.get(filename)
+    if cached is not None and cached[0] == text:
+        parsed = cached[1]
+    else:
         try:
-            parsed = _ParsedFile(ast.parse("".join(lines)))
+            parsed = _ParsedFile(ast.parse(text))
         except SyntaxError:
             return None
-        _cache[key] = parsed
+        _cache[filename] = (text, parsed)
     first = code.co_firstlineno
     if fn.__name__ == "<lambda>":
         candidates = list(parsed.lambdas.get(first, ()))
@@ -242,6 +250,7 @@ class _Rewrite(ast.NodeTransformer):
         self.shared, self.local, self.constants = shared, local, constants
         self.reads: set[int] = set()
         self.writes: set[int] = set()
+        self.writes_local = False  # a ``me.y`` stored or deleted: not in the shared footprint, still a write
 
     def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
         self.generic_visit(node)
@@ -253,6 +262,8 @@ class _Rewrite(ast.NodeTransformer):
                 return self._index(i, node)
             if self.me is not None and name == self.me:
                 if node.attr in self.local:
+                    if not isinstance(node.ctx, ast.Load):
+                        self.writes_local = True
                     return self._index(self.local[node.attr], node)
                 if node.attr in self.constants and isinstance(node.ctx, ast.Load):
                     return ast.copy_location(ast.Constant(self.constants[node.attr]), node)
@@ -283,6 +294,8 @@ def specialize(fn: Callable, shared: Mapping[str, int], local: Mapping[str, int]
     code = getattr(fn, "__code__", None)
     if code is None or code.co_flags & 0x20 or code.co_flags & 0x80:  # generators / coroutines
         return None
+    if inspect.ismethod(fn):
+        return None  # a bound method: its code's first parameter is ``self``, not the state
     if code.co_argcount < 1 or code.co_kwonlyargcount or code.co_flags & 0x0C:  # *args / **kwargs
         return None
     node = function_node(fn)
@@ -323,6 +336,9 @@ def specialize(fn: Callable, shared: Mapping[str, int], local: Mapping[str, int]
     # What the function reads and writes of the shared state, by field index; None if it
     # hands `s` to other code (then anything may be touched).
     new.__footprint__ = None if bare else (frozenset(rw.reads), frozenset(rw.writes))
+    # Whether it may write any field, a thread's local included: only a function that writes none may be
+    # called on the state tuple itself (a guard or an invariant that counts its calls may not).
+    new.__writes__ = bare or bool(rw.writes) or rw.writes_local
     return new, needs_me
 
 
@@ -338,7 +354,12 @@ def _factory(fn: Callable, node: ast.AST, body: list[ast.stmt]) -> Callable | No
     code = fn.__code__
     args = [a.arg for a in node.args.args]
     freevars = code.co_freevars
-    fdef = _funcdef(fn.__name__ if fn.__name__.isidentifier() else "step", args, body)
+    name = fn.__name__ if fn.__name__.isidentifier() else "step"
+    while name in freevars or name in args:
+        # The twin's own name is a local of the factory: a free variable of that name (a lambda closing
+        # over ``step``) would see the twin instead of its captured value.
+        name = f"_{name}_"
+    fdef = _funcdef(name, args, body)
     factory = _funcdef("__factory__", list(freevars),
                        [fdef, ast.Return(value=ast.Name(id=fdef.name, ctx=ast.Load()))])
     for made in (fdef, factory, factory.body[-1]):
@@ -393,6 +414,10 @@ def _instructions(code) -> list[tuple[str, Any]]:
         arg = where.get(i.argval, i.argval) if i.opcode in dis.hasjrel or i.opcode in dis.hasjabs else i.argval
         if isinstance(arg, type(code)):
             arg = _instructions(arg)
+        elif name in ("LOAD_CONST", "RETURN_CONST"):
+            # By type and repr, not ==: 10**20 == 1e20, 1 == True == 1.0 and 0.0 == -0.0, and a source edited
+            # from one to the other must not pass for the code that was compiled.
+            arg = (type(arg), repr(arg))
         out.append((name, arg))
     return out
 

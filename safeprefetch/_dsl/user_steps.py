@@ -59,7 +59,7 @@ class _Parts:
         self.lview = lay.local_views[site.ti]
         # A guard that only reads can be tested on the state tuple itself, before any copy.
         self.raw_guard = (self.guard is not None and self.fp is not None and not need_guard
-                          and not self.guard.__footprint__[1])
+                          and not self.guard.__writes__)
 
 
 def _attempt(site: Site, p: _Parts) -> Callable:
