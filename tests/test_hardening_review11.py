@@ -3,12 +3,17 @@
 Each test failed on the code before its fix.
 """
 
+import signal
+import threading
 import time
+import warnings
 
 import numpy as np
 import pytest
 
-from safeprefetch import Prefetcher, PrefetcherClosed
+from safeprefetch import OnDemandPrefetcher, Prefetcher, PrefetcherClosed
+from safeprefetch.lowlevel import python_sigint
+from safeprefetch.models import _predictive_protocol as Q
 from safeprefetch._prefetcher.consumer import GET
 
 pytestmark = pytest.mark.timeout(60)
@@ -52,3 +57,126 @@ def test_1_use_after_close_raises_closed_even_with_an_end_or_error_put_back(fail
                  lambda: next(iter(pf))):
         with pytest.raises(PrefetcherClosed):
             call()
+
+
+# -- 2. a thread that reuses a finished worker's thread id -------------------------------------------------
+
+def _on_a_thread_with_one_of(idents, call):
+    """Run ``call`` on the first new thread given one of ``idents`` (an ended worker's; glibc reuses an ended
+    thread's stack, so nearly always the first); its result or exception."""
+    result = []
+
+    def body():
+        if threading.get_ident() not in idents:
+            return
+        try:
+            result.append(call())
+        except BaseException as e:  # noqa: BLE001 - recorded for the assertion
+            result.append(e)
+
+    for _ in range(500):
+        t = threading.Thread(target=body)
+        t.start()
+        t.join(10)
+        if result:
+            return result[0]
+    pytest.skip("no new thread was given an ended worker's id here")
+
+
+def _ended_worker_idents(pf) -> set:
+    for th in pf._core.threads:
+        th.join(10)
+        assert not th.is_alive()
+    return {th.ident for th in pf._core.threads}
+
+
+def test_2_a_consumer_thread_with_an_ended_workers_id_is_served():
+    # Worker ids were kept for the prefetcher's life and matched by bare id: a consumer thread started after
+    # a worker ended was often given its id, and every consumer call from it raised "a consumer call from
+    # its own worker" (RuntimeError); after close, RuntimeError instead of PrefetcherClosed.
+    pf = Prefetcher(np.arange(12, dtype=np.int64).reshape(4, 3), capacity=8, workers=1)  # fetches all, ends
+    try:
+        dead = _ended_worker_idents(pf)
+        got = _on_a_thread_with_one_of(dead, lambda: pf.get(timeout=10))
+        assert isinstance(got, np.ndarray) and got.tolist() == [0, 1, 2], repr(got)
+    finally:
+        pf.close()
+    got = _on_a_thread_with_one_of(dead, lambda: pf.get(timeout=5))
+    assert isinstance(got, PrefetcherClosed), repr(got)
+
+
+def test_2_on_demand_too():
+    pf = OnDemandPrefetcher(np.arange(30, dtype=np.int64).reshape(10, 3), capacity=4, workers=2)
+    assert pf.get(3).tolist() == [9, 10, 11]
+    pf.close()
+    got = _on_a_thread_with_one_of(_ended_worker_idents(pf), lambda: pf.get(1, timeout=5))
+    assert isinstance(got, PrefetcherClosed), repr(got)
+
+
+# -- 3. close() from a Ctrl-C handler during an on-demand miss -------------------------------------------
+
+_CLOSE_TIMEOUT = 4.0
+
+
+class _MissSource:
+    """On the main thread's miss of ``trigger``: wait until a worker is in its fetch (so it waits for the
+    source lock this thread holds), then Ctrl-C -- whose handler closes the prefetcher."""
+
+    def __init__(self):
+        self.pf = None
+        self.trigger = 5
+        self.close_seconds = None
+
+    def __len__(self):
+        return 100
+
+    def __getitem__(self, i):
+        pf = self.pf
+        if pf is not None and i == self.trigger and threading.current_thread() is threading.main_thread():
+            self.trigger = None
+            core = pf._core
+            end = time.monotonic() + 10
+            while not any(core.rt.state[p] == Q.FETCH for p in core.worker_pcs):  # observable state
+                assert time.monotonic() < end, "no worker came to fetch"
+                time.sleep(0.001)
+            signal.raise_signal(signal.SIGINT)  # a real Ctrl-C: its handler runs here, inside the source
+        return np.full(3, i, np.int64)
+
+
+def test_3_close_from_a_sigint_handler_during_a_thread_unsafe_miss_does_not_wait_for_itself():
+    # The miss runs a thread_safe=False source on the caller's thread, holding the source's lock; a
+    # speculating worker waits for that lock. close() from the Ctrl-C handler did not count "holds the
+    # source's lock" as being inside the prefetcher, joined the worker, and waited its whole close_timeout
+    # (forever with inf) for a worker waiting for this very thread.
+    src = _MissSource()
+    with python_sigint():
+        previous = signal.getsignal(signal.SIGINT)
+
+        def handler(signum, frame):  # the user's Ctrl-C handler: shut the pipeline down
+            t0 = time.monotonic()
+            src.pf.close()
+            src.close_seconds = time.monotonic() - t0
+
+        signal.signal(signal.SIGINT, handler)
+        try:
+            pf = OnDemandPrefetcher(src, capacity=4, workers=1, predict="sequential", thread_safe=False,
+                                    close_timeout=_CLOSE_TIMEOUT, shape=(3,), dtype=np.int64)
+            src.pf = pf
+            try:
+                assert pf.get(0).tolist() == [0, 0, 0]  # a miss; speculation queues 1, 2, 3
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    try:
+                        pf.get(src.trigger)  # a miss: the source runs here, holding its lock
+                    except Exception:  # noqa: BLE001 - PrefetcherClosed or the batch: either is fine here
+                        pass
+                assert src.close_seconds is not None, "the handler did not run"
+                # README: "From a signal handler or finalizer that interrupted this prefetcher's own call it
+                # never waits for itself: it marks the prefetcher closed and a reaper thread finishes the close."
+                assert src.close_seconds < 1.0, (
+                    f"close() from the handler waited {src.close_seconds:.2f} s for itself; warnings: "
+                    f"{[str(w.message) for w in caught]}")
+            finally:
+                pf.close()
+        finally:
+            signal.signal(signal.SIGINT, previous)

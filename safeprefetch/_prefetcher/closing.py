@@ -37,13 +37,18 @@ class CloseSide:
     """The closing half of the core (a mixin of ``_Core``)."""
 
     def cannot_wait(self) -> bool:
-        """Whether the calling thread is inside this prefetcher: holds the kernel or close lock, or runs a fetch.
+        """Whether the calling thread is inside this prefetcher: holds the kernel or close lock, runs a fetch, or
+        holds a ``thread_safe=False`` source's lock (an on-demand miss runs the source on the caller's thread).
 
         Such a caller is a signal handler or finalizer that interrupted us, or
         a source closing its own prefetcher; waiting for the lock there would
-        wait for itself.
+        wait for itself (for a worker waiting for the source's lock, in the
+        last case).
         """
-        return self.rt.owned_by_current_thread() or self.close_lock._is_owned() or self.on_own_thread()
+        if self.rt.owned_by_current_thread() or self.close_lock._is_owned() or self.on_own_thread():
+            return True
+        box = self.source_ref()
+        return box is not None and box.lock is not None and box.lock._is_owned()
 
     def request_close(self) -> None:
         """Close without waiting: marked closed now, carried out by the reaper. Safe from any context."""

@@ -22,7 +22,7 @@ from .._dsl.model import DONE
 from .._runtime.kernel import LiveError
 from ..models import _protocol as P
 from .sources import SourceBox, remote_item, stop_iteration_error
-from .waits import SOURCE_BUSY, first_driver, start_threads, wait_gate
+from .waits import SOURCE_BUSY, first_driver, left, start_threads, wait_gate
 
 __all__ = ["FetchSide", "worker_main"]
 
@@ -191,3 +191,5 @@ def worker_main(core: Any, w: int, t: int) -> None:
         pass  # the runtime has failed: the consumer and the closer raise it
     except BaseException as e:  # noqa: BLE001 - a bug here must not hang the consumer
         rt.fail(LiveError("error", f"{threading.current_thread().name} crashed: {type(e).__name__}: {e}"))
+    finally:
+        left(core)

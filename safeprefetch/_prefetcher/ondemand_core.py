@@ -55,7 +55,7 @@ from .ondemand_serve import ServeSide
 from .ondemand_stats import OnDemandCounters, OnDemandStats
 from .predictors import Predictor, label
 from .sources import SourceBox, new_token, stop_iteration_error
-from .waits import SOURCE_BUSY, SourceBusy, first_driver, new_gate, start_threads, wait_gate
+from .waits import SOURCE_BUSY, SourceBusy, first_driver, left, new_gate, start_threads, wait_gate
 
 __all__ = ["OnDemandCore", "compile_predictive"]
 
@@ -285,3 +285,5 @@ def _worker_main(core: OnDemandCore, t: int) -> None:
         pass  # the runtime has failed: the caller and the closer raise it
     except BaseException as e:  # noqa: BLE001 - a bug here must not hang the caller
         rt.fail(LiveError("error", f"{threading.current_thread().name} crashed: {type(e).__name__}: {e}"))
+    finally:
+        left(core)

@@ -18,7 +18,7 @@ from typing import Any, Callable
 from .._runtime.interrupts import deliver, guard, interruptible, interruptible_until_owned, protected
 from .errors import PrefetchTimeout
 
-__all__ = ["Gate", "NO_GATE", "SOURCE_BUSY", "SourceBusy", "first_driver", "hold_gate", "join_threads",
+__all__ = ["Gate", "NO_GATE", "SOURCE_BUSY", "SourceBusy", "first_driver", "hold_gate", "join_threads", "left",
            "start_threads", "wait_event", "wait_gate"]
 
 _TIMEOUT_MAX = threading.TIMEOUT_MAX
@@ -41,19 +41,28 @@ def start_threads(core: Any, workers: list[tuple[str, Callable[..., None], tuple
         core.threads.append(th)
         th.start()
         core.unstarted.remove((target, args))
-        core.worker_idents.add(th.ident)
 
 
 def first_driver(core: Any, t: int) -> bool:
     """Whether the calling thread is the one to drive model thread ``t`` (the first to ask; atomic).
 
-    A worker thread also records itself in ``core.worker_idents`` here, before its first fetch: its
-    starter records it only once ``start`` returns, and its source may call the prefetcher before that.
+    The driving worker thread records itself in ``core.worker_idents`` here, before its first fetch, and
+    :func:`left` takes it out when it ends: a thread id is reused once its thread has ended, and a consumer
+    thread started later with a finished worker's id was refused as the prefetcher's own worker. (Its starter
+    used to record it too, once ``start`` returned: possibly after the worker had ended.)
     """
     me = threading.get_ident()
+    if core.drivers.setdefault(t, me) != me:
+        return False
     if threading.current_thread() in core.threads:  # a worker's own thread, not close() driving it out
         core.worker_idents.add(me)
-    return core.drivers.setdefault(t, me) == me
+    return True
+
+
+def left(core: Any) -> None:
+    """A worker thread's last act (in its ``finally``): its id is no longer this prefetcher's."""
+    if threading.current_thread() in core.threads:
+        core.worker_idents.discard(threading.get_ident())
 
 
 @interruptible
