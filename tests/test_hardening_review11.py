@@ -14,7 +14,8 @@ import pytest
 from safeprefetch import OnDemandPrefetcher, Prefetcher, PrefetcherClosed
 from safeprefetch.lowlevel import python_sigint
 from safeprefetch.models import _predictive_protocol as Q
-from safeprefetch._prefetcher.consumer import GET
+from safeprefetch._prefetcher.consumer import GET, ConsumerSide
+from _tracing import interrupted_under
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -180,3 +181,60 @@ def test_3_close_from_a_sigint_handler_during_a_thread_unsafe_miss_does_not_wait
                 pf.close()
         finally:
             signal.signal(signal.SIGINT, previous)
+
+
+# -- 4, 5. a batch put back: not counted when dropped at close; leased read-only for good ---------------------
+
+class _Ten:
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, i):
+        return np.full(3, i, np.int64)
+
+
+def _get_interrupted_at_its_hand_out(pf: Prefetcher) -> None:
+    """A get() whose Ctrl-C (deferred from inside ``_serve``) lands at its hand-out: its batch goes back."""
+    serve = ConsumerSide._serve.__code__
+    fired = []
+
+    def tracer(frame, event, arg):
+        if event == "call" and frame.f_code is serve and not fired:
+            fired.append(1)
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, frame)  # deferred to the hand-out
+        return None
+
+    interrupted_under(tracer, lambda: pf.get(timeout=10))
+    assert fired and len(pf._core.returned) == 1
+
+
+def test_4_a_batch_put_back_and_dropped_at_close_is_not_counted_as_delivered():
+    # counts.delivered went up when the batch was produced, and close() dropped the put-back batch without
+    # taking it back out: stats.batches ("batches delivered to the consumer") said 2 where the caller had 1.
+    with python_sigint():
+        pf = Prefetcher(_Ten(), capacity=2, workers=1)
+        try:
+            assert int(pf.get(timeout=10)[0]) == 0
+            _get_interrupted_at_its_hand_out(pf)
+        finally:
+            pf.close()
+        with pytest.raises(PrefetcherClosed):
+            pf.get(timeout=10)
+        assert pf.stats.batches == 1
+
+
+def test_5_a_lease_of_a_put_back_batch_cannot_be_made_writeable():
+    # The lease of a batch an interrupted call put back is a private copy; its flag was cleared on an array
+    # that owns its data, which can set it back ("its writeable flag cannot be set").
+    with python_sigint():
+        pf = Prefetcher(_Ten(), capacity=2, workers=1)
+        try:
+            assert int(pf.get(timeout=10)[0]) == 0
+            _get_interrupted_at_its_hand_out(pf)
+            with pf.lease(timeout=10) as view:
+                assert int(view[0]) == 1 and not view.flags.writeable
+                with pytest.raises(ValueError):
+                    view.flags.writeable = True
+            assert [int(b[0]) for b in pf] == list(range(2, 10))
+        finally:
+            pf.close()

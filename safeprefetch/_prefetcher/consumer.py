@@ -33,6 +33,7 @@ import weakref
 from typing import Any
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from .._dsl.model import DONE
 from .._runtime.interrupts import deliver, guard, outermost, protected
@@ -130,9 +131,10 @@ class ConsumerSide:
                     entry = self.stash
                     if entry is not None and self.close_started and entry[0] is not CLOSED:
                         # An interrupted call's outcome: after close none is handed out, not a batch and not the
-                        # end or the source's error either ("use after close raises PrefetcherClosed").
-                        entry = self.stash = None
-                        self.backlog = ()
+                        # end or the source's error either ("use after close raises PrefetcherClosed"). Its
+                        # batches were counted delivered when produced: they were not.
+                        gone = sum(1 for e in (entry, *self.backlog) if e[0] not in TERMINAL)
+                        entry = self.stash = None; self.backlog = (); self.counts.delivered -= gone  # noqa: E702
                     if entry is None and not self.backlog:
                         self._serve(api, out, deadline)
                         entry = self.stash
@@ -380,8 +382,7 @@ class ConsumerSide:
                 np.copyto(out, data, casting="no")
             new = (api, True, pos, out, None)
         else:  # a Lease over a private read-only copy: no slot is held for it
-            private = np.array(data)
-            private.flags.writeable = False
+            private = as_strided(np.array(data), writeable=False)  # its flag cannot be set back, as a slot's
             lease = Lease(self, private, pos, int(self.plan[pos]) if self.plan is not None else pos, private=True)
             new = (api, lease, pos, private, weakref.ref(lease))
         self.stash = new
