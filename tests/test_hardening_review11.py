@@ -238,3 +238,58 @@ def test_5_a_lease_of_a_put_back_batch_cannot_be_made_writeable():
             assert [int(b[0]) for b in pf] == list(range(2, 10))
         finally:
             pf.close()
+
+
+# -- 6. one stuck abandoned prefetcher does not keep the others open --------------------------------------------
+
+class _Blocking:
+    """Item 1 blocks until ``release`` is set (a hung network read)."""
+
+    def __init__(self, entered, release):
+        self.entered, self.release = entered, release
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        if i == 1:
+            self.entered.set()
+            self.release.wait()
+        return np.full(3, i, np.int64)
+
+
+def _until(predicate, seconds=10.0) -> bool:
+    """Wait on observable state (bounded)."""
+    end = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.002)
+    return True
+
+
+def test_6_a_stuck_abandoned_prefetcher_does_not_keep_later_abandoned_ones_open():
+    # The process-wide reaper finished each close itself: A, abandoned while its worker is stuck in the source
+    # with close_timeout=inf, held it for good, and B, abandoned after it, was never closed (its worker ran
+    # for the process's life).
+    import gc
+
+    entered, release = threading.Event(), threading.Event()
+    try:
+        a = Prefetcher(_Blocking(entered, release), capacity=2, workers=1, close_timeout=float("inf"))
+        assert entered.wait(10)
+        a_core = a._core
+        del a
+        gc.collect()
+        assert a_core.close_started and not a_core.closed
+        b = Prefetcher(_Ten(), capacity=2, workers=1)
+        b_core, b_threads = b._core, list(b._core.threads)
+        del b
+        gc.collect()
+        assert b_core.close_started
+        assert _until(lambda: b_core.closed), "B was not closed: the reaper is stuck on A"
+        assert not any(th.is_alive() for th in b_threads)
+        assert not a_core.closed
+    finally:
+        release.set()
+    assert _until(lambda: a_core.closed)

@@ -51,6 +51,8 @@ __all__ = ["REAPER_THREAD", "PrefetcherForked", "open_cores", "reaper", "registe
 
 #: The name of the process-wide reaper thread (started by the first Prefetcher, never joined).
 REAPER_THREAD = "safeprefetch-reaper"
+#: The threads the reaper closes its requests on (one per batch of requests; each ends when its closes do).
+CLOSER_THREAD = "safeprefetch-closer"
 
 
 class PrefetcherForked(RuntimeError):
@@ -115,6 +117,11 @@ class _Reaper:
         self.requests.put(core)
 
     def _run(self) -> None:
+        """Take the waiting requests and close them on a closer thread of their own, then wait for more.
+
+        The joins are not waited for here: one prefetcher stuck in its source with ``close_timeout=inf``
+        (or a long one) would otherwise keep every prefetcher abandoned after it open for as long.
+        """
         requests = self.requests
         while True:
             batch = [requests.get()]
@@ -123,19 +130,11 @@ class _Reaper:
                     batch.append(requests.get_nowait())
                 except queue.Empty:
                     break
-            deadlines = []
-            for core in batch:
-                deadlines.append(deadline_after(core.close_timeout))  # None: close_timeout=inf, no bound
-                try:
-                    core.begin_close(deadlines[-1])
-                except BaseException:  # noqa: BLE001 - the reaper must outlive any one close
-                    pass
-            for core, deadline in zip(batch, deadlines):
-                try:
-                    core.finish_close(deadline)
-                except BaseException:  # noqa: BLE001
-                    pass
-            del batch, core  # hold no prefetcher while waiting for the next request
+            try:
+                threading.Thread(target=_close_all, args=(batch,), name=CLOSER_THREAD, daemon=True).start()
+            except BaseException:  # noqa: BLE001 - no thread to be had (or shutting down): close them here
+                _close_all(batch)
+            del batch  # hold no prefetcher while waiting for the next request
 
     def reset_after_fork(self) -> None:
         self.requests = queue.SimpleQueue()
@@ -144,6 +143,22 @@ class _Reaper:
 
 
 reaper = _Reaper()
+
+
+def _close_all(batch: list) -> None:
+    """Close every core of ``batch``: all begun first, then each finished, so their joins overlap."""
+    deadlines = []
+    for core in batch:
+        deadlines.append(deadline_after(core.close_timeout))  # None: close_timeout=inf, no bound
+        try:
+            core.begin_close(deadlines[-1])
+        except BaseException:  # noqa: BLE001 - one close's failure must not keep the others open
+            pass
+    for core, deadline in zip(batch, deadlines):
+        try:
+            core.finish_close(deadline)
+        except BaseException:  # noqa: BLE001
+            pass
 
 
 def thread_count() -> int:
