@@ -15,6 +15,7 @@ from safeprefetch import OnDemandPrefetcher, Prefetcher, PrefetcherClosed
 from safeprefetch.lowlevel import python_sigint
 from safeprefetch.models import _predictive_protocol as Q
 from safeprefetch._prefetcher.consumer import GET, ConsumerSide
+from _polling import wait_until
 from _tracing import interrupted_under
 
 pytestmark = pytest.mark.timeout(60)
@@ -258,16 +259,6 @@ class _Blocking:
         return np.full(3, i, np.int64)
 
 
-def _until(predicate, seconds=10.0) -> bool:
-    """Wait on observable state (bounded)."""
-    end = time.monotonic() + seconds
-    while not predicate():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.002)
-    return True
-
-
 def test_6_a_stuck_abandoned_prefetcher_does_not_keep_later_abandoned_ones_open():
     # The process-wide reaper finished each close itself: A, abandoned while its worker is stuck in the source
     # with close_timeout=inf, held it for good, and B, abandoned after it, was never closed (its worker ran
@@ -287,9 +278,9 @@ def test_6_a_stuck_abandoned_prefetcher_does_not_keep_later_abandoned_ones_open(
         del b
         gc.collect()
         assert b_core.close_started
-        assert _until(lambda: b_core.closed), "B was not closed: the reaper is stuck on A"
+        assert wait_until(lambda: b_core.closed, 10), "B was not closed: the reaper is stuck on A"
         assert not any(th.is_alive() for th in b_threads)
         assert not a_core.closed
     finally:
         release.set()
-    assert _until(lambda: a_core.closed)
+    assert wait_until(lambda: a_core.closed, 10)

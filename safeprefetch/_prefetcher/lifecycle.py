@@ -146,15 +146,19 @@ reaper = _Reaper()
 
 
 def _close_all(batch: list) -> None:
-    """Close every core of ``batch``: all begun first, then each finished, so their joins overlap."""
-    deadlines = []
-    for core in batch:
-        deadlines.append(deadline_after(core.close_timeout))  # None: close_timeout=inf, no bound
+    """Close every core of ``batch``, each against its own close timeout."""
+    _close_each(batch, [deadline_after(core.close_timeout) for core in batch])  # None: inf, no bound
+
+
+def _close_each(cores: list, deadlines: list) -> None:
+    """All begun first, then each finished against its deadline, so their joins overlap; one close's failure
+    keeps none of the others open."""
+    for core, deadline in zip(cores, deadlines):
         try:
-            core.begin_close(deadlines[-1])
-        except BaseException:  # noqa: BLE001 - one close's failure must not keep the others open
+            core.begin_close(deadline)
+        except BaseException:  # noqa: BLE001
             pass
-    for core, deadline in zip(batch, deadlines):
+    for core, deadline in zip(cores, deadlines):
         try:
             core.finish_close(deadline)
         except BaseException:  # noqa: BLE001
@@ -181,17 +185,7 @@ def _close_all_at_exit() -> None:
     started = time.monotonic()
     # One shared start, so stuck prefetchers cost one close timeout in all; None (inf): no bound. Telling
     # them to stop is bounded too: another thread's close may hold a close lock for as long as it waits.
-    deadlines = [None if core.close_timeout is None else started + core.close_timeout for core in cores]
-    for core, deadline in zip(cores, deadlines):
-        try:
-            core.begin_close(deadline)
-        except BaseException:  # noqa: BLE001 - exit goes on
-            pass
-    for core, deadline in zip(cores, deadlines):
-        try:
-            core.finish_close(deadline)
-        except BaseException:  # noqa: BLE001
-            pass
+    _close_each(cores, [None if core.close_timeout is None else started + core.close_timeout for core in cores])
 
 
 if hasattr(os, "register_at_fork"):
