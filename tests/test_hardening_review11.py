@@ -4,6 +4,7 @@ Each test failed on the code before its fix.
 """
 
 import signal
+import sys
 import threading
 import time
 import warnings
@@ -11,7 +12,7 @@ import warnings
 import numpy as np
 import pytest
 
-from safeprefetch import OnDemandPrefetcher, Prefetcher, PrefetcherClosed
+from safeprefetch import OnDemandPrefetcher, Prefetcher, PrefetcherClosed, PrefetchTimeout
 from safeprefetch.lowlevel import python_sigint
 from safeprefetch.models import _predictive_protocol as Q
 from safeprefetch._prefetcher.consumer import GET, ConsumerSide
@@ -284,3 +285,75 @@ def test_6_a_stuck_abandoned_prefetcher_does_not_keep_later_abandoned_ones_open(
     finally:
         release.set()
     assert wait_until(lambda: a_core.closed, 10)
+
+
+# -- 7. a leases() loop resumed after an exception goes on ---------------------------------------------------
+
+def _drain(it, interrupt_at: int) -> list[int]:
+    """A training loop that survives one Ctrl-C (deferred to the hand-out of call ``interrupt_at + 1``) and
+    resumes the same iterator."""
+    seen: list[int] = []
+    while True:
+        try:
+            for item in it:
+                seen.append(int(np.asarray(item.array if hasattr(item, "array") else item)[0]))
+                if len(seen) == interrupt_at:
+                    serve, fired = ConsumerSide._serve.__code__, []
+
+                    def tracer(frame, event, arg):
+                        if event == "call" and frame.f_code is serve and not fired:
+                            fired.append(1)
+                            signal.getsignal(signal.SIGINT)(signal.SIGINT, frame)
+                        return None
+
+                    sys.settrace(tracer)
+            return seen
+        except KeyboardInterrupt:
+            continue
+        finally:
+            sys.settrace(None)
+
+
+def test_7_a_leases_loop_resumed_after_ctrl_c_goes_on():
+    # leases() was a generator: the KeyboardInterrupt raised in it finished it, and the resumed loop ended
+    # after [0, 1], as if the stream had (iterating the prefetcher itself resumed; the reference case).
+    with python_sigint():
+        with Prefetcher(_Ten(), capacity=2) as pf:
+            assert _drain(pf, 2) == list(range(10))
+        with Prefetcher(_Ten(), capacity=2) as pf:
+            assert _drain(pf.leases(timeout=10), 2) == list(range(10))
+
+
+def test_7_a_leases_loop_resumed_after_a_timeout_goes_on():
+    release = threading.Event()
+
+    class Slow(_Ten):
+        def __getitem__(self, i):
+            if i == 2:
+                release.wait()  # item 2 arrives only once the caller has timed out
+            return np.full(3, i, np.int64)
+
+    try:
+        with Prefetcher(Slow(), capacity=2) as pf:
+            it = pf.leases(timeout=0.2)
+            seen = [int(next(it).array[0]), int(next(it).array[0])]
+            with pytest.raises(PrefetchTimeout):
+                next(it)
+            release.set()
+            seen += [int(lease.array[0]) for lease in it]
+            assert seen == list(range(10)), seen
+            with pytest.raises(StopIteration):
+                next(it)
+    finally:
+        release.set()
+
+
+def test_7_closing_a_leases_iterator_releases_its_last_lease():
+    with Prefetcher(_Ten(), capacity=2) as pf:
+        it = pf.leases()
+        lease = next(it)
+        it.close()
+        assert lease.released
+        with pytest.raises(StopIteration):
+            next(it)
+        assert int(pf.get(timeout=10)[0]) == 1

@@ -16,7 +16,7 @@ import math
 import sys
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -25,7 +25,7 @@ from .._runtime.interrupts import deliver, guard, outermost, protected
 from .args import as_bool, as_dtype, as_int, as_seconds, as_shape
 from .consumer import COPY, DEFAULT, END, GET, LEASE
 from .core import Core
-from .lease import Lease, NotCopyable
+from .lease import Lease, Leases, NotCopyable
 from .lifecycle import reaper, register
 from .machine import RUNTIMES, default_runtime, machine_for, transitions_for
 from .policy import DEFAULT_AUTOTUNE_MAX, MAX_RUN
@@ -243,25 +243,17 @@ class Prefetcher(NotCopyable):
         finally:
             del value
 
-    def leases(self, timeout: float | None = DEFAULT) -> Iterator[Lease]:
-        """Iterate the stream as Leases, each released when the loop moves on (or stops).
+    def leases(self, timeout: float | None = DEFAULT) -> Leases:
+        """Iterate the stream as Leases, each released when the loop moves on.
 
         ``for lease in pf.leases(): use(lease.array)``. Releasing a lease
         early (``with lease as view:``) is fine; keeping one past the next
-        iteration is not: its slot is refilled.
+        iteration is not: its slot is refilled. After an exception (Ctrl-C,
+        a timeout) the same iterator goes on where it stopped; after
+        ``break``, its ``close()`` (or the prefetcher's next call) releases
+        the last lease.
         """
-        lease = None
-        try:
-            while True:
-                try:
-                    lease = self.lease(timeout)
-                except StopIteration:
-                    return
-                yield lease
-                lease.release()
-        finally:
-            if lease is not None and not lease._released:
-                lease.release()
+        return Leases(self.lease, timeout)
 
     # -- closing ------------------------------------------------------------
 

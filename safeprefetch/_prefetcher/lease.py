@@ -21,7 +21,7 @@ import numpy as np
 from .._runtime.interrupts import deliver, guard, outermost, protected
 from .errors import LeaseReleased
 
-__all__ = ["Lease", "NotCopyable", "RELEASED_ARRAY"]
+__all__ = ["Lease", "Leases", "NotCopyable", "RELEASED_ARRAY"]
 
 
 class NotCopyable:
@@ -117,3 +117,48 @@ class Lease(NotCopyable):
         state = "released" if self._released else "held"
         shape = "" if self._released else f" shape={self._array.shape}"  # type: ignore[union-attr]
         return f"<Lease position={self.position} index={self.index}{shape} {state}>"
+
+
+class Leases:
+    """``Prefetcher.leases()``: the stream as Leases, each released when the loop asks for the next one.
+
+    An iterator object, not a generator: an exception from a call (a Ctrl-C, a ``PrefetchTimeout``)
+    would finish a generator, and a loop resumed on it would end as if the stream had, silently, with
+    batches left. Here the next ``next()`` goes on where the failed one stopped (the batch an
+    interrupted call was handing out comes first, as with ``for batch in pf``). Stopping early
+    (``break``) leaves the last lease to be released by :meth:`close`, or by the prefetcher's next call,
+    which releases a lease nobody holds any more.
+    """
+
+    __slots__ = ("_lease_call", "_timeout", "_held", "_over")
+
+    def __init__(self, lease_call: Any, timeout: Any):
+        self._lease_call, self._timeout = lease_call, timeout
+        self._held: Lease | None = None
+        self._over = False
+
+    def __iter__(self) -> "Leases":
+        return self
+
+    def __next__(self) -> Lease:
+        if self._over:
+            raise StopIteration
+        held = self._held
+        if held is not None:
+            held.release()  # first, then forgotten: a Ctrl-C delivered as it returns leaves it released
+            self._held = None
+        try:
+            lease = self._lease_call(self._timeout)
+        except StopIteration:
+            self._over = True
+            raise
+        self._held = lease
+        return lease
+
+    def close(self) -> None:
+        """Release the lease handed out last and end the iteration (as a generator's ``close``)."""
+        self._over = True
+        held = self._held
+        if held is not None:
+            held.release()
+            self._held = None
