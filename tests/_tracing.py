@@ -14,3 +14,19 @@ def interrupted_under(tracer: Callable[..., Any], call: Callable[[], Any]) -> No
             call()
     finally:
         sys.settrace(None)
+
+
+def sigint_at_call(code: Any) -> tuple[Callable[..., Any], list]:
+    """A trace function that runs the SIGINT handler (a Ctrl-C) once, when a frame of ``code`` is entered; and
+    a list that holds one item once it has."""
+    import signal
+
+    fired: list = []
+
+    def tracer(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code is code and not fired:
+            fired.append(1)
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, frame)
+        return None
+
+    return tracer, fired

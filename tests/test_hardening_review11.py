@@ -17,7 +17,7 @@ from safeprefetch.lowlevel import python_sigint
 from safeprefetch.models import _predictive_protocol as Q
 from safeprefetch._prefetcher.consumer import GET, ConsumerSide
 from _polling import wait_until
-from _tracing import interrupted_under
+from _tracing import interrupted_under, sigint_at_call
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -197,15 +197,7 @@ class _Ten:
 
 def _get_interrupted_at_its_hand_out(pf: Prefetcher) -> None:
     """A get() whose Ctrl-C (deferred from inside ``_serve``) lands at its hand-out: its batch goes back."""
-    serve = ConsumerSide._serve.__code__
-    fired = []
-
-    def tracer(frame, event, arg):
-        if event == "call" and frame.f_code is serve and not fired:
-            fired.append(1)
-            signal.getsignal(signal.SIGINT)(signal.SIGINT, frame)  # deferred to the hand-out
-        return None
-
+    tracer, fired = sigint_at_call(ConsumerSide._serve.__code__)  # deferred to the hand-out
     interrupted_under(tracer, lambda: pf.get(timeout=10))
     assert fired and len(pf._core.returned) == 1
 
@@ -298,15 +290,7 @@ def _drain(it, interrupt_at: int) -> list[int]:
             for item in it:
                 seen.append(int(np.asarray(item.array if hasattr(item, "array") else item)[0]))
                 if len(seen) == interrupt_at:
-                    serve, fired = ConsumerSide._serve.__code__, []
-
-                    def tracer(frame, event, arg):
-                        if event == "call" and frame.f_code is serve and not fired:
-                            fired.append(1)
-                            signal.getsignal(signal.SIGINT)(signal.SIGINT, frame)
-                        return None
-
-                    sys.settrace(tracer)
+                    sys.settrace(sigint_at_call(ConsumerSide._serve.__code__)[0])
             return seen
         except KeyboardInterrupt:
             continue
