@@ -341,3 +341,26 @@ def test_7_closing_a_leases_iterator_releases_its_last_lease():
         with pytest.raises(StopIteration):
             next(it)
         assert int(pf.get(timeout=10)[0]) == 1
+
+
+# -- 8. python_sigint() restores an ignored SIGINT when a prefetcher outlives the block ----------------------
+
+def test_8_python_sigint_restores_an_ignored_sigint_after_a_prefetcher_outlives_the_block():
+    # The block restored SIG_IGN only if Python's handler was still installed; a prefetcher opened within had
+    # wrapped it, and its close restored Python's handler: a process started with SIGINT ignored was left
+    # killable by Ctrl-C for good.
+    original = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with python_sigint():
+            pf = Prefetcher(np.arange(12, dtype=np.int64).reshape(4, 3), capacity=2)
+            assert pf.get(timeout=10).tolist() == [0, 1, 2]
+        try:
+            signal.raise_signal(signal.SIGINT)  # ignored, as the process's disposition says, while pf is open
+        except KeyboardInterrupt:
+            pytest.fail("a SIGINT raised KeyboardInterrupt after the block: the ignored disposition was lost")
+        assert pf.get(timeout=10).tolist() == [3, 4, 5]
+        pf.close()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, original)

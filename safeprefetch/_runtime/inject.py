@@ -56,6 +56,8 @@ from dataclasses import dataclass, field
 from types import CodeType, FrameType
 from typing import Any, Callable, Iterable, Iterator
 
+from . import interrupts as _interrupts
+
 __all__ = ["InjectionOutcome", "InjectionPoint", "SigintUnavailable", "deliver_sigint", "package_files",
            "python_sigint", "raise_keyboard_interrupt", "record_points", "run_with_injection"]
 
@@ -361,6 +363,8 @@ def python_sigint() -> Iterator[None]:
     finally:
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             signal.signal(signal.SIGINT, before)
+        else:  # a prefetcher opened within and still open wraps the handler: it restores ``before`` at its close
+            _interrupts.rewrap(signal.default_int_handler, before)
 
 
 @dataclass
