@@ -364,3 +364,30 @@ def test_8_python_sigint_restores_an_ignored_sigint_after_a_prefetcher_outlives_
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, original)
+
+
+# -- 9. waiting for a thread_safe=False source's lock is not "blocked on a full buffer" ---------------------
+
+def test_9_waiting_for_a_serialized_source_is_its_own_figure():
+    # The lock wait was taken out of fetch time (third review), and so landed in worker_blocked_seconds,
+    # which says the buffer was full: here it never is (8 items, 16 slots), yet it read about 0.2 s.
+    work = 0.03  # each fetch's own work (the source's, not a synchronization)
+
+    class Slow:
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, i):
+            time.sleep(work)
+            return np.full(3, i, np.int64)
+
+    pf = Prefetcher(Slow(), capacity=16, workers=2, thread_safe=False, shape=(3,), dtype=np.int64)
+    try:
+        assert [int(b[0]) for b in pf] == list(range(8))
+    finally:
+        pf.close()
+    s = pf.stats
+    assert s.worker_blocked_seconds < work, s
+    assert s.worker_fetch_seconds >= 8 * work * 0.9, s
+    assert s.worker_source_lock_seconds > work, s  # the second worker waits while the first is inside
+    assert "waiting for the source's lock" in str(s)

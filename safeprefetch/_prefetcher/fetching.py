@@ -63,7 +63,8 @@ class FetchSide:
             if box.lock is None:
                 return self._fill(box, pos, k)
             with (box.lock if wait_gate(box.lock, None, deliver_deferred=False) else SOURCE_BUSY):
-                t0 = time.perf_counter()  # waiting for another worker's call is not fetch time
+                t = time.perf_counter()  # waiting for another worker's call is not fetch time, nor blocked time
+                self.counts.lock_seconds[w] += t - t0; t0 = t  # noqa: E702
                 if self._closing():
                     return "ok"  # closed while waiting for the lock: no call into the source after close()
                 return self._fill(box, pos, k)
@@ -162,7 +163,7 @@ def worker_main(core: Any, w: int, t: int) -> None:
     blocked = core.counts.blocked_seconds
     step, pc = rt.step, rt.pc
     clock = time.perf_counter
-    fetched = core.counts.fetch_seconds
+    fetched, locked = core.counts.fetch_seconds, core.counts.lock_seconds
     timeline = core.spans is not None
     try:
         while True:
@@ -184,9 +185,9 @@ def worker_main(core: Any, w: int, t: int) -> None:
             else:
                 # "fetch into slot": the source runs outside the kernel lock; then, in the same
                 # critical section, the next claim, parking there until a slot is free.
-                t0, f0 = clock(), fetched[w]
+                t0, f0, l0 = clock(), fetched[w], locked[w]
                 step(t, chain=True)
-                blocked[w] += clock() - t0 - (fetched[w] - f0)
+                blocked[w] += clock() - t0 - (fetched[w] - f0) - (locked[w] - l0)
     except LiveError:
         pass  # the runtime has failed: the consumer and the closer raise it
     except BaseException as e:  # noqa: BLE001 - a bug here must not hang the consumer

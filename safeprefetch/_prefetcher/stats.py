@@ -62,18 +62,27 @@ class PrefetchStats:
     max_capacity: int = 0
     #: Times autotune changed the capacity (0 without autotune).
     capacity_changes: int = 0
+    #: Seconds the workers spent waiting for a ``thread_safe=False`` source's lock (another worker was
+    #: inside the source), summed over workers: neither fetching nor blocked on a full buffer.
+    worker_source_lock_seconds: float = 0.0
 
     def summary(self) -> str:
         """A few human-readable lines (also what ``str(stats)`` and ``print(stats)`` show)."""
         return (f"{self.batches} batches in {self.elapsed_seconds:.3f} s ({self.batches_per_second:.1f}/s); "
                 f"consumer waited {self.consumer_wait_seconds:.3f} s ({100 * self.consumer_wait_fraction:.1f}%)\n"
                 f"workers: {self.workers}, fetching {self.worker_fetch_seconds:.3f} s, blocked on a full buffer "
-                f"{self.worker_blocked_seconds:.3f} s; prefetch efficiency {100 * self.prefetch_efficiency:.1f}%\n"
+                f"{self.worker_blocked_seconds:.3f} s{self._source_lock()}; prefetch efficiency "
+                f"{100 * self.prefetch_efficiency:.1f}%\n"
                 f"buffer: capacity {self.capacity}{self._tuned()}, occupancy mean {self.mean_occupancy:.2f} max "
                 f"{self.max_occupancy}; bottleneck: {self.bottleneck}")
 
     def __str__(self) -> str:
         return self.summary()
+
+    def _source_lock(self) -> str:
+        if not self.worker_source_lock_seconds:
+            return ""
+        return f", waiting for the source's lock {self.worker_source_lock_seconds:.3f} s"
 
     def _tuned(self) -> str:
         if not self.capacity_changes:
@@ -84,14 +93,15 @@ class PrefetchStats:
 class Counters:
     """The running totals behind :class:`PrefetchStats`."""
 
-    __slots__ = ("t0", "t_end", "fetch_seconds", "blocked_seconds", "wait_seconds", "delivered", "occupancy_sum",
-                 "occupancy_samples", "occupancy_max")
+    __slots__ = ("t0", "t_end", "fetch_seconds", "blocked_seconds", "lock_seconds", "wait_seconds", "delivered",
+                 "occupancy_sum", "occupancy_samples", "occupancy_max")
 
     def __init__(self, workers: int):
         self.t0 = time.perf_counter()
         self.t_end: float | None = None           # frozen at close
         self.fetch_seconds = [0.0] * workers      # per worker: inside the source
         self.blocked_seconds = [0.0] * workers    # per worker: waiting for a free slot
+        self.lock_seconds = [0.0] * workers       # per worker: waiting for a thread_safe=False source's lock
         self.wait_seconds = 0.0                   # the consumer, waiting for a batch
         self.delivered = 0                        # batches handed out
         self.occupancy_sum = 0                    # ready batches seen at each take, summed
@@ -131,4 +141,5 @@ class Counters:
             bottleneck="none" if n == 0 else ("source" if wait / elapsed > _STARVED else "consumer"),
             max_capacity=max_capacity,
             capacity_changes=capacity_changes,
+            worker_source_lock_seconds=sum(self.lock_seconds),
         )
