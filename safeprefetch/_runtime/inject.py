@@ -347,8 +347,10 @@ def python_sigint() -> Iterator[None]:
     If the process's SIGINT is ignored or left to the OS -- a shell without
     job control starts background jobs with SIGINT ignored, and CPython then
     installs no handler -- ``signal.default_int_handler`` is installed for the
-    duration and the previous disposition restored after. A Python handler
-    already in place is left alone. Main thread only (elsewhere: a no-op).
+    duration and the previous disposition restored after (by a prefetcher
+    opened within that is still open at the end, when it closes). A Python
+    handler already in place is left alone. Main thread only (elsewhere: a
+    no-op).
     """
     if threading.current_thread() is not threading.main_thread():
         yield
