@@ -391,3 +391,69 @@ def test_9_waiting_for_a_serialized_source_is_its_own_figure():
     assert s.worker_fetch_seconds >= 8 * work * 0.9, s
     assert s.worker_source_lock_seconds > work, s  # the second worker waits while the first is inside
     assert "waiting for the source's lock" in str(s)
+
+
+# -- The review of this round's fixes (three more; each test failed on the round's first version) ------------
+
+def test_10_a_leases_loop_left_early_releases_its_last_lease():
+    # leases() as an iterator object had no finalizer: after `break`, or an exception from the loop body,
+    # the last lease stayed held and the next call raised LeaseHeld (the generator's finally released it).
+    with Prefetcher(_Ten(), capacity=2) as pf:
+        for lease in pf.leases(timeout=10):
+            if lease.position == 2:
+                break
+        assert lease.released
+        assert int(pf.get(timeout=10)[0]) == 3
+        with pytest.raises(ValueError):
+            for lease in pf.leases(timeout=10):
+                raise ValueError("a training step failed")
+        assert lease.released and int(pf.get(timeout=10)[0]) == 5
+        seen = []
+        with pytest.raises(KeyboardInterrupt):  # the notebook pattern: Ctrl-C in the step, the cell run again
+            for lease in pf.leases(timeout=10):
+                seen.append(lease.position)
+                raise KeyboardInterrupt
+        seen += [lease.position for lease in pf.leases(timeout=10)]
+        assert seen == [6, 7, 8, 9]
+
+
+def test_11_a_later_python_sigint_block_has_a_python_handler_while_an_earlier_prefetcher_is_open():
+    # The first fix made the open prefetcher's wrapper wrap SIG_IGN once the block ended; a second block
+    # found a callable handler (the wrapper) and left it: a Ctrl-C inside it was ignored.
+    original = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    pf = None
+    try:
+        with python_sigint():
+            pf = Prefetcher(np.arange(12, dtype=np.int64).reshape(4, 3), capacity=2)
+        with python_sigint():
+            with pytest.raises(KeyboardInterrupt):
+                signal.raise_signal(signal.SIGINT)
+        pf.close()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        if pf is not None:
+            pf.close()
+        signal.signal(signal.SIGINT, original)
+
+
+def test_12_stats_right_after_close_do_not_count_a_put_back_batch():
+    # The put-back batch was subtracted only when a call after close dropped it: `print(pf.stats)` right
+    # after the usual `except KeyboardInterrupt: pf.close()` counted it.
+    with python_sigint():
+        pf = Prefetcher(_Ten(), capacity=2, workers=1)
+        got = []
+        try:
+            for batch in pf:
+                got.append(int(batch[0]))
+                if len(got) == 1:
+                    sys.settrace(sigint_at_call(ConsumerSide._serve.__code__)[0])
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.settrace(None)
+        pf.close()
+        assert got == [0] and pf.stats.batches == 1 and "delivered=1 " in repr(pf)
+        with pytest.raises(PrefetcherClosed):
+            pf.get(timeout=5)
+        assert pf.stats.batches == 1

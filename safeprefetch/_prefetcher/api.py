@@ -248,10 +248,10 @@ class Prefetcher(NotCopyable):
 
         ``for lease in pf.leases(): use(lease.array)``. Releasing a lease
         early (``with lease as view:``) is fine; keeping one past the next
-        iteration is not: its slot is refilled. After an exception (Ctrl-C,
-        a timeout) the same iterator goes on where it stopped; after
-        ``break``, its ``close()`` (or the prefetcher's next call) releases
-        the last lease.
+        iteration is not: its slot is refilled. The last one is released
+        when the loop stops (or the iterator's ``close()``). After an
+        exception (Ctrl-C, a timeout) the same iterator, kept, goes on
+        where it stopped.
         """
         return Leases(self.lease, timeout)
 
@@ -388,7 +388,7 @@ class Prefetcher(NotCopyable):
         c = self._core
         state = "closed" if c.close_started else (c.ended_with or "open")
         return (f"<Prefetcher {c.name} capacity={self.capacity} workers={self.workers} ordered={self._ordered} "
-                f"shape={c.shape} dtype={c.dtype} delivered={c.counts.delivered} {state}>")
+                f"shape={c.shape} dtype={c.dtype} delivered={c.delivered()} {state}>")
 
 @dataclass(frozen=True)
 class _Config:

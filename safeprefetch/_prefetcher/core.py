@@ -24,7 +24,7 @@ from numpy.lib.stride_tricks import as_strided
 from .._runtime.kernel import Runtime
 from ..models import _protocol as P
 from .closing import CloseSide
-from .consumer import ConsumerSide
+from .consumer import TERMINAL, ConsumerSide
 from .fetching import FetchSide
 from .policy import Autotuner, RunPolicy
 from .sources import SourceBox, new_token
@@ -149,7 +149,18 @@ class Core(FetchSide, ConsumerSide, CloseSide):
         return self.autotuner.log if self.autotuner is not None else []
 
     def stats(self) -> PrefetchStats:
-        return self.counts.snapshot(self.target, len(self.worker_ids), self.slots_total, len(self.capacity_log))
+        return self.counts.snapshot(self.target, len(self.worker_ids), self.slots_total, len(self.capacity_log),
+                                    self.delivered())
+
+    def delivered(self) -> int:
+        """Batches delivered. A batch is counted when it is produced; once close has begun, one an interrupted
+        call put back will never be handed out (the next call drops it, and subtracts it then): not counted."""
+        n = self.counts.delivered
+        if self.close_started:
+            for e in (self.stash, *self.backlog, *self.returned):  # a snapshot, off the gate: for statistics
+                if e is not None and e[0] not in TERMINAL:
+                    n -= 1
+        return n
 
     def ready_now(self) -> int:
         """Batches ready in the buffer right now (a racy read of the immutable state: exact for that instant)."""

@@ -125,9 +125,9 @@ class Leases:
     An iterator object, not a generator: an exception from a call (a Ctrl-C, a ``PrefetchTimeout``)
     would finish a generator, and a loop resumed on it would end as if the stream had, silently, with
     batches left. Here the next ``next()`` goes on where the failed one stopped (the batch an
-    interrupted call was handing out comes first, as with ``for batch in pf``). Stopping early
-    (``break``) leaves the last lease to be released by :meth:`close`, or by the prefetcher's next call,
-    which releases a lease nobody holds any more.
+    interrupted call was handing out comes first, as with ``for batch in pf``). A loop that stops early
+    (``break``, an exception it does not resume from) drops the iterator, whose finalizer releases the
+    last lease, as a generator's ``finally`` did; :meth:`close` does it at once.
     """
 
     __slots__ = ("_lease_call", "_timeout", "_held", "_over")
@@ -154,6 +154,16 @@ class Leases:
             raise
         self._held = lease
         return lease
+
+    def __del__(self) -> None:
+        # The core's release, not Lease.release: a finalizer must not deliver a deferred Ctrl-C (it would be
+        # printed as ignored, and lost); release_lease itself is safe from inside a call on this thread.
+        held = self._held
+        if held is not None and not held._released:
+            try:
+                held._core.release_lease(held)
+            except Exception:  # noqa: BLE001 - nothing to tell from a finalizer; the next call releases it
+                pass
 
     def close(self) -> None:
         """Release the lease handed out last and end the iteration (as a generator's ``close``)."""

@@ -114,12 +114,13 @@ class Counters:
         if ready > self.occupancy_max:
             self.occupancy_max = ready
 
-    def snapshot(self, capacity: int, workers: int, max_capacity: int, capacity_changes: int) -> PrefetchStats:
+    def snapshot(self, capacity: int, workers: int, max_capacity: int, capacity_changes: int,
+                 delivered: int | None = None) -> PrefetchStats:
         end = self.t_end if self.t_end is not None else time.perf_counter()
         elapsed = max(end - self.t0, 1e-12)
         fetch = sum(self.fetch_seconds)
         wait = self.wait_seconds
-        n = self.delivered
+        n = self.delivered if delivered is None else delivered
         if fetch > 0:
             efficiency = min(1.0, max(0.0, 1.0 - wait / fetch))
         else:

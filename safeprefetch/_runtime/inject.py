@@ -356,6 +356,19 @@ def python_sigint() -> Iterator[None]:
         yield
         return
     before = signal.getsignal(signal.SIGINT)
+    inner = _interrupts.wrapped() if _interrupts.installed() else None
+    if inner is signal.SIG_IGN or inner is signal.SIG_DFL:
+        # A prefetcher still open from an earlier such block wraps the process's disposition: within this
+        # one it wraps Python's handler instead, and the disposition again after.
+        _interrupts.rewrap(inner, signal.default_int_handler)
+        try:
+            yield
+        finally:
+            if _interrupts.installed():
+                _interrupts.rewrap(signal.default_int_handler, inner)
+            elif signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # it closed within
+                signal.signal(signal.SIGINT, inner)
+        return
     if callable(before) or before is None:  # None: set from C, not ours to replace
         yield
         return

@@ -91,6 +91,7 @@ __all__ = [
     "retake",
     "rewrap",
     "uninstall",
+    "wrapped",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -210,6 +211,11 @@ def rewrap(old: Any, new: Any) -> None:
     """
     if threading.current_thread() is threading.main_thread() and installed() and _guard.previous is old:
         _guard.previous = new
+
+
+def wrapped() -> Any:
+    """The disposition the wrapper runs for a SIGINT it does not defer (None when it wraps none)."""
+    return _guard.previous
 
 
 def installed() -> bool:
