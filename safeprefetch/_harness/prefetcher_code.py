@@ -61,8 +61,10 @@ from .._prefetcher.errors import PrefetcherClosed, PrefetchTimeout
 __all__ = ["ALLOW_ALIVE", "MUTATIONS", "SCENARIOS", "SLOW_SCENARIOS", "MapSource", "Mutation", "Scenario",
            "check_mutation", "check_scenario", "mutant_runtime", "patches"]
 
-#: Threads that may outlive a test body: the per-schedule reaper waits for requests forever.
-ALLOW_ALIVE = (_lifecycle.REAPER_THREAD,)
+#: Threads that may outlive a test body: the per-schedule reaper waits for requests forever, and a closer
+#: thread it started may still be finishing a close the body did not wait for (the reaper did that work
+#: itself before, and was allowed to outlive the body just the same).
+ALLOW_ALIVE = (_lifecycle.REAPER_THREAD, _lifecycle.CLOSER_THREAD)
 
 
 def patches() -> dict:

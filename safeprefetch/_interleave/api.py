@@ -64,7 +64,7 @@ def check(fn: Callable[[], Any], *, strategy: str = "dfs", preemption_bound: int
     * ``lines``: also schedule at line events and before stores and deletes (data races).
     * ``lock_release="any"``: Python's own rule for ``Lock`` (any thread may
       release it); by default a release by a non-owner is a violation.
-    * ``allow_alive``: thread names that may outlive the test body.
+    * ``allow_alive``: thread names that may outlive the test body (each of several threads of one name).
     * ``max_steps``/``time_limit``: a run longer than that (transitions /
       virtual seconds) is a ``hang``; ``wall_timeout``: real seconds a thread may
       run without reaching a scheduling point before the check stops with an
