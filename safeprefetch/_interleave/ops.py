@@ -18,12 +18,13 @@ the innermost frame outside this package and ``threading``.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-__all__ = ["Aborted", "Choice", "Op", "SchedulerStuck", "Settings", "Step", "join_clock", "name_from_line",
-           "raised_at", "where"]
+__all__ = ["Aborted", "Choice", "Op", "SchedulerStuck", "Settings", "Step", "join_clock", "may_outlive",
+           "name_from_line", "raised_at", "where"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _THREADING_FILE = os.path.abspath(sys.modules["threading"].__file__ or "")
@@ -179,3 +180,13 @@ def raised_at(e: BaseException) -> str:
     if last is None:
         return ""
     return f" at {os.path.basename(last.tb_frame.f_code.co_filename)}:{last.tb_lineno}"
+
+
+#: The suffix that tells apart threads given the same name (``closer#2``).
+_SAME_NAME = re.compile(r"#\d+$")
+
+
+def may_outlive(name: str, allow_alive: tuple[str, ...]) -> bool:
+    """Whether the thread ``name`` may outlive the test body: an ``allow_alive`` name matches each of several
+    threads given that name."""
+    return _SAME_NAME.sub("", name) in allow_alive

@@ -67,7 +67,7 @@ import re
 import threading
 from typing import Any, Callable
 
-from .ops import Aborted, Choice, Op, SchedulerStuck, Settings, Step, join_clock, name_from_line, raised_at
+from .ops import Aborted, Choice, Op, SchedulerStuck, Settings, Step, join_clock, may_outlive, name_from_line, raised_at
 from .ops import where as where
 
 __all__ = ["ABORT_PATIENCE", "Aborted", "Choice", "Execution", "Op", "SchedulerStuck", "Settings", "Step", "VThread",
@@ -78,10 +78,6 @@ __all__ = ["ABORT_PATIENCE", "Aborted", "Choice", "Execution", "Op", "SchedulerS
 #: enough that a loop that catches everything does not spin.
 ABORT_PATIENCE = 100
 
-
-
-#: The suffix that tells apart threads given the same name (``closer#2``): ``allow_alive`` names match each.
-_SAME_NAME = re.compile(r"#\d+$")
 
 class VThread:
     """One thread of an execution: its baton, its announced operation, its fate."""
@@ -274,7 +270,7 @@ class Execution:
         if vt.index == 0:
             self.root_done = True
             leaked = [u.name for u in self.threads if u is not vt and not u.finished
-                      and _SAME_NAME.sub("", u.name) not in self.settings.allow_alive]
+                      and not may_outlive(u.name, self.settings.allow_alive)]
             if leaked and not self.over:
                 self.violation("leaked_thread", f"{', '.join(leaked)} still alive when the test body returned", vt)
         self.point(vt, Op("exit", vt.obj, (("thread", vt.index),), label=f"exit {vt.name}"))
