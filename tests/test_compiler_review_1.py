@@ -14,25 +14,14 @@ from safeprefetch import check
 from safeprefetch.model import DONE, Model
 from safeprefetch._dsl.codegen import compile_transitions
 from safeprefetch._runtime.validation import validate
+from _past_the_switch import AFTER, N, count_past_the_switch
 
 warnings.simplefilter("ignore", SyntaxWarning)  # the generated code says `'got it' is GOT`
 
 GOT = "got it"        # branch names with a space: not interned, so a literal is another object
 MISS = "timed out"
 BOSS = "boss thread"
-N = 70_000            # past the explorer's `auto` switch to the generated engine (50,000 states)
 
-
-def tick(s, me):
-    s.c += 1
-
-
-def tick_guard(s, me):
-    return s.c < N
-
-
-def tick_next(s, me):
-    return "tick" if s.c < N else "pick"
 
 
 def pick(s, me, b):
@@ -46,8 +35,8 @@ class BranchIdentity(Model):
     def build(self, m):
         m.shared(c=0, bad=False)
         p = m.program("p")
-        p.step("tick", tick, guard=tick_guard, next=tick_next, to=["tick", "pick"])
-        p.step("pick", pick, branches=(GOT, MISS), next=DONE)
+        count_past_the_switch(p)
+        p.step(AFTER, pick, branches=(GOT, MISS), next=DONE)
         m.thread("t", p)
         # reads c too, so no step is invisible: no partial-order reduction, the default search may go generated
         m.invariant("never bad", lambda s: not (s.bad and s.c >= 0))

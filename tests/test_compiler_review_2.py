@@ -14,9 +14,9 @@ from safeprefetch import check
 from safeprefetch.model import DONE, Model
 from safeprefetch._dsl.codegen import compile_transitions
 from safeprefetch._runtime.validation import validate
+from _past_the_switch import AFTER, count_past_the_switch
 
 TABLE = {"a": "poison"}
-N = 70_000
 
 
 def eff_match(s, me):
@@ -57,17 +57,6 @@ def test_generated_transition_equals_machine(which):
     assert cm.successors(machine.init) == machine.successors(machine.init)  # fails: NameError 'L1__size' ...
 
 
-def tick(s, me):
-    s.c += 1
-
-
-def tick_guard(s, me):
-    return s.c < N
-
-
-def tick_next(s, me):
-    return "tick" if s.c < N else "handle"
-
 
 def handle(s, me):
     match s.request:
@@ -84,8 +73,8 @@ class Capture(Model):
     def build(self, m):
         m.shared(c=0, request=("get", "a"), reply="")
         p = m.program("p")
-        p.step("tick", tick, guard=tick_guard, next=tick_next, to=["tick", "handle"])
-        p.step("handle", handle, next=DONE)
+        count_past_the_switch(p)
+        p.step(AFTER, handle, next=DONE)
         m.thread("t", p)
         m.invariant("no poison", lambda s: s.reply != "poison" or s.c < 0)
 

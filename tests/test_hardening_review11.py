@@ -138,10 +138,8 @@ class _MissSource:
         if pf is not None and i == self.trigger and threading.current_thread() is threading.main_thread():
             self.trigger = None
             core = pf._core
-            end = time.monotonic() + 10
-            while not any(core.rt.state[p] == Q.FETCH for p in core.worker_pcs):  # observable state
-                assert time.monotonic() < end, "no worker came to fetch"
-                time.sleep(0.001)
+            assert wait_until(lambda: any(core.rt.state[p] == Q.FETCH for p in core.worker_pcs), 10), \
+                "no worker came to fetch"
             signal.raise_signal(signal.SIGINT)  # a real Ctrl-C: its handler runs here, inside the source
         return np.full(3, i, np.int64)
 

@@ -47,7 +47,8 @@ from typing import Any
 
 from .args import deadline_after
 
-__all__ = ["CLOSER_THREAD", "REAPER_THREAD", "PrefetcherForked", "open_cores", "reaper", "register", "thread_count", "unregister"]
+__all__ = ["CLOSER_THREAD", "REAPER_THREAD", "PrefetcherForked", "open_cores", "reaper", "register", "thread_count",
+           "unregister"]
 
 #: The name of the process-wide reaper thread (started by the first Prefetcher, never joined).
 REAPER_THREAD = "safeprefetch-reaper"
