@@ -381,7 +381,10 @@ class Prefetcher(NotCopyable):
 
     @property
     def last_index(self) -> int | None:
-        """Source index of the batch delivered last (useful with ``ordered=False``)."""
+        """Source index of the batch delivered last to the calling thread (useful with ``ordered=False``).
+
+        Each consumer thread sees its own: another thread's later batch does not change it. None before the
+        thread's first batch."""
         return self._core.last_index
 
     def __repr__(self) -> str:

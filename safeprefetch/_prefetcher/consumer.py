@@ -187,6 +187,8 @@ class ConsumerSide:
             except BaseException:
                 self.unreturn(entry)
                 raise
+        if entry[0] not in TERMINAL:  # a batch, handed to this thread (a store, not a call: no interruption point)
+            self.last_seen.last_pos = entry[2]
         return entry[0], entry[1]
 
     @protected
@@ -267,7 +269,7 @@ class ConsumerSide:
         if self.spans is not None:
             self.spans.append(("consumer", "copy", t0, time.perf_counter()))
         # The outcome is stashed, and the run advanced past it, with no interruption point between.
-        self.stash = (api, value, pos, data, ref); self.run_next += 1; self.counts.delivered += 1; self.last_pos = pos  # noqa: E702,E501
+        self.stash = (api, value, pos, data, ref); self.run_next += 1; self.counts.delivered += 1  # noqa: E702
         self.runs.last_call = time.perf_counter()
         if api is not LEASE and self.run_next >= len(self.run):
             self._release_run()

@@ -92,7 +92,9 @@ class Core(FetchSide, ConsumerSide, CloseSide):
         self.lease_out: weakref.ref | None = None
         self.error_raised = False               # the source error was raised (later calls: end of stream)
         self.ended_with: str | None = None      # the terminal outcome handed out, once the stream is over
-        self.last_pos: int | None = None        # stream position of the batch delivered last
+        # Per consumer thread: ``last_pos``, the stream position of the batch handed to that thread last
+        # (one attribute shared by every thread named another thread's batch).
+        self.last_seen = threading.local()
         # -- closing
         self.close_lock = new_gate()            # serializes the callers that drive the model closer (waits.py)
         self.waiters_lock = threading.Lock()
@@ -138,7 +140,7 @@ class Core(FetchSide, ConsumerSide, CloseSide):
 
     @property
     def last_index(self) -> int | None:
-        pos = self.last_pos
+        pos = getattr(self.last_seen, "last_pos", None)
         if pos is None or self.plan is None:
             return pos
         return int(self.plan[pos])

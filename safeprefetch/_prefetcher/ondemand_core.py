@@ -117,6 +117,7 @@ class OnDemandCore(ServeSide, CloseSide):
         self.gate = new_gate()
         self.stash: tuple | None = None         # an interrupted call's outcome: (kind, value, index, data)
         self.returned: list[tuple] = []         # outcomes put back without the gate (unreturn), not yet in the stash
+        self.last_seen = threading.local()      # the shared hand-out stores each thread's last index here
         self.drop_demand = False                # the next demand fetch is an interrupted call's: drop it
         self.demand_deadline: float | None = None  # the request's, for a thread_safe=False source's lock
         self.busy: BaseException | None = None  # the last SourceBusy a demand fetch stored (not a source error)
