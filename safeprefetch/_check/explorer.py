@@ -61,6 +61,7 @@ from typing import Any, Callable, Sequence
 from .._dsl.codegen import compile_transitions
 from .._dsl.model import Machine, ModelError, StepViolation
 from .budget import DictGrowth, MemoryBudget
+from .cutoff import cut_short
 from .expand import Expander, check_max_states, counted_at_cut
 from .determinism import differs, error as determinism_error
 from .extension import Build
@@ -417,7 +418,7 @@ class Explorer:
                         if report is not None:
                             report(len(parents), len(nxt_level) + size, transitions)
                         if self.budget is not None and self._over_budget(len(parents), growth.soon(64 << 10)):
-                            return self._stopped(depth, transitions, False)
+                            return cut_short(self, level[i:], depth, transitions, found)
                     i = j
                     if crossed and watch and self._background(len(parents)):  # the compiled one took over
                         chunk, base, audit, audited = self.fast.chunk, counter, counter, i
@@ -443,7 +444,7 @@ class Explorer:
                         if n_before >= max_states:
                             del parents[nxt]
                             cut = counted_at_cut(moves, transitions - before - 1, self.expander.reduced)
-                            return self._stopped(depth, before + cut, False)
+                            return cut_short(self, level[i:], depth, before + cut, found)
                         if check_inv is not None:
                             bad = check_inv(nxt)
                             if bad:  # an error state: report it, never expand it
@@ -465,7 +466,7 @@ class Explorer:
                         report(len(parents), len(nxt_level) + size, transitions)
                     # A level adds at most a few new states per expanded one: 64 per is a safe margin.
                     if self.budget is not None and self._over_budget(len(parents), growth.soon(64 << 10)):
-                        return self._stopped(depth, transitions, False)
+                        return cut_short(self, level[i:], depth, transitions, found)
             self._stopped(depth, transitions, True)
             if on_step_found and stop:
                 return True

@@ -19,6 +19,7 @@ Paths are rebuilt from the parent fingerprints (:meth:`path_to`).
 
 from __future__ import annotations
 
+import itertools
 import time
 from marshal import dumps
 from typing import Any
@@ -26,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .._dsl.model import Machine
+from .cutoff import cut_short
 from .explorer import DEFAULT_MAX_STATES, Explorer
 from .fingerprint import FingerprintTable, Frontier, collision_probability, fingerprinter
 from .liveness import STARVATION_CAPPED, bounded_starvation
@@ -142,15 +144,18 @@ class FingerprintExplorer(Explorer):
                 nxt_level = Frontier(self.frontier_states)
                 self.on_step_found = False
                 chunk: list[tuple[tuple, int]] = []
-                for item in level:
+                items = iter(level)
+                for item in items:
                     chunk.append(item)
                     if len(chunk) < _CHUNK:
                         continue
                     if self.budget is not None and self._over_budget(len(table), table.growth_soon(_MARGIN)):
-                        return self._stopped(depth, transitions, False)
+                        return cut_short(self, _states(chunk, items), depth, transitions, found)
                     transitions, done = self._chunk(chunk, depth, transitions, nxt_level, found, check_inv,
                                                     expand)
                     chunk = []
+                    if done is False:  # cut by the cap: this chunk is judged, the rest of the level is not
+                        return cut_short(self, _states((), items), depth, transitions, found)
                     if done is not None:
                         return done
                     if report is None:
@@ -158,7 +163,7 @@ class FingerprintExplorer(Explorer):
                     report(len(table), len(nxt_level) + len(level), transitions)
                 if chunk:
                     if self.budget is not None and self._over_budget(len(table), table.growth_soon(_MARGIN)):
-                        return self._stopped(depth, transitions, False)
+                        return cut_short(self, _states(chunk, ()), depth, transitions, found)
                     transitions, done = self._chunk(chunk, depth, transitions, nxt_level, found, check_inv, expand)
                     if done is not None:
                         return done
@@ -243,6 +248,11 @@ class FingerprintExplorer(Explorer):
         if cut:
             return transitions, self._stopped(depth, transitions, False)
         return transitions, None
+
+
+def _states(chunk: Any, items: Any) -> Any:
+    """The states of a level's unexpanded rest: ``chunk``'s, then those ``items`` has not yet yielded."""
+    return (state for state, _ in itertools.chain(chunk, items))
 
 
 def fingerprints(states: list[tuple], fingerprint: Any) -> np.ndarray:

@@ -1,0 +1,45 @@
+"""A breadth-first search cut short still reports its shortest violation.
+
+A state cap or a memory budget can stop the search in the middle of a
+level. Everything shallower is judged by then: a state at depth ``d`` is
+checked against the invariants when it is generated, while level ``d - 1``
+is expanded, and judged stuck or not when it is expanded itself. So a
+violation found at depth ``d`` or less is a shortest one. But a violation
+found one step deeper (an invariant broken by a successor, a step that
+raised) is not, while some states of the level are still unexpanded: one of
+them may be stuck, a violation at depth ``d``. Reporting the deeper one as
+the shortest trace, as the search did, made the verdict and its length
+depend on where the cap fell (and on the store, whose chunks fall
+differently).
+
+:func:`cut_short` closes that gap without storing anything: it expands the
+rest of the level only to judge its stuck states, exactly as the search
+would have. The cost is one expansion per state already stored, and no
+memory: the cap and the budget still bound what is kept.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+
+def judge_rest(explorer: Any, states: Iterable[tuple], depth: int, found: list) -> None:
+    """Judge the stuck states among ``states`` (the unexpanded rest of level ``depth``), when needed.
+
+    Needed only when every violation in ``found`` lies deeper than ``depth``. Records violations in
+    ``found`` as the search does (``explorer._terminal``), and stops at the first one when the search
+    would have (``stop_at_first``).
+    """
+    if not found or min(d for d, _ in found) <= depth:
+        return
+    expand = explorer.expander.expand
+    for state in states:
+        _, stuck = expand(state)
+        if stuck and explorer._terminal(state, depth, found) and explorer.stop_at_first:
+            return
+
+
+def cut_short(explorer: Any, rest: Iterable[tuple], depth: int, transitions: int, found: list) -> bool:
+    """Stop the search cut at level ``depth`` (False: not every state was visited), judging ``rest`` first."""
+    judge_rest(explorer, rest, depth, found)
+    return explorer._stopped(depth, transitions, False)
