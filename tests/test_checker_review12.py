@@ -9,6 +9,7 @@ the probe's first states (the reduced search said ok). Each test failed before i
 import pytest
 
 from safeprefetch.model import DONE, Model
+from safeprefetch import NondeterministicModel
 from safeprefetch._check.explore import check
 
 pytestmark = pytest.mark.timeout(120)
@@ -55,3 +56,46 @@ def test_1_a_state_cap_inside_a_level_still_reports_the_shortest_violation(store
     cut = check(model, reduce="none", store=store, engine=engine, progress_every=1e9, max_states=width + 3)
     assert (cut.verdict, len(cut.violation.trace.steps)) == ("deadlock", 1)
     assert cut.exhaustive
+
+
+class Box:
+    """A hashable object whose value can be changed in place: the trap."""
+
+    def __init__(self, v):
+        self.v = v
+
+    def __eq__(self, other):
+        return isinstance(other, Box) and other.v == self.v
+
+    def __hash__(self):
+        return hash(self.v)
+
+    def __repr__(self):
+        return f"Box({self.v})"
+
+
+class BumpedInPlace(Model):
+    """Two threads each bump ``box`` twice, in place: the largest value reachable is 4, so ``box < 4`` breaks."""
+
+    name = "bumped_in_place"
+    params = {}
+
+    def build(self, m):
+        m.shared(box=Box(0))
+
+        def bump(s, me):
+            s.box.v += 1  # the object the parent state holds, not a new value
+
+        p = m.program("w")
+        p.step("bump", bump, next="again")
+        p.step("again", bump, next=DONE)
+        m.thread("t0", p)
+        m.thread("t1", p)
+        m.invariant("box < 4", lambda s: s.box.v < 4)
+
+
+@pytest.mark.parametrize("store,reduce", [("full", "none"), ("fingerprint", "none"), ("full", "all")])
+def test_2_a_step_that_changes_the_state_in_place_is_an_error_not_a_verdict(store, reduce):
+    # Before: "invariant, 1 state, 0 transitions": the root itself was corrupted by the probe's expansions.
+    with pytest.raises(NondeterministicModel, match="in place: field 'box' was Box\\(0\\)"):
+        check(BumpedInPlace, reduce=reduce, store=store, progress_every=1e9)

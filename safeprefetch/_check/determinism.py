@@ -18,18 +18,28 @@ against the machine on the same schedule). A difference is a
 :class:`NondeterministicModel` that names the thread, the step and the
 schedule to the state. That is a check, not a proof: a step that changes
 its mind rarely, or only in states past the sample, goes unseen.
+
+The same expansions also catch a step that changes the state it was given
+in place (``s.box.v += 1`` on a mutable object in a field, where the step
+should have stored a new value): the step's private copy of the state is
+shallow, so the object it mutates is the parent state's, and the stored
+parent silently becomes another state. Both expansions then see the same
+corrupted object and agree, so comparing them cannot tell; comparing the
+state with itself before and after can. Each probed or sampled state's
+hash and field reprs are taken before its expansions and compared after; a
+change is a :class:`NondeterministicModel` naming the field.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import Any, NamedTuple
 
 from .._dsl.model import Machine, ModelError
 from .replay import trace_of
 from .steperror import path_from_parents
 
-__all__ = ["DETERMINISM_PROBE", "NondeterministicModel", "differs", "probe"]
+__all__ = ["DETERMINISM_PROBE", "Mutated", "NondeterministicModel", "differs", "probe"]
 
 #: States expanded twice before every search: a few milliseconds, and random draws show at once.
 DETERMINISM_PROBE = 256
@@ -54,19 +64,40 @@ def differs(machine: Machine, state: tuple) -> tuple[int, str] | None:
     return _expanded_twice(machine, state)[0]
 
 
-def _expanded_twice(machine: Machine, state: tuple) -> tuple[tuple[int, str] | None, list]:
+class Mutated(NamedTuple):
+    """A field whose value the expansion of the state changed in place: its repr before and after."""
+
+    field: str
+    before: str
+    after: str
+
+
+def _expanded_twice(machine: Machine, state: tuple) -> tuple[tuple[int, str] | Mutated | None, list]:
     """:func:`differs`, and the first expansion (for a caller that goes on to use the successors)."""
+    hashed, shown = hash(state), [repr(v) for v in state]
     succ = machine.successors(state)
     first, again = _outcomes(succ), _outcomes(machine.successors(state))
+    if hash(state) != hashed or [repr(v) for v in state] != shown:
+        names = machine.field_names or tuple(f"field {i}" for i in range(len(state)))
+        changed = [i for i, v in enumerate(state) if repr(v) != shown[i]] or [0]
+        return Mutated(names[changed[0]], shown[changed[0]], repr(state[changed[0]])), succ
     for c in sorted(set(first) | set(again), key=repr):
         if first.get(c) != again.get(c):
             return c, succ
     return None, succ
 
 
-def error(machine: Machine, choice: tuple[int, Any] | None, trace: Any = None,
+def error(machine: Machine, choice: tuple[int, Any] | Mutated | None, trace: Any = None,
           state: tuple | None = None) -> NondeterministicModel:
     """The error for a model whose successors changed (``choice``: the move where they did, in ``state``)."""
+    if isinstance(choice, Mutated):
+        at = "" if trace is None else f" (after {len(trace)} step{'' if len(trace) == 1 else 's'})"
+        return NondeterministicModel(
+            f"a step changed the state it was given in place{at}: field {choice.field!r} was {choice.before} "
+            f"before the state's successors were computed and {choice.after} after. A step must store a new "
+            "value in a field (s.field = ...), not change the object the field holds: the state is shared with "
+            "every state stored before it. Keep fields immutable (ints, strings, tuples, frozensets, frozen "
+            "dataclasses)", trace)
     where = ""
     if choice is not None:
         info = machine.step_info(state, choice[0]) if state is not None else None
@@ -96,6 +127,8 @@ def probe(machine: Machine, max_states: int = DETERMINISM_PROBE) -> Nondetermini
             choice, succ = _expanded_twice(machine, state)
         except (Exception, SystemExit):  # noqa: BLE001 - a step or check that raises: the search reports it, with its trace
             return None
+        if isinstance(choice, Mutated):  # the states stored so far may be corrupted: no path back to trust
+            return error(machine, choice, None, state)
         if choice is not None:
             return error(machine, choice, trace_of(machine, *path_from_parents(parents, state)), state)
         for c, nxt in succ:
