@@ -8,8 +8,8 @@ the probe's first states (the reduced search said ok). Each test failed before i
 
 import pytest
 
-from safeprefetch.model import DONE, Model
-from safeprefetch import NondeterministicModel
+from safeprefetch.model import DONE, Model, violate
+from safeprefetch import NondeterministicModel, SymmetryError
 from safeprefetch._check.explore import check
 
 pytestmark = pytest.mark.timeout(120)
@@ -99,3 +99,40 @@ def test_2_a_step_that_changes_the_state_in_place_is_an_error_not_a_verdict(stor
     # Before: "invariant, 1 state, 0 transitions": the root itself was corrupted by the probe's expansions.
     with pytest.raises(NondeterministicModel, match="in place: field 'box' was Box\\(0\\)"):
         check(BumpedInPlace, reduce=reduce, store=store, progress_every=1e9)
+
+
+class AsymmetricLate(Model):
+    """``w0`` and ``w1`` are declared symmetric, but only ``w1`` breaks the model at its step ``a``, which
+    either can reach only after a counter thread has counted to ``pad``: past the probe's first states."""
+
+    name = "asymmetric_late"
+    params = {"pad": 1200}
+
+    def build(self, m, pad):
+        m.shared(n=0, busy=False)
+        counter = m.program("counter")
+        counter.step("count", lambda s, me: setattr(s, "n", s.n + 1),
+                     next=lambda s, me: "count" if s.n < pad else DONE, to=["count", DONE])
+        w = m.program("w")
+        w.step("enter", lambda s, me: setattr(s, "busy", True), guard=lambda s, me: s.n >= pad and not s.busy,
+               next="a")
+
+        def a(s, me):
+            if me.name == "w1":
+                violate("invariant", "w1 ran step a")
+            s.busy = False
+
+        w.step("a", a, next=DONE)
+        m.thread("counter", counter)
+        m.thread("w0", w)
+        m.thread("w1", w)
+        m.symmetric("w0", "w1")
+
+
+@pytest.mark.parametrize("reduce", ["symmetry", "all"])
+def test_3_a_symmetry_broken_only_past_the_probes_first_states_is_named(reduce):
+    plain = check(AsymmetricLate, reduce="none", progress_every=1e9)
+    assert plain.verdict == "invariant"
+    # Before: "ok, 1205 states, exhaustive": the probe checked the first 1,000 states only.
+    with pytest.raises(SymmetryError, match="w0 and w1 are not interchangeable. After 1201 steps"):
+        check(AsymmetricLate, reduce=reduce, progress_every=1e9)

@@ -25,6 +25,15 @@ The explorer runs it on the first :data:`SYMMETRY_PROBE` states before every
 search with symmetry reduction, and on everything it stored when a reduced
 search fails to walk a path back, so a wrong declaration is named, not
 reported as "successor function is not deterministic".
+
+The first states alone left deep asymmetry unseen: a model whose threads
+differ only after a thousand steps of something else passed the probe, and
+the reduced search then said "ok, exhaustive" where the plain one found the
+violation. Past the first states the walk goes on as a beam, at most
+:data:`SYMMETRY_BEAM` new states per level, up to :data:`SYMMETRY_DEEP` more
+states, so every depth the model reaches within that budget is sampled.
+Still a check, not a proof (as in TLC, whose symmetry sets are not checked
+at all): asymmetry confined to states off the beam goes unseen.
 """
 
 from __future__ import annotations
@@ -37,12 +46,15 @@ from .replay import trace_of
 from .steperror import path_from_parents
 from .verdict import end_violation
 
-__all__ = ["SYMMETRY_PROBE", "SymmetryError", "symmetry_error"]
+__all__ = ["SYMMETRY_BEAM", "SYMMETRY_DEEP", "SYMMETRY_PROBE", "SymmetryError", "symmetry_error"]
 
 #: States checked before every search with symmetry reduction. A wrong declaration shows within a
 #: few steps in every model we have seen (the threads differ as soon as one of them moves); a
 #: thousand states cost a few milliseconds, against a search that is about to store many more.
 SYMMETRY_PROBE = 1_000
+#: Past the probe's first states: new states checked per level, and in all.
+SYMMETRY_BEAM = 4
+SYMMETRY_DEEP = 5_000
 
 
 class SymmetryError(ModelError):
@@ -64,9 +76,10 @@ def symmetry_error(machine: Machine, max_states: int) -> SymmetryError | None:
     if not swaps:
         return None
     parents: dict[tuple, Any] = {machine.init: None}
-    queue = deque([machine.init])
+    queue = deque([(machine.init, 0)])
+    per_level: dict[int, int] = {}
     while queue:
-        state = queue.popleft()
+        state, depth = queue.popleft()
         succ = machine.successors(state)
         for a, b in swaps:
             bad = _mismatch(machine, state, succ, a, b)
@@ -76,9 +89,13 @@ def symmetry_error(machine: Machine, max_states: int) -> SymmetryError | None:
             if judged is not None:
                 return _judgement_error(machine, parents, state, a, b, judged)
         for (t, br), nxt in succ:
-            if nxt.__class__ is tuple and nxt not in parents and len(parents) < max_states:
+            if nxt.__class__ is not tuple or nxt in parents:
+                continue
+            held = per_level.get(depth + 1, 0)
+            if len(parents) < max_states or (held < SYMMETRY_BEAM and len(parents) < max_states + SYMMETRY_DEEP):
                 parents[nxt] = (state, (t, br))
-                queue.append(nxt)
+                queue.append((nxt, depth + 1))
+                per_level[depth + 1] = held + 1
     return None
 
 
