@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .._check.result import Trace
+from .arguments import runs_when_called
 from .check import Interrupt, check_code, replay_code, settings_of
 from .report import CodeCheckResult, render_text, write_svg
 
@@ -132,6 +133,8 @@ def test(*, expect: str = "ok", **options: Any) -> Callable[[Callable[..., Any]]
         raise ValueError(f"expect must be one of {', '.join(VERDICTS)}, not {expect!r}")
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., None]:
+        runs_when_called(fn)  # an async def or a generator: refused when decorated, not passed silently
+
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> None:
             body = functools.partial(fn, *args, **kwargs) if (args or kwargs) else fn

@@ -83,6 +83,7 @@ def body(fn: Callable[..., Any]) -> None:
     """A callable the check can call with no arguments."""
     if not callable(fn):
         raise TypeError(f"check needs a zero-argument callable, not {fn!r}")
+    runs_when_called(fn)
     try:
         inspect.signature(fn).bind()
     except TypeError as e:
@@ -90,3 +91,14 @@ def body(fn: Callable[..., Any]) -> None:
                         f"cannot be called without arguments ({e})") from None
     except ValueError:
         pass  # no signature to read (a builtin): it will say so when called
+
+
+def runs_when_called(fn: Callable[..., Any]) -> None:
+    """Refuse a function whose call runs none of its body: the check would explore one empty run, "ok"."""
+    for test, what in ((inspect.iscoroutinefunction, "an async def (calling it only makes a coroutine)"),
+                       (inspect.isasyncgenfunction, "an async generator function (calling it runs nothing)"),
+                       (inspect.isgeneratorfunction, "a generator function (calling it only makes a generator)")):
+        if test(fn):
+            raise TypeError(f"check needs a plain function that runs the test when called; "
+                            f"{getattr(fn, '__qualname__', fn)!r} is {what}: its body would never run. "
+                            "The checker schedules threads, not an event loop: test threading code in a def")
