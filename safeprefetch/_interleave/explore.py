@@ -75,7 +75,7 @@ rare rather than half of all choices.
 from __future__ import annotations
 
 import random as _random
-from typing import Sequence
+from typing import Any, Sequence
 
 from .._check.result import ReplayDivergence, Trace
 from .scheduler import Choice, Execution, Op
@@ -186,6 +186,59 @@ class Node:
         return _sig(self.ops[c.t], c)
 
 
+def last_race_scan(dfs: DFS, ex: Execution, p: int, op: Op, psig: tuple, k: int) -> int | None:
+    """:meth:`DFS._last_race` by its definition: the latest event before ``k`` of another thread that is
+    dependent with ``op``, does not happen before ``p``, is co-enabled with it and did not enable it."""
+    events = ex.events
+    for i in range(k - 1, -1, -1):
+        e = events[i]
+        if e.t == p or not _dependent((e.keys, e.write, e.star), psig):
+            continue
+        if ex.happens_before(i, p) or not _coenabled(e.op, op) or dfs._enabler(i, e.op, p, op):
+            continue
+        return i
+    return None
+
+
+class _EventIndex:
+    """One execution's events, per thread: all of them, its ``star`` ones, and per key those touching it, each
+    list in order. Built as the execution grows (its events are only ever appended)."""
+
+    def __init__(self, ex: Execution):
+        self.ex = ex
+        self.n = 0
+        self.every: dict[int, list[int]] = {}
+        self.star: dict[int, list[int]] = {}
+        self.keyed: dict[Any, dict[int, list[int]]] = {}
+
+    def upto(self, k: int) -> None:
+        events = self.ex.events
+        for i in range(self.n, k):
+            e = events[i]
+            self.every.setdefault(e.t, []).append(i)
+            if e.star:
+                self.star.setdefault(e.t, []).append(i)
+            for key in e.keys:
+                self.keyed.setdefault(key, {}).setdefault(e.t, []).append(i)
+        self.n = max(self.n, k)
+
+    def candidates(self, p: int, psig: tuple) -> list[tuple[int, list[list[int]]]]:
+        """Each other thread, with the lists of its events that can be dependent with ``psig``."""
+        out = []
+        for u in self.every:
+            if u == p:
+                continue
+            if psig[2]:
+                lists = [self.every[u]]
+            else:
+                lists = [by[u] for by in (self.keyed.get(key) for key in psig[0]) if by and u in by]
+                if u in self.star:
+                    lists.append(self.star[u])
+            if lists:
+                out.append((u, lists))
+        return out
+
+
 class DFS:
     """Stateless depth-first search over schedules, with DPOR and sleep sets unless ``reduce="none"``."""
 
@@ -200,6 +253,7 @@ class DFS:
         self.hint: list[int] = []
         self.pruned = 0
         self.bound_cut = False
+        self._index: _EventIndex | None = None
 
     # -- one run --------------------------------------------------------------------
 
@@ -291,15 +345,36 @@ class DFS:
                 self._backtrack_at(ex, i, p, k)
 
     def _last_race(self, ex: Execution, p: int, op: Op, psig: tuple, k: int) -> int | None:
-        events = ex.events
-        for i in range(k - 1, -1, -1):
-            e = events[i]
-            if e.t == p or not _dependent((e.keys, e.write, e.star), psig):
-                continue
-            if ex.happens_before(i, p) or not _coenabled(e.op, op) or self._enabler(i, e.op, p, op):
-                continue
-            return i
-        return None
+        """The latest event before ``k`` that races with ``p``'s next operation ``op``, or None.
+
+        :func:`last_race_scan` is the definition: every event, latest first. Scanning them all at every
+        step made a long run quadratic (a livelock took minutes to reach ``max_steps``), so this looks
+        only where a race can be: in each other thread's events that share a key with ``op`` or are
+        ``star`` (all of them if ``op`` is), latest first, stopping at the first that happens before
+        ``p`` (so do all earlier ones of that thread) or is no later than the best found. The latest
+        over those lists is the scan's answer (tests/test_interleavings_review12.py compares the two at
+        every call over the catalog's programs)."""
+        index = self._index
+        if index is None or index.ex is not ex:
+            index = self._index = _EventIndex(ex)
+        index.upto(k)
+        events, clock, best = ex.events, ex.tclock[p], -1
+        for u, lists in index.candidates(p, psig):
+            floor = clock[u] if u < len(clock) else 0  # u's events before it happen before p
+            for lst in lists:
+                for i in reversed(lst):
+                    if i <= best or i < floor:
+                        break
+                    if i >= k:
+                        continue
+                    e = events[i]
+                    if not _dependent((e.keys, e.write, e.star), psig):
+                        continue
+                    if not _coenabled(e.op, op) or self._enabler(i, e.op, p, op):
+                        continue
+                    best = i
+                    break
+        return best if best >= 0 else None
 
     def _enabler(self, i: int, done: Op, p: int, op: Op) -> bool:
         """Whether transition ``i`` may have *enabled* ``p``'s operation rather than raced with it: ``p``
