@@ -9,21 +9,9 @@ import numpy as np
 import pytest
 
 from safeprefetch import Prefetcher
+from test_hardening_review10 import Items  # item i is [i, i, i]
 
 pytestmark = pytest.mark.timeout(60)
-
-
-class Items:
-    """Item i is ``[i, i, i]``."""
-
-    def __init__(self, n: int):
-        self.n = n
-
-    def __len__(self):
-        return self.n
-
-    def __getitem__(self, i):
-        return np.full(3, i, np.int64)
 
 
 def test_1_last_index_names_the_batch_this_thread_got_not_the_other_threads():
