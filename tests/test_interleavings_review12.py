@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from safeprefetch import interleavings
+from _polling import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -108,3 +109,92 @@ def test_2_a_livelock_reaches_its_hang_verdict_in_a_linear_run(monkeypatch):
         looked[steps] = _CountedEvents.looked
         assert r.verdict == "hang"
     assert looked[2_000] < 6 * looked[500], looked
+
+
+def lost_update_among_noise():
+    """Two threads lose an update (check-then-act, one preemption), among six threads that each take the
+    lock once: the schedules without a preemption alone are too many to search to the end."""
+    lock, state = threading.Lock(), {"n": 0}
+
+    def noise():
+        with lock:
+            pass
+
+    def inc():
+        with lock:
+            v = state["n"]
+        with lock:
+            state["n"] = v + 1
+
+    threads = [threading.Thread(target=noise) for _ in range(6)] + [threading.Thread(target=inc) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert state["n"] == 2, state
+
+
+def test_3_minimizing_stops_at_its_budget_and_says_so(monkeypatch):
+    # Before: found in 2 schedules, then minimizing searched the 0-preemption space to its end: no result
+    # within 300 s. The cap is lowered here only to keep the test short.
+    from safeprefetch._interleave import check as checking
+
+    monkeypatch.setattr(checking, "MINIMIZE_SCHEDULES", 200)
+    r = interleavings.check(lost_update_among_noise)
+    assert r.verdict == "assertion" and r.schedules_to_bug == 2
+    assert r.minimized is False and r.to_json()["search"]["minimized"] is False
+    assert "minimizing stopped before it finished" in interleavings.render(r)
+    assert "minimized from" not in interleavings.render(r)
+    again = interleavings.replay(lost_update_among_noise, r.to_json())
+    assert again.verdict == "assertion"
+
+
+def test_4_a_livelocked_thread_does_not_outlive_its_check():
+    # Before: parking a thread that swallowed Aborted took a fresh lock twice (so never parked), and a
+    # spinner, whose every operation was enabled, went on after the check on the real lock, for good: the
+    # process burned a CPU on it from then on (and each run waited 2 s for it to unwind).
+    def livelock():
+        lock = threading.Lock()
+
+        def spin_forever():
+            while True:
+                with lock:
+                    pass
+
+        t = threading.Thread(target=spin_forever)
+        t.start()
+        t.join()
+
+    r = interleavings.check(livelock, max_steps=300, minimize=False)
+    assert r.verdict == "hang"
+    assert wait_until(lambda: not any("spin_forever" in t.name for t in threading.enumerate()), 10)
+
+
+def test_4_a_thread_that_swallows_every_abort_is_parked_not_spinning():
+    def stubborn():
+        lock = threading.Lock()
+
+        def swallow_forever():
+            while True:
+                try:
+                    with lock:
+                        pass
+                except BaseException:  # noqa: BLE001 - the point: it swallows the checker's Aborted too
+                    pass
+
+        t = threading.Thread(target=swallow_forever)
+        t.start()
+        t.join()
+
+    r = interleavings.check(stubborn, max_steps=300, minimize=False)
+    assert r.verdict == "hang"
+    # Parked (blocked for good on a lock of its own): it uses no CPU. Wait until it is there.
+    import sys
+
+    def parked():
+        frames = sys._current_frames()
+        mine = [t for t in threading.enumerate() if "swallow_forever" in t.name]
+        return mine and all(frames.get(t.ident) is not None and frames[t.ident].f_code.co_name == "_aborting"
+                            for t in mine)
+
+    assert wait_until(parked, 10)

@@ -38,6 +38,7 @@ def test_each_bug_is_found_with_a_minimized_trace(name):
     assert r.verdict == t.expected, interleavings.render(r)
     assert len(r.trace) <= MAX_TRACE[name], interleavings.render(r)
     assert r.shrunk_from is not None and len(r.trace) <= r.shrunk_from
+    assert r.minimized is True  # finished: its preemptions are the least any schedule needs
     # Fewest preemptions: one fewer finds nothing of this kind.
     if r.preemptions:
         below = interleavings.check(t.at(), preemption_bound=r.preemptions - 1, minimize=False, **t.options)

@@ -18,6 +18,12 @@ the same kind (iterative context bounding, so that count is the least any
 schedule needs) -- then the fewest steps among the violations of that kind
 met within :data:`SHRINK_SCHEDULES` further schedules at that bound. The
 result says how long the first failing run was (``shrunk_from``).
+Each bound is a plain search (no DPOR under a bound), which grows with every
+thread that can interleave: a bug found in two schedules could take hours
+to minimize when it lay one bound up past a 0-preemption space of millions.
+So minimizing stops after :data:`MINIMIZE_SCHEDULES` runs (or the
+``time_budget``) and keeps the best trace found; ``minimized`` says whether
+it finished, and the rendered result says when it did not.
 
 Every result can be replayed (:func:`replay_code`) from its trace, and a
 sampled one is also reproduced by its seed.
@@ -41,7 +47,7 @@ from .report import CodeCheckResult, StepDetail
 from .runner import run_once
 from .scheduler import Execution, Settings, VThread
 
-__all__ = ["DEFAULT_SAMPLES", "Fresh", "Interrupt", "SHRINK_SCHEDULES", "STRATEGIES", "check_code", "fingerprint",
+__all__ = ["DEFAULT_SAMPLES", "Fresh", "Interrupt", "MINIMIZE_SCHEDULES", "SHRINK_SCHEDULES", "STRATEGIES", "check_code", "fingerprint",
            "outcomes", "recorded_settings", "replay_code", "settings_of", "warm_up"]
 
 STRATEGIES = ("dfs", "pct", "random", "hypothesis")
@@ -51,6 +57,9 @@ DEFAULT_SAMPLES = 1000
 #: enough to try the reorderings near the first one found, few enough to stay well under a second
 #: for the catalog's twins.
 SHRINK_SCHEDULES = 300
+#: Runs the minimizer makes in all, over every bound: seconds, whatever the body (the catalog's twins
+#: need at most 542).
+MINIMIZE_SCHEDULES = 2_000
 
 
 @dataclass(frozen=True)
@@ -195,12 +204,12 @@ def check_code(fn: Callable[[], Any], *, strategy: str = "dfs", preemption_bound
         covered = _search(fn, strategy, preemption_bound, max_schedules, seed, interrupts, settings, reduce, depth,
                           time_budget, stats)
         found = stats.first
-        shrunk_from = None
+        shrunk_from, minimized = None, None
         if found is not None and minimize:
             shrunk_from = len(found.events)
-            found = _minimize(fn, found, interrupts, settings, reduce, time_budget)
+            found, minimized = _minimize(fn, found, interrupts, settings, reduce, time_budget)
     return _result(name, fn, strategy, preemption_bound, seed, settings, reduce, stats, found, covered,
-                   shrunk_from, record)
+                   (shrunk_from, minimized), record)
 
 
 def _json_seconds(value: Any) -> Any:
@@ -343,18 +352,21 @@ def _hypothesis(fn: Callable[[], Any], settings: Settings, interrupts: tuple, se
 
 
 def _minimize(fn: Callable[[], Any], found: Execution, interrupts: tuple, settings: Settings, reduce: str,
-              budget: float | None) -> Execution:
-    """Fewest preemptions (iterative bounding), then fewest steps within SHRINK_SCHEDULES more runs."""
+              budget: float | None) -> tuple[Execution, bool]:
+    """Fewest preemptions (iterative bounding), then fewest steps within SHRINK_SCHEDULES more runs; and
+    whether that finished (False: MINIMIZE_SCHEDULES runs or the time budget ran out first)."""
     kind = found.outcome
     best = found
     used = sum(1 for e in found.events if e.preempt)
     t0 = time.perf_counter()
+    runs = 0
     for bound in range(0, used + 1):
         dfs = DFS(reduce, bound)
         hit = None
         extra = 0
         while True:
             ex = run_once(fn, dfs, settings, interrupts)
+            runs += 1
             if ex.outcome == kind:
                 if hit is None or len(ex.events) < len(hit.events):
                     hit = ex
@@ -362,12 +374,19 @@ def _minimize(fn: Callable[[], Any], found: Execution, interrupts: tuple, settin
                 extra += 1
                 if extra > SHRINK_SCHEDULES:
                     break
-            if not dfs.next_schedule() or (budget is not None and time.perf_counter() - t0 > budget):
+            if not dfs.next_schedule():
                 break
+            if runs >= MINIMIZE_SCHEDULES or (budget is not None and time.perf_counter() - t0 > budget):
+                return _better(best, hit, used), False
         if hit is not None:
-            if sum(1 for e in hit.events if e.preempt) < used or len(hit.events) <= len(best.events):
-                best = hit
-            break
+            return _better(best, hit, used), True
+    return best, True
+
+
+def _better(best: Execution, hit: Execution | None, used: int) -> Execution:
+    """``hit`` (a violation met while minimizing) if it has fewer preemptions than ``used``, or no more steps."""
+    if hit is not None and (sum(1 for e in hit.events if e.preempt) < used or len(hit.events) <= len(best.events)):
+        return hit
     return best
 
 
@@ -381,9 +400,10 @@ def _trace_of(ex: Execution) -> tuple[Trace, tuple[StepDetail, ...]]:
 
 
 def _result(name: str, fn: Any, strategy: str, bound: int | None, seed: int, settings: Settings, reduce: str,
-            stats: _Stats, found: Execution | None, covered: tuple[bool, bool], shrunk_from: int | None,
-            record: dict) -> CodeCheckResult:
+            stats: _Stats, found: Execution | None, covered: tuple[bool, bool],
+            shrunk: tuple[int | None, bool | None], record: dict) -> CodeCheckResult:
     complete, cut = covered
+    shrunk_from, minimized = shrunk
     reduce = reduce if bound is None else "none"  # a bounded search is plain DFS (explore.py)
     config = {"strategy": strategy, "preemption_bound": bound, "reduce": reduce, "notify": settings.notify,
               "spurious": settings.spurious, "lines": settings.lines, "interrupts": len(record["interrupts"])}
@@ -408,7 +428,8 @@ def _result(name: str, fn: Any, strategy: str, bound: int | None, seed: int, set
         states=stats.schedules, transitions=stats.transitions, seconds=stats.elapsed(), violation=violation,
         max_depth=stats.depth, pruned=stats.pruned, seed=None if strategy == "dfs" else seed,
         preemption_bound=bound, bound_covered=False, preemptions=sum(1 for e in found.events if e.preempt),
-        schedules_to_bug=stats.to_bug, seconds_to_bug=stats.t_bug, shrunk_from=shrunk_from, details=details,
+        schedules_to_bug=stats.to_bug, seconds_to_bug=stats.t_bug, shrunk_from=shrunk_from, minimized=minimized,
+        details=details,
         threads=tuple(vt.name for vt in found.threads), stuck=tuple(found.stuck), exception=exc,
         note=f"{strategy}: {found.outcome} in schedule {stats.to_bug:,}", settings=record)
 
@@ -432,7 +453,7 @@ def replay_code(fn: Callable[[], Any], trace: Trace | Any, *, interrupts: Sequen
     stats.add(ex)
     found = ex if ex.outcome not in ("ok", "pruned") else None
     return _result(name or getattr(fn, "__qualname__", repr(fn)), fn, "replay", None, 0, settings, "none", stats,
-                   found, (False, False), None, record)
+                   found, (False, False), (None, None), record)
 
 
 def fingerprint(ex: Execution) -> tuple:

@@ -76,6 +76,9 @@ class CodeCheckResult(CheckResult):
     seconds_to_bug: float | None = None
     #: Steps of the first failing run, before minimization.
     shrunk_from: int | None = None
+    #: Whether minimizing finished (then ``preemptions`` is the least any schedule needs): False when it
+    #: stopped at ``MINIMIZE_SCHEDULES`` runs or the time budget, keeping the best trace met; None: not asked.
+    minimized: bool | None = None
     #: Per step of ``trace``: source line, changes and notes.
     details: tuple[StepDetail, ...] = ()
     #: Threads of the failing run, in the order they were created.
@@ -103,6 +106,7 @@ class CodeCheckResult(CheckResult):
             "schedules_to_bug": self.schedules_to_bug,
             "seconds_to_bug": None if self.seconds_to_bug is None else round(self.seconds_to_bug, 6),
             "shrunk_from": self.shrunk_from,
+            "minimized": self.minimized,
             "note": self.note,
         }
         for entry, det in zip(d["trace"], self.details):
@@ -200,8 +204,13 @@ def render_text(result: CodeCheckResult) -> str:
     if result.note:
         lines.append(result.note)
     if result.violation is not None:
-        lines.append(f"trace: {len(result.trace)} steps, {result.preemptions} preemption(s)"
-                     + (f" (minimized from {result.shrunk_from} steps)" if result.shrunk_from else ""))
+        shrunk = ""
+        if result.shrunk_from and result.minimized is False:
+            shrunk = (f" (minimizing stopped before it finished, from {result.shrunk_from} steps: a schedule "
+                      "with fewer preemptions may exist)")
+        elif result.shrunk_from:
+            shrunk = f" (minimized from {result.shrunk_from} steps)"
+        lines.append(f"trace: {len(result.trace)} steps, {result.preemptions} preemption(s){shrunk}")
         machine, trace, violation = trace_model(result)
         width = min(44, max([len(s.step) for s in trace.steps] + [len(n) for n in machine.thread_names] + [8]))
         lines.append(format_table(machine, trace, violation, width=width))

@@ -73,9 +73,8 @@ from .ops import where as where
 __all__ = ["ABORT_PATIENCE", "Aborted", "Choice", "Execution", "Op", "SchedulerStuck", "Settings", "Step", "VThread",
            "current", "where"]
 
-#: How many times an aborted thread may swallow :class:`Aborted` (``except BaseException``
-#: in a loop) before it is parked forever instead: enough for any ``finally`` chain, few
-#: enough that a loop that catches everything does not spin.
+#: An aborted thread's operations that may still go ahead (cleanup releasing what it holds), then Aborted
+#: at each but a release; past twice that (it swallows Aborted in a loop) it is parked for good, not spinning.
 ABORT_PATIENCE = 100
 
 
@@ -177,8 +176,7 @@ class Execution:
 
     def add_thread(self, name: str, body: Callable[[], Any], obj: Any = None, daemon: bool = False,
                    named: bool = False) -> VThread:
-        """Start ``body`` as a new controlled thread, parked at its first point (``named``: ``name`` is
-        already the execution's unique name, from :meth:`unique_name`)."""
+        """Start ``body`` as a new controlled thread, parked at its first point (``named``: ``name`` is unique)."""
         if not named:
             name = self.unique_name(name, obj)
         vt = VThread(len(self.threads), name, body, obj, daemon)
@@ -316,10 +314,12 @@ class Execution:
 
     def _aborting(self, vt: VThread, op: Op) -> Choice:
         vt.aborts += 1
-        if vt.aborts > ABORT_PATIENCE:
-            _thread.allocate_lock().acquire()  # park this thread for good: it swallows every Aborted
-            _thread.allocate_lock().acquire()
-        if op.kind != "exit" and (op.enabled is None or op.enabled()) and op.deadline is None:
+        if vt.aborts > 2 * ABORT_PATIENCE:  # it swallows every Aborted: park it (two acquires of one lock)
+            parked = _thread.allocate_lock()
+            parked.acquire()
+            parked.acquire()
+        if op.kind != "exit" and (op.enabled is None or op.enabled()) and op.deadline is None and (
+                vt.aborts <= ABORT_PATIENCE or op.kind == "release"):  # a livelock's loop ends at its next acquire
             return Choice(vt.index)
         raise Aborted
 
