@@ -67,6 +67,20 @@ def test_2_the_indexed_race_lookup_is_the_scan_at_every_call(monkeypatch):
     assert len(calls) > 1000 and all(calls)
 
 
+def livelock():
+    """A thread takes and drops a lock forever; the test body joins it: a hang, at max_steps."""
+    lock = threading.Lock()
+
+    def spin_forever():
+        while True:
+            with lock:
+                pass
+
+    t = threading.Thread(target=spin_forever)
+    t.start()
+    t.join()
+
+
 class _CountedEvents(list):
     """An execution's event list that counts how often an event is looked up by index."""
 
@@ -89,18 +103,6 @@ def test_2_a_livelock_reaches_its_hang_verdict_in_a_linear_run(monkeypatch):
         self.events = _CountedEvents()
 
     monkeypatch.setattr(scheduler.Execution, "__init__", init)
-
-    def livelock():
-        lock = threading.Lock()
-
-        def spin():
-            while True:
-                with lock:
-                    pass
-
-        t = threading.Thread(target=spin)
-        t.start()
-        t.join()
 
     looked = {}
     for steps in (500, 2_000):
@@ -153,18 +155,6 @@ def test_4_a_livelocked_thread_does_not_outlive_its_check():
     # Before: parking a thread that swallowed Aborted took a fresh lock twice (so never parked), and a
     # spinner, whose every operation was enabled, went on after the check on the real lock, for good: the
     # process burned a CPU on it from then on (and each run waited 2 s for it to unwind).
-    def livelock():
-        lock = threading.Lock()
-
-        def spin_forever():
-            while True:
-                with lock:
-                    pass
-
-        t = threading.Thread(target=spin_forever)
-        t.start()
-        t.join()
-
     r = interleavings.check(livelock, max_steps=300, minimize=False)
     assert r.verdict == "hang"
     assert wait_until(lambda: not any("spin_forever" in t.name for t in threading.enumerate()), 10)

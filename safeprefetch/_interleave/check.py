@@ -47,8 +47,8 @@ from .report import CodeCheckResult, StepDetail
 from .runner import run_once
 from .scheduler import Execution, Settings, VThread
 
-__all__ = ["DEFAULT_SAMPLES", "Fresh", "Interrupt", "MINIMIZE_SCHEDULES", "SHRINK_SCHEDULES", "STRATEGIES", "check_code", "fingerprint",
-           "outcomes", "recorded_settings", "replay_code", "settings_of", "warm_up"]
+__all__ = ["DEFAULT_SAMPLES", "Fresh", "Interrupt", "MINIMIZE_SCHEDULES", "SHRINK_SCHEDULES", "STRATEGIES",
+           "check_code", "fingerprint", "outcomes", "recorded_settings", "replay_code", "settings_of", "warm_up"]
 
 STRATEGIES = ("dfs", "pct", "random", "hypothesis")
 #: Runs a sampling strategy makes when ``max_schedules`` is not given.
