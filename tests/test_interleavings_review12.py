@@ -188,3 +188,37 @@ def test_4_a_thread_that_swallows_every_abort_is_parked_not_spinning():
                             for t in mine)
 
     assert wait_until(parked, 10)
+
+
+_KEPT = {}
+
+
+def holds_a_lock_through_a_long_cleanup():
+    """A worker takes a lock made by the first run (kept across runs), reads an Event 150 times, and gives
+    the lock back, not exception-safe; the body asserts it finished, which the first schedule shows false."""
+    lock = _KEPT.setdefault("lock", threading.Lock())
+    flag, started, finished = threading.Event(), threading.Event(), threading.Event()
+
+    def worker():
+        lock.acquire()
+        started.set()
+        for _ in range(150):
+            flag.is_set()
+        lock.release()
+        finished.set()
+
+    t = threading.Thread(target=worker)
+    t.start()
+    started.wait()
+    assert finished.is_set(), "the worker has not finished"
+    t.join()
+
+
+def test_4_an_unwound_thread_may_finish_a_long_cleanup():
+    # The review of the first fix: Aborted came after 100 operations of the unwound run, at is_set, with the
+    # lock still held: the next check said the lock "ended held" (RuntimeError), not the assertion.
+    _KEPT.clear()
+    for _ in range(2):
+        r = interleavings.check(holds_a_lock_through_a_long_cleanup)
+        assert r.verdict == "assertion", interleavings.render(r)
+        assert not _KEPT["lock"].locked()

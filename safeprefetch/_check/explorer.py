@@ -444,7 +444,7 @@ class Explorer:
                         if n_before >= max_states:
                             del parents[nxt]
                             cut = counted_at_cut(moves, transitions - before - 1, self.expander.reduced)
-                            return cut_short(self, level[i:], depth, before + cut, found)
+                            return cut_short(self, level[i - 1:], depth, before + cut, found)  # with the state cut in
                         if check_inv is not None:
                             bad = check_inv(nxt)
                             if bad:  # an error state: report it, never expand it
@@ -492,7 +492,7 @@ class Explorer:
             return
         try:
             trace = self._trace(*self.path_to(state))
-        except PathLost:  # the path back changed too
+        except (PathLost, KeyError):  # the path back changed too (or a state mutated in place: its hash did)
             trace = None
         raise determinism_error(self.machine, choice, trace, state)
 

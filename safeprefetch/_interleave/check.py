@@ -377,7 +377,8 @@ def _minimize(fn: Callable[[], Any], found: Execution, interrupts: tuple, settin
             if not dfs.next_schedule():
                 break
             if runs >= MINIMIZE_SCHEDULES or (budget is not None and time.perf_counter() - t0 > budget):
-                return _better(best, hit, used), False
+                # A hit at this bound: every lower one was searched to its end, so its preemptions are the least.
+                return _better(best, hit, used), hit is not None
         if hit is not None:
             return _better(best, hit, used), True
     return best, True

@@ -70,12 +70,12 @@ from typing import Any, Callable
 from .ops import Aborted, Choice, Op, SchedulerStuck, Settings, Step, join_clock, may_outlive, name_from_line, raised_at
 from .ops import where as where
 
-__all__ = ["ABORT_PATIENCE", "Aborted", "Choice", "Execution", "Op", "SchedulerStuck", "Settings", "Step", "VThread",
-           "current", "where"]
+__all__ = ["ABORT_OPS", "ABORT_PATIENCE", "Aborted", "Choice", "Execution", "Op", "SchedulerStuck", "Settings", "Step",
+           "VThread", "current", "where"]
 
-#: An aborted thread's operations that may still go ahead (cleanup releasing what it holds), then Aborted
-#: at each but a release; past twice that (it swallows Aborted in a loop) it is parked for good, not spinning.
-ABORT_PATIENCE = 100
+#: An aborted thread's operations that may still go ahead (its cleanup), then Aborted at each but one giving
+#: something back; past ABORT_PATIENCE more (it swallows Aborted in a loop) it is parked for good, not spinning.
+ABORT_OPS, ABORT_PATIENCE = 10_000, 100
 
 
 class VThread:
@@ -314,12 +314,12 @@ class Execution:
 
     def _aborting(self, vt: VThread, op: Op) -> Choice:
         vt.aborts += 1
-        if vt.aborts > 2 * ABORT_PATIENCE:  # it swallows every Aborted: park it (two acquires of one lock)
+        if vt.aborts > ABORT_OPS + ABORT_PATIENCE:  # it swallows every Aborted: park it (one lock, acquired twice)
             parked = _thread.allocate_lock()
             parked.acquire()
             parked.acquire()
         if op.kind != "exit" and (op.enabled is None or op.enabled()) and op.deadline is None and (
-                vt.aborts <= ABORT_PATIENCE or op.kind == "release"):  # a livelock's loop ends at its next acquire
+                vt.aborts <= ABORT_OPS or op.kind in ("release", "task_done")):  # a livelock ends at an acquire
             return Choice(vt.index)
         raise Aborted
 
