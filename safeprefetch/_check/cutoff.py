@@ -23,23 +23,14 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 
-def judge_rest(explorer: Any, states: Iterable[tuple], depth: int, found: list) -> None:
-    """Judge the stuck states among ``states`` (the unexpanded rest of level ``depth``), when needed.
-
-    Needed only when every violation in ``found`` lies deeper than ``depth``. Records violations in
-    ``found`` as the search does (``explorer._terminal``), and stops at the first one when the search
-    would have (``stop_at_first``).
-    """
-    if not found or min(d for d, _ in found) <= depth:
-        return
-    expand = explorer.expander.expand
-    for state in states:
-        _, stuck = expand(state)
-        if stuck and explorer._terminal(state, depth, found) and explorer.stop_at_first:
-            return
-
-
 def cut_short(explorer: Any, rest: Iterable[tuple], depth: int, transitions: int, found: list) -> bool:
-    """Stop the search cut at level ``depth`` (False: not every state was visited), judging ``rest`` first."""
-    judge_rest(explorer, rest, depth, found)
+    """Stop the search cut at level ``depth`` (False: not every state was visited), judging first, when every
+    violation in ``found`` lies deeper than ``depth``, the stuck states among ``rest`` (the level's unexpanded
+    states), as the search does (``explorer._terminal``) and stopping at the first when it would have."""
+    if found and min(d for d, _ in found) > depth:
+        expand = explorer.expander.expand
+        for state in rest:
+            _, stuck = expand(state)
+            if stuck and explorer._terminal(state, depth, found) and explorer.stop_at_first:
+                break
     return explorer._stopped(depth, transitions, False)

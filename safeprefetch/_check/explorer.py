@@ -63,7 +63,7 @@ from .._dsl.model import Machine, ModelError, StepViolation
 from .budget import DictGrowth, MemoryBudget
 from .cutoff import cut_short
 from .expand import Expander, check_max_states, counted_at_cut
-from .determinism import differs, error as determinism_error
+from .determinism import Mutated, differs, error as determinism_error
 from .extension import Build
 from .generated import ENGINES, CompileUnavailable, Expansion, agrees, default_engine, expansion, start_build, why_not
 from .liveness import STARVATION_CAPPED, bounded_starvation
@@ -490,9 +490,9 @@ class Explorer:
         choice = differs(self.machine, state)
         if choice is None:
             return
-        try:
-            trace = self._trace(*self.path_to(state))
-        except (PathLost, KeyError):  # the path back changed too (or a state mutated in place: its hash did)
+        try:  # a state mutated in place has no path back to trust (its hash changed): as the probe, none
+            trace = None if isinstance(choice, Mutated) else self._trace(*self.path_to(state))
+        except PathLost:  # the path back changed too
             trace = None
         raise determinism_error(self.machine, choice, trace, state)
 
