@@ -308,11 +308,18 @@ class _Levels:
         self.stored += sum(r["new"] for r in reports)
         self.transitions += sum(r["transitions"] for r in reports)
         cut = next((r["cut"] for r in reports if r["cut"] is not None), None)
-        terms = [r["term"] for r in reports if r["term"] is not None
-                 and (cut is None or r["term"][0] < cut // RADIX)]
+        stuck = [r["term"] for r in reports if r["term"] is not None]
+        terms = [t for t in stuck if cut is None or t[0] < cut // RADIX]
         ons = [r["on"] for r in reports if r["on"] is not None and (cut is None or r["on"][1] < cut)]
+        # Cut inside the level with only a deeper violation found: sequential BFS judges the rest of the
+        # level's stuck states before it stops (.cutoff), and the shards expanded all of it anyway.
+        late = stuck if cut is not None and ons and not terms else []
         explorer = self.explorer
-        if terms:
+        if late:
+            serial, state, verdict = min(late, key=lambda c: c[0])
+            explorer.parents = self._chain(pool, serial, state)
+            self.violation = explorer.violation_at(state, verdict)
+        elif terms:
             serial, state, verdict = min(terms, key=lambda c: c[0])
             # Sequential BFS stops right after this state: count what it had seen by then.
             counts = pool.broadcast("upto", serial * RADIX + RADIX - 1)
