@@ -64,7 +64,8 @@ def check(fn: Callable[[], Any], *, strategy: str = "dfs", preemption_bound: int
       condition-variable semantics, as for models.
     * ``lines``: also schedule at line events and before stores and deletes (data races).
     * ``lock_release="any"``: Python's own rule for ``Lock`` (any thread may
-      release it); by default a release by a non-owner is a violation.
+      release it; releasing one nobody holds raises ``RuntimeError``, which the
+      code may catch); by default either is a violation.
     * ``allow_alive``: thread names that may outlive the test body (each of several threads of one name).
     * ``max_steps``/``time_limit``: a run longer than that (transitions /
       virtual seconds) is a ``hang``; ``wall_timeout``: real seconds a thread may

@@ -33,6 +33,9 @@ _THREADING_FILE = os.path.abspath(sys.modules["threading"].__file__ or "")
 class Aborted(BaseException):
     """Raised in a thread of an execution that has ended, to unwind it. Not an error of the code under test."""
 
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(args or ("the interleaving checker ended this run; not an error of the code under test",)))
+
 
 class SchedulerStuck(RuntimeError):
     """A thread ran past ``wall_timeout`` without reaching a scheduling point."""

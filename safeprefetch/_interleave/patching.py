@@ -7,8 +7,8 @@ and ``time`` and gets the controlled versions:
 
 * ``threading.Lock``, ``RLock``, ``Condition``, ``Semaphore``,
   ``BoundedSemaphore``, ``Event``, ``Barrier``; ``queue.Queue``,
-  ``LifoQueue``, ``PriorityQueue``, ``SimpleQueue`` (and ``queue.ShutDown``
-  on versions before 3.13); ``time.sleep``, ``monotonic``, ``perf_counter``,
+  ``LifoQueue``, ``PriorityQueue``, ``SimpleQueue`` (with ``shutdown`` only
+  where the real ``Queue`` has it, 3.13 on); ``time.sleep``, ``monotonic``, ``perf_counter``,
   ``time`` and their ``_ns`` forms are replaced in their modules;
 * **names imported directly** (``from threading import Lock``, ``from time
   import monotonic as now``) are replaced too: every loaded module's globals
@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import _thread
 import gc
+import logging
 import operator
 import queue as _queue
 import sys
@@ -60,7 +61,7 @@ from typing import Any, Callable
 from .barrier import VBarrier
 from .belonging import until, unwaitable
 from .primitives import VBoundedSemaphore, VCondition, VEvent, VLock, VRLock, VSemaphore
-from .queues import ShutDown, VLifoQueue, VPriorityQueue, VQueue, VSimpleQueue
+from .queues import VLifoQueue, VPriorityQueue, VQueue, VSimpleQueue
 from .scheduler import _ACTIVE, Aborted, Execution, Op, VThread, current, mark_started, where
 
 __all__ = ["MISSING", "controlled", "patched"]
@@ -229,6 +230,49 @@ def _is_alive(self: threading.Thread) -> bool:
     return not (target.finished or target.stopped)
 
 
+def _make_enumerate(orig: Callable[[], list], counting: bool) -> Callable[[], Any]:
+    """``threading.enumerate`` (``counting``: ``active_count``) as the body would see it run for real.
+
+    The body runs on an OS thread of its own as ``main``, beside the interpreter's main thread, and a
+    finished thread's OS thread leaves ``threading``'s table when it gets round to it: the real
+    answer would count one thread too many and depend on timing. Here it is the execution's own threads
+    that are alive (``main`` first, then in start order), read at a scheduling point that races with
+    their starts and ends.
+    """
+
+    def threads() -> Any:
+        c = current()
+        if c is None:
+            return orig()
+        ex, vt = c
+        ex.point(vt, Op(orig.__name__, None, tuple(("thread", t.index) for t in ex.threads), write=False,
+                        where=where(2), label=f"threading.{orig.__name__}"))
+        alive = [t.obj for t in ex.threads if t.obj is not None and not (t.finished or t.stopped)]
+        return len(alive) if counting else alive
+
+    threads.__name__ = orig.__name__
+    threads.__doc__ = f"Controlled ``threading.{orig.__name__}`` for controlled threads; the original otherwise."
+    return threads
+
+
+def _quiet_aborted(orig: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """``logging.Logger.handle`` that drops a record about :class:`Aborted` from a controlled thread.
+
+    The checker ends a run by raising ``Aborted`` in its threads, and no ``except`` can tell it from a
+    real error: ``concurrent.futures``' worker loop logs "Exception in worker" for it, as does code that
+    logs what its ``except BaseException`` caught. On correct code those would be false alarms.
+    """
+
+    def handle(self: Any, record: Any) -> Any:
+        exc = record.exc_info
+        if exc and isinstance(exc, tuple) and isinstance(exc[1], Aborted) and current() is not None:
+            return None
+        return orig(self, record)
+
+    handle.__doc__ = _quiet_aborted.__doc__
+    return handle
+
+
 # -- the patch table -------------------------------------------------------------------
 
 def _table() -> list[tuple[Any, str, Any]]:
@@ -248,7 +292,11 @@ def _table() -> list[tuple[Any, str, Any]]:
                                           _queue.PriorityQueue)),
         (_queue, "SimpleQueue", _switch("SimpleQueue", VSimpleQueue, _queue.SimpleQueue, _queue.SimpleQueue)),
         (_time, "sleep", _make_sleep(_time.sleep)),
+        (threading, "enumerate", _make_enumerate(threading.enumerate, False)),
+        (threading, "active_count", _make_enumerate(threading.active_count, True)),
     ]
+    if hasattr(threading, "activeCount"):  # the deprecated alias, until 3.12
+        t.append((threading, "activeCount", _make_enumerate(threading.activeCount, True)))
     for name, base, ns in (("monotonic", _MONO_BASE, False), ("monotonic_ns", _MONO_BASE, True),
                            ("perf_counter", _MONO_BASE, False), ("perf_counter_ns", _MONO_BASE, True),
                            ("time", _EPOCH_BASE, False), ("time_ns", _EPOCH_BASE, True)):
@@ -287,10 +335,9 @@ class patched:
                 by_id[id(old)] = (old, new)
                 self._set(vars(module), name, new)
             _SWAPS.update(by_id)
-            if not hasattr(_queue, "ShutDown"):
-                self._set(vars(_queue), "ShutDown", ShutDown)
             for meth, fn in (("start", _start), ("join", _join), ("is_alive", _is_alive)):
                 self._set_attr(threading.Thread, meth, fn)
+            self._set_attr(logging.Logger, "handle", _quiet_aborted(logging.Logger.handle))
             self._scan(by_id)
             for (module, name), new in self.extra.items():
                 self._set(vars(module) if not isinstance(module, dict) else module, name, new)

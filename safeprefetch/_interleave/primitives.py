@@ -18,15 +18,13 @@ Where each one differs from a real one, and why
 * ``Condition.notify`` under ``notify="any"`` wakes *any* waiter: the choice
   is a scheduling alternative, explored like a thread choice. ``fifo`` wakes
   the longest waiter, as CPython does.
-* ``spurious="on"`` lets a waiter wake without a notify (CPython never does
-  this, POSIX and Java may): at most ``max_spurious`` times a run, so that a
-  ``while`` loop around ``wait`` still terminates.
+* ``spurious="on"`` lets a waiter wake without a notify (CPython never does this, POSIX and Java may):
+  at most ``max_spurious`` times a run, so that a ``while`` loop around ``wait`` still terminates.
 * Releasing a ``Lock`` from a thread that does not hold it is legal in
   Python, and is reported as ``non_owner_release`` unless the check says
   ``lock_release="any"`` (some code uses a ``Lock`` as a binary semaphore
-  on purpose, as the runtime's park tokens do). Releasing an unheld lock, or
-  an ``RLock`` one does not own, is always reported, and raises the
-  ``RuntimeError`` CPython raises.
+  on purpose, as the runtime's park tokens do). Releasing an unheld lock, or an
+  ``RLock`` one does not own, raises CPython's ``RuntimeError``, reported too unless ``lock_release="any"``.
 * A reentrant ``RLock.acquire`` by its owner, and the matching inner
   ``release``, are not scheduling points: no other thread can tell them
   apart from doing nothing.
@@ -107,7 +105,8 @@ class VLock(Prim):
         ex, vt = c
         self._point(ex, vt, "release", by_holder=self._held and self._owner is vt, depth=4 if _from_exit else 3)
         if not self._held:
-            ex.violation("non_owner_release", f"{vt.name} released {self._ilv_name}, which nobody holds", vt)
+            if ex.settings.lock_release == "owner":
+                ex.violation("non_owner_release", f"{vt.name} released {self._ilv_name}, which nobody holds", vt)
             raise RuntimeError("release unlocked lock")
         if self._owner is not vt and ex.settings.lock_release == "owner":
             owner = self._owner.name if self._owner is not None else "?"
@@ -216,7 +215,8 @@ class VRLock(VLock):
         if not self._held or self._owner is not vt:
             self._point(ex, vt, "release", by_holder=False, depth=4 if _from_exit else 3)
             owner = self._owner.name if self._held and self._owner is not None else "nobody"
-            ex.violation("non_owner_release", f"{vt.name} released {self._ilv_name}, held by {owner}", vt)
+            if ex.settings.lock_release == "owner":
+                ex.violation("non_owner_release", f"{vt.name} released {self._ilv_name}, held by {owner}", vt)
             raise RuntimeError("cannot release un-acquired lock")
         if self._count > 1:
             self._count -= 1

@@ -3,8 +3,8 @@
 What they guarantee
 -------------------
 The interface and semantics of the standard library's queues, including
-Python 3.13's ``shutdown(immediate=False)`` and :class:`ShutDown` (present
-here on every Python version), with each method one scheduling point of the
+Python 3.13's ``shutdown(immediate=False)`` and :class:`ShutDown` where the
+running Python has them (not before 3.13, as the real ones), with each method one scheduling point of the
 controlled scheduler. A queue is thread-safe by contract, so each call is
 atomic at synchronization granularity: the scheduler decides *when* a
 ``put`` or ``get`` happens, never what a half-done one looks like. A
@@ -282,6 +282,12 @@ class VQueue(Prim):
                     self.unfinished_tasks -= 1
             self._notify(c[0], c[1], "all_tasks_done", every=True)
         self._notify(c[0], c[1], "not_empty", "not_full", every=True)
+
+
+# Where the real Queue has no shutdown (before 3.13), neither has the drop-in: code calling it would pass the
+# check and fail for real.
+if not hasattr(_REAL["queue"], "shutdown"):
+    del VQueue.shutdown
 
 
 class VLifoQueue(VQueue):
