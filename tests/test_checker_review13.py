@@ -5,7 +5,9 @@ Each test failed on the code before its fix.
 
 import pytest
 
-from safeprefetch._check.explore import Explorer
+from safeprefetch import NondeterministicModel
+from safeprefetch._check.explore import Explorer, check
+from safeprefetch.model import DONE, Model
 
 from test_checker_review12 import fanned
 from test_shards import assert_sequential, partitioned
@@ -27,3 +29,44 @@ def test_1_a_partitioned_search_cut_inside_a_level_reports_the_shortest_violatio
         assert_sequential(levels, seq)
         lates += seq.verdict == "deadlock" and not levels.exhaustive  # found in the level's unstored rest
     assert lates >= width - 1
+
+
+class SameRepr:
+    """A hashable object whose repr does not show its value."""
+
+    def __init__(self, v):
+        self.v = v
+
+    def __eq__(self, other):
+        return isinstance(other, SameRepr) and other.v == self.v
+
+    def __hash__(self):
+        return hash(self.v)
+
+    def __repr__(self):
+        return "SameRepr"
+
+
+class HashOnly(Model):
+    """A step changes ``box`` in place, and only its hash shows it."""
+
+    name = "hash_only"
+    params = {}
+
+    def build(self, m):
+        m.shared(a=0, box=SameRepr(0))
+
+        def bump(s, me):
+            s.box.v += 1
+
+        p = m.program("w")
+        p.step("bump", bump, next=DONE)
+        m.thread("t0", p)
+
+
+@pytest.mark.parametrize("store", ["full", "fingerprint"])
+def test_2_a_change_in_place_only_the_hash_shows_names_the_field_that_changed(store):
+    # Before: "field 'a' was 0 before ... and 0 after": the first field, which had not changed.
+    with pytest.raises(NondeterministicModel, match=r"field 'box' was SameRepr before .* and SameRepr \(the same "
+                                                    r"repr, but its hash changed from 0 to 2\) after"):
+        check(HashOnly, reduce="none", store=store, progress_every=1e9)

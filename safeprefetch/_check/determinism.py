@@ -74,13 +74,16 @@ class Mutated(NamedTuple):
 
 def _expanded_twice(machine: Machine, state: tuple) -> tuple[tuple[int, str] | Mutated | None, list]:
     """:func:`differs`, and the first expansion (for a caller that goes on to use the successors)."""
-    hashed, shown = hash(state), [repr(v) for v in state]
+    hashed, shown = [hash(v) for v in state], [repr(v) for v in state]
     succ = machine.successors(state)
     first, again = _outcomes(succ), _outcomes(machine.successors(state))
-    if hash(state) != hashed or [repr(v) for v in state] != shown:
+    if [hash(v) for v in state] != hashed or [repr(v) for v in state] != shown:
         names = machine.field_names or tuple(f"field {i}" for i in range(len(state)))
-        changed = [i for i, v in enumerate(state) if repr(v) != shown[i]] or [0]
-        return Mutated(names[changed[0]], shown[changed[0]], repr(state[changed[0]])), succ
+        i = next(i for i, v in enumerate(state) if repr(v) != shown[i] or hash(v) != hashed[i])
+        after = repr(state[i])
+        if after == shown[i]:  # the repr hides the change: say what did change
+            after += f" (the same repr, but its hash changed from {hashed[i]} to {hash(state[i])})"
+        return Mutated(names[i], shown[i], after), succ
     for c in sorted(set(first) | set(again), key=repr):
         if first.get(c) != again.get(c):
             return c, succ
