@@ -9,7 +9,7 @@ from safeprefetch import NondeterministicModel
 from safeprefetch._check.explore import Explorer, check
 from safeprefetch.model import DONE, Model
 
-from test_checker_review12 import fanned
+from test_checker_review12 import Box, fanned
 from test_shards import assert_sequential, partitioned
 
 pytestmark = pytest.mark.timeout(120)
@@ -31,17 +31,8 @@ def test_1_a_partitioned_search_cut_inside_a_level_reports_the_shortest_violatio
     assert lates >= width - 1
 
 
-class SameRepr:
+class SameRepr(Box):
     """A hashable object whose repr does not show its value."""
-
-    def __init__(self, v):
-        self.v = v
-
-    def __eq__(self, other):
-        return isinstance(other, SameRepr) and other.v == self.v
-
-    def __hash__(self):
-        return hash(self.v)
 
     def __repr__(self):
         return "SameRepr"
