@@ -19,7 +19,16 @@ private modules behind it may move. (trio keeps its own such surface in
   runs on that thread, outside the lock, and must not take steps itself
   (its own thread's recurses; another's makes two drivers of one thread).
   A thread nobody spawned leaves its ``step`` with :class:`NeverStarted`
-  once every other thread is done.
+  once every other thread is done. When no thread can ever move again the
+  parked ones raise :class:`LiveDeadlock`: classified as the checker would,
+  or ``blocked_branch`` when the model could move but the thread that could
+  waits for a branch it cannot take (a caller's ``branch=``, an action's
+  outcome); a thread waiting with a ``timeout`` is never counted stuck, and
+  one left with nothing but spurious wakeups always is. A branch name the
+  step does not have, an action name no external step runs, or a thread
+  index that is not the model's is a ``ValueError``. Ctrl-C in an action is
+  raised in it (an action marked ``protected`` defers it, as the
+  Prefetcher's own do).
 * **Interrupt injection:** :func:`record_points` lists every point where
   CPython can raise an asynchronous exception in your own code (function
   entry, the return of a call into C, a loop's back-edge), and

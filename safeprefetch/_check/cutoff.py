@@ -22,6 +22,11 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+#: Why a violation's trace is not known to be a shortest one (the result is then not exhaustive): the search
+#: again without partial-order reduction, which may lengthen traces, was itself cut short before it found one.
+NOT_SHORTEST = ("the trace is the partial-order-reduced search's and may not be a shortest one: the search again "
+                "without the reduction, for a shortest trace, stopped before it found the violation")
+
 
 def cut_short(explorer: Any, rest: Iterable[tuple], depth: int, transitions: int, found: list) -> bool:
     """Stop the search cut at level ``depth`` (False: not every state was visited), judging first, when every

@@ -15,10 +15,11 @@ memory, same verdict on exhaustive runs, traces not minimal.
 
 *Honest bounds.* ``max_states`` caps the number of distinct states stored.
 If the cap cuts the search short, the result says ``exhaustive=False``: an
-``ok`` verdict then means only "no violation among the states seen".
+``ok`` verdict then means only "no violation among the states seen", and a
+violation whose trace is not known to be shortest (:data:`.cutoff.NOT_SHORTEST`)
+says so too.
 
-*Determinism and replay* are the scheduler's (:mod:`.replay`): a reported
-trace names its choices, and replaying it reproduces the states.
+*Determinism and replay* are the scheduler's (:mod:`.replay`).
 
 Theory of operation
 -------------------
@@ -42,12 +43,10 @@ counterexample path (which BFS keeps anyway) rather than widening every
 state with bookkeeping bits. Models that declare progress steps are checked
 for starvation afterwards (:mod:`.liveness`).
 
-Memory
-------
-``parents`` maps every stored state to the state it was first reached
-from; that map is the visited set, and paths are rebuilt from it only for
-the violation reported. States are tuples, which CPython's cyclic GC
-tracks; they cannot form cycles, so the GC is paused while searching.
+Memory: ``parents`` maps every stored state to the state it was first
+reached from (the visited set; paths are rebuilt from it only for the
+violation reported). States are tuples, which cannot form cycles: the cyclic
+GC is paused while searching.
 """
 
 from __future__ import annotations
@@ -61,7 +60,7 @@ from typing import Any, Callable, Sequence
 from .._dsl.codegen import compile_transitions
 from .._dsl.model import Machine, ModelError, StepViolation
 from .budget import DictGrowth, MemoryBudget
-from .cutoff import cut_short
+from .cutoff import NOT_SHORTEST, cut_short
 from .expand import Expander, check_max_states, counted_at_cut
 from .determinism import Mutated, differs, error as determinism_error
 from .extension import Build
@@ -73,17 +72,15 @@ from .verdict import HANG, classify_hang, end_violation, terminal
 
 __all__ = ["DEFAULT_MAX_STATES", "DEFAULT_REDUCE", "Explorer", "PathLost"]
 
-#: Default cap on stored states. A million states of a catalog model take
-#: roughly 0.3-0.5 GB in CPython; this keeps a runaway config from eating the
-#: machine while leaving every catalog default far below it.
+#: Default cap on stored states (a million states of a catalog model take 0.3-0.5 GB in CPython): it keeps a
+#: runaway config from eating the machine, and every catalog default far below it.
 DEFAULT_MAX_STATES = 2_000_000
 
 #: Reductions are on by default: both preserve every verdict (the test suite checks each
 #: catalog model under each setting), and symmetry also preserves trace lengths.
 DEFAULT_REDUCE = "all"
 
-#: A progress report is considered every this many expanded states (a power of two minus
-#: one, as a mask): checking the clock per state would cost more than the report is worth.
+#: A progress report is considered every this many expanded states (a mask: the clock per state costs more).
 _PROGRESS_MASK = 1023
 _PROGRESS_SHIFT = _PROGRESS_MASK.bit_length()  # counter >> this: which block of 1024 states
 
@@ -135,8 +132,7 @@ class Explorer:
         #: The symmetry reduction in force (canonical representatives), or None.
         self.canon = self.expander.symmetry
         self.ample = self.expander.ample
-        #: Seconds between progress reports (TLC prints one about every minute; a few seconds
-        #: is kinder to someone watching a check that takes half a minute).
+        #: Seconds between progress reports (TLC: about a minute; a few seconds suit a check of half a minute).
         self.progress_every = progress_every
         if strategy not in ("bfs", "dfs"):
             raise ModelError(f"unknown strategy {strategy!r} (known: bfs, dfs)")
@@ -152,8 +148,9 @@ class Explorer:
         #: The memory budget in bytes (None: none); see :mod:`.budget`.
         self.memory = memory
         self.budget = MemoryBudget(memory) if memory is not None else None
-        #: Why a search that is not exhaustive stopped: "max_states" or "memory".
+        #: Why a search that is not exhaustive stopped: "max_states" or "memory"; and any detail of it.
         self.stop_reason: str | None = None
+        self.stop_detail = ""
         #: The engine asked for, and the one the BFS ran (see :mod:`.generated`), with why not when they differ.
         self.engine = engine
         self.engine_used = "plain"
@@ -272,13 +269,14 @@ class Explorer:
                 self.engine_note = "the engines expand the breadth-first search; strategy='dfs' runs plain"
             exhaustive = self._dfs(found)
         if found and self.ample is not None and self.strategy == "bfs" and self.stop_at_first:
-            # POR keeps the verdict but may lengthen the path: search again without it, which
-            # stops at the first (shortest) violation, no deeper than the one just found.
+            # POR keeps the verdict but may lengthen the path: search again without it, for the shortest.
             again = Explorer(m, strategy="bfs", max_states=self.max_states, progress=self.progress,
                              reduce="symmetry" if self.canon is not None else "none",
                              progress_every=self.progress_every, memory=self.memory, engine=self.engine).run()
             if again.violation is not None:
                 return replace(again, seconds=time.perf_counter() - t0)
+            # Cut by the cap before it met one: the reduced search's trace may be longer than the shortest.
+            exhaustive, self.stop_reason, self.stop_detail = False, again.stop_reason, NOT_SHORTEST
         if not found and exhaustive and m.progress_labels:
             lasso, exhaustive = bounded_starvation(m, self.max_states)  # the scheduling policy's own graph
             if not exhaustive:
@@ -286,15 +284,15 @@ class Explorer:
             if lasso is not None:
                 found.append((len(lasso.trace), lasso))
         violation = min(found, key=lambda x: x[0])[1] if found else None
+        certain = exhaustive or (violation is not None and self.stop_detail != NOT_SHORTEST)
         self.violations = [v for _, v in found]
-        #: Whether the search itself visited every reachable state (``exhaustive`` in the result is also
-        #: True when a violation was found before the cap).
+        #: Whether the search visited every reachable state (the result's ``exhaustive``: or found a violation).
         self.complete = exhaustive
         return CheckResult(
             model=m.name,
             config=dict(m.config),
             strategy=self.strategy,
-            exhaustive=exhaustive or violation is not None,
+            exhaustive=certain,
             verdict=violation.kind if violation else "ok",
             states=len(self.parents),
             transitions=self.transitions,
@@ -303,7 +301,7 @@ class Explorer:
             max_depth=self._max_depth,
             engine=self.engine_used,
             engine_note=self.engine_note,
-            **self._stop_fields(exhaustive or violation is not None),
+            **self._stop_fields(certain),
         )
 
     def _start(self) -> None:
@@ -353,8 +351,10 @@ class Explorer:
         reason = self.stop_reason or "max_states"
         message = self.budget.reason if reason == "memory" and self.budget is not None else \
             f"stopped at the state cap, max_states={self.max_states:,}"
-        detail = getattr(self, "stop_detail", "")
-        if detail and reason == "max_states":
+        detail = self.stop_detail
+        if detail == NOT_SHORTEST:
+            message = f"{detail} ({message})"
+        elif detail and reason == "max_states":
             message = f"{detail}, max_states={self.max_states:,}"
         return {"stop_reason": reason, "stop_message": message}
 

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .._dsl.model import Machine
-from .cutoff import cut_short
+from .cutoff import NOT_SHORTEST, cut_short
 from .explorer import DEFAULT_MAX_STATES, Explorer
 from .fingerprint import FingerprintTable, Frontier, collision_probability, fingerprinter
 from .liveness import STARVATION_CAPPED, bounded_starvation
@@ -113,6 +113,7 @@ class FingerprintExplorer(Explorer):
                                         memory=self.memory).run()
             if again.violation is not None:
                 return again
+            exhaustive, self.stop_reason, self.stop_detail = False, again.stop_reason, NOT_SHORTEST  # as Explorer
         if not found and exhaustive and m.progress_labels:
             lasso, exhaustive = bounded_starvation(m, self.max_states)  # the policy's own graph, as in Explorer
             if not exhaustive:
@@ -122,12 +123,13 @@ class FingerprintExplorer(Explorer):
         violation = min(found, key=lambda x: x[0])[1] if found else None
         self.violations = [v for _, v in found]
         n = len(self.table)
+        certain = exhaustive or (violation is not None and self.stop_detail != NOT_SHORTEST)
         return CheckResult(
-            model=m.name, config=dict(m.config), strategy="bfs", exhaustive=exhaustive or violation is not None,
+            model=m.name, config=dict(m.config), strategy="bfs", exhaustive=certain,
             verdict=violation.kind if violation else "ok", states=n, transitions=self.transitions,
             seconds=time.perf_counter() - t0, violation=violation, max_depth=self._max_depth,
             store="fingerprint", collision_probability=collision_probability(n, self.transitions + 1),
-            **self._stop_fields(exhaustive or violation is not None))
+            **self._stop_fields(certain))
 
     def _bfs(self, found: list) -> bool:
         expand, check_inv = self.expander.expand, self.expander.invariant

@@ -120,7 +120,7 @@ def render_result(result: CheckResult, machine: Machine) -> str:
     if note:
         lines.append(note)
     if result.violation is not None:
-        what = "shortest trace" if result.strategy == "bfs" else "trace"
+        what = "shortest trace" if result.strategy == "bfs" and result.exhaustive else "trace"
         lines.append(f"{what}: {len(result.trace)} steps")
         lines.append(format_table(machine, result.trace, result.violation))
     return "\n".join(lines)

@@ -430,8 +430,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        # Inside the model's own code (a step that never returns, say): say where.
+        where = _user_frame(e)
+        print(f"interrupted{where and f' in the model code{where}'}", file=sys.stderr)
         return 130
     except Exception as e:  # an exception raised by model code (a step, a guard, a check)
         if os.environ.get("SAFEPREFETCH_TRACEBACK"):

@@ -110,11 +110,13 @@ elif name == "with RLock":
 elif name.startswith("protocol"):
     import functools as ft
     from safeprefetch._prefetcher.machine import machine_for, transitions_for
+    from safeprefetch._runtime.interrupts import protected
     from safeprefetch._runtime.kernel import Runtime
     run = 7 if "runs of 7" in name else 1
     m = machine_for(8, 1, k * run + 2, True, True, 0, 8)
     compiled = None if "plain" in name else transitions_for(8, 1, True, True, 0, 8)
-    rt = Runtime(m, {"fetch": lambda ctx: "ok"}, compiled=compiled)
+    # Marked protected, as the Prefetcher's own fetch is: called directly, as the Prefetcher's is.
+    rt = Runtime(m, {"fetch": protected(lambda ctx: "ok")}, compiled=compiled)
     w, c = m.thread_names.index("worker0"), m.thread_names.index("consumer")
     take = f"take up to {run}"
     rt.step(w)

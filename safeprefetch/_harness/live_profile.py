@@ -201,7 +201,7 @@ COPY_LINES: tuple[tuple[str, tuple[str, ...]], ...] = (
      ("kernel.py:_wait", "{method 'acquire' of '_thread.lock' objects}", "kernel.py:_park")),
     ("C3 kernel steps: take and release (Runtime.step and below)",
      ("kernel.py:step", "kernel.py:_begin", "kernel.py:_take_locked", "kernel.py:_take", "kernel.py:_chain",
-      "kernel.py:_apply", "kernel.py:_wake_enabled", "kernel.py:_settle", "kernel.py:_detect_deadlock",
+      "kernel.py:_apply", "kernel.py:_wake_enabled", "kernel.py:_settle", "stuck.py:detect",
       "kernel.py:_options", "entries.py:_any_branch", "{method 'isdisjoint' of 'frozenset' objects}",
       "{method 'release' of '_thread.lock' objects}", "{method '_is_owned' of '_thread.RLock' objects}",
       "{method '__exit__' of '_thread.RLock' objects}", "{method 'append' of 'list' objects}",

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from .._dsl.model import DONE
+from .._runtime.interrupts import protected
 from .._runtime.kernel import LiveError
 from ..models import _protocol as P
 from .sources import SourceBox, remote_item, stop_iteration_error
@@ -48,6 +49,7 @@ class FetchSide:
         # A racy read is sound: ``closing`` only ever goes from False to True.
         return self.rt.state[self.i_closing]
 
+    @protected  # a critical section of its own: the kernel calls it directly (entries.bind_actions)
     def _fetch(self, ctx) -> str:
         """The model's external step "fetch into slot": fill the worker's ``slot`` with item ``idx``."""
         w, i_idx, i_slot = self.worker_fields[ctx.thread]

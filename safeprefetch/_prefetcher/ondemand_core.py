@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from .._dsl.model import DONE
-from .._runtime.interrupts import deliver, guard, interruptible
+from .._runtime.interrupts import deliver, guard, interruptible, protected
 from .._runtime.kernel import LiveError
 from ..models import _predictive_protocol as Q
 from . import core as _streaming_core
@@ -182,6 +182,7 @@ class OnDemandCore(ServeSide, CloseSide):
     def _closing(self) -> bool:
         return self.rt.state[self.i_closing]  # racy but sound: closing only goes from False to True
 
+    @protected  # called directly by the kernel (entries.bind_actions)
     def _spec_fetch(self, ctx: Any) -> str:
         """The model's "fetch into slot": a worker fills its slot with the index its tag stands for."""
         w, i_slot = self.worker_fields[ctx.thread]
@@ -203,6 +204,7 @@ class OnDemandCore(ServeSide, CloseSide):
         finally:
             self.counts.spec_seconds[w] += time.perf_counter() - t0
 
+    @protected  # called directly by the kernel (entries.bind_actions)
     def _demand_fetch(self, ctx: Any) -> str:
         """The model's "demand fetch", on the caller's thread: the asked-for index, into the caller's slot."""
         if self.drop_demand:

@@ -11,6 +11,7 @@ really took, and whether it conforms.
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 import time
@@ -40,11 +41,16 @@ class ConformanceReport:
 
 
 def _identical(a: Any, b: Any) -> bool:
-    """Equal, and of the same types all the way down: ``True`` is not the state's ``1`` (``True == 1``)."""
+    """Equal, and of the same types all the way down: ``True`` is not the state's ``1`` (``True == 1``),
+    in a tuple or in a frozenset (whose ``==`` would match ``{True}`` with ``{1}`` and ``{1.0}``)."""
     if type(a) is not type(b):
         return False
     if type(a) is tuple:
         return len(a) == len(b) and all(_identical(x, y) for x, y in zip(a, b))
+    if type(a) is frozenset:
+        # Equal sets hold equal elements; each must have an identical one in the other (each side's
+        # elements are distinct by ==, so an element's equal counterpart is the one it can match).
+        return a == b and all(any(_identical(x, y) for y in b if y == x) for x in a)
     return a == b or (a != a and b != b)  # NaN is NaN
 
 
@@ -72,6 +78,16 @@ def verify_record(machine: Machine, record: Sequence[tuple[int, int, tuple]]) ->
     return ConformanceReport(len(record), True)
 
 
+def _seconds(name: str, value: Any) -> None:
+    """Refuse a duration that is not a number of seconds >= 0 (NaN, negative) before anything starts."""
+    if value is None and name == "timeout":
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"run_live: {name} must be a number of seconds, not {value!r}")
+    if not value >= 0:
+        raise ValueError(f"run_live: {name} must be a number of seconds >= 0, not {value!r}")
+
+
 # --------------------------------------------------------------------------
 # Running a whole model live
 # --------------------------------------------------------------------------
@@ -97,11 +113,19 @@ class LiveRunResult:
     conforms: bool
     #: True when the order was forced from a trace.
     forced: bool
+    #: Model threads whose OS thread was still running when the run returned (inside an action that did
+    #: not return when the run timed out).
+    left_running: tuple[str, ...] = ()
 
 
 def run_live(machine: Machine, *, actions: Mapping[str, Callable] | None = None, schedule: Trace | None = None,
-             seed: int | None = None, jitter: float = 0.0005, timeout: float = 10.0) -> LiveRunResult:
-    """Run every thread of ``machine`` on its own real thread, until all finish or the machine fails."""
+             seed: int | None = None, jitter: float = 0.0005, timeout: float | None = 10.0) -> LiveRunResult:
+    """Run every thread of ``machine`` on its own real thread, until all finish or the machine fails.
+
+    ``timeout``: seconds for the whole run (None or inf: no limit), then ``verdict="timeout"``;
+    ``jitter``: up to this many seconds of random delay before each step."""
+    _seconds("timeout", timeout)
+    _seconds("jitter", jitter)
     rt = Runtime(machine, actions, record=True, schedule=schedule)
     rng_master = random.Random(seed)
     errors: list[BaseException] = []
@@ -119,23 +143,27 @@ def run_live(machine: Machine, *, actions: Mapping[str, Callable] | None = None,
     threads = [threading.Thread(target=body, args=(t, random.Random(rng_master.random())),
                                 name=f"safeprefetch-{machine.thread_names[t]}", daemon=True)
                for t in range(len(machine.thread_names))]
-    for th in threads:
-        th.start()
-    deadline = time.monotonic() + timeout
-    for th in threads:
-        th.join(max(0.0, deadline - time.monotonic()))
-    if any(th.is_alive() for th in threads):
-        rt.fail(LiveError("timeout", f"live run did not finish within {timeout} s"))
+    try:
         for th in threads:
-            th.join(1.0)
+            th.start()
+        deadline = None if timeout is None or timeout == math.inf else time.monotonic() + timeout
+        for th in threads:
+            th.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+    finally:  # an interrupt, or the limit: stop the model's threads (parked ones raise, the others at their next step)
+        if any(th.is_alive() for th in threads):
+            rt.fail(LiveError("timeout", f"live run did not finish within {timeout} s"))
+            for th in threads:
+                th.join(1.0)
     seconds = time.perf_counter() - t0
+    running = tuple(machine.thread_names[t] for t, th in enumerate(threads) if th.is_alive())
     failure = rt.failure
     record = list(rt.record or [])
     report = verify_record(machine, record)
     trace = rt.trace()
     if failure is not None:
-        return LiveRunResult(machine.name, failure.kind, str(failure), len(record), seconds, trace, report.ok,
-                             schedule is not None)
+        left = f"\nleft running: {', '.join(running)} (inside an action that did not return)" if running else ""
+        return LiveRunResult(machine.name, failure.kind, str(failure) + left, len(record), seconds, trace, report.ok,
+                             schedule is not None, running)
     other = [e for e in errors if not isinstance(e, LiveError)]
     if other:
         return LiveRunResult(machine.name, "error", repr(other[0]), len(record), seconds, trace, report.ok,

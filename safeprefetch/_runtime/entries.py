@@ -16,9 +16,12 @@ read, which is all that decides whether a parked thread may go on.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from functools import partial
+from typing import Any, Callable, Mapping
 
-__all__ = ["GENERIC", "ActionContext", "Entry", "generated_entry", "never", "seconds"]
+from .interrupts import deliver, guard, interruptible, is_marked
+
+__all__ = ["GENERIC", "ActionContext", "Entry", "bind_actions", "generated_entry", "never", "seconds"]
 
 #: What ``Entry.choose`` returns for a branch request only the kernel's generic path can serve.
 GENERIC: Any = type("_Generic", (), {"__repr__": lambda self: "GENERIC"})()
@@ -50,6 +53,31 @@ class ActionContext:
         if self._me is None:  # the state is an immutable tuple: this view is a snapshot
             self._me = self.runtime.machine.local_views[self.thread](self.state)
         return self._me
+
+
+def bind_actions(machine: Any, actions: Mapping[str, Callable[[ActionContext], Any]] | None) -> dict[str, Callable]:
+    """The runtime's actions by name: each key an action some external step runs (else ValueError, naming
+    the model's), each action called in an interruptible frame unless it is marked ``protected`` itself
+    (a Ctrl-C in a user's action is raised there, not held until the step returns)."""
+    known = {info.action for infos in machine.infos for info in infos.values() if info.kind == "external"}
+    bound = {}
+    for name, action in dict(actions or {}).items():
+        if name not in known:
+            names = ", ".join(repr(a) for a in sorted(known)) or "none"
+            raise ValueError(f"{machine.name}: no external step runs action {name!r} (the model's actions: {names})")
+        if not callable(action):
+            raise TypeError(f"{machine.name}: action {name!r} is {action!r}, not a callable f(ctx) -> branch")
+        code = getattr(getattr(action, "__func__", action), "__code__", None)
+        bound[name] = action if code is not None and is_marked(code) else partial(_users, action)
+    return bound
+
+
+@interruptible
+def _users(action: Callable[[ActionContext], Any], ctx: ActionContext) -> Any:
+    """A user's action: Ctrl-C in it is raised at once (one deferred in the step so far, first)."""
+    if guard.deferred:
+        deliver()
+    return action(ctx)
 
 
 def never(state: tuple) -> bool:

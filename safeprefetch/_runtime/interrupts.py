@@ -84,6 +84,7 @@ __all__ = [
     "installed",
     "interruptible",
     "interruptible_until_owned",
+    "is_marked",
     "is_protected",
     "outermost",
     "pending",
@@ -122,6 +123,11 @@ def interruptible_until_owned(local: str) -> Callable[[F], F]:
         _UNTIL_OWNED[f.__code__] = local
         return f
     return mark
+
+
+def is_marked(code: CodeType) -> bool:
+    """Whether ``code`` is marked protected or interruptible (it decides for itself what a SIGINT does)."""
+    return code in _PROTECTED or code in _INTERRUPTIBLE or code in _UNTIL_OWNED
 
 
 def _decide(frame: FrameType | None) -> str:

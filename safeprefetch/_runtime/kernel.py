@@ -35,12 +35,14 @@ applies the step the model gives it.
   compute) run their bound action **outside** the lock. The model's view is a
   begin step (the one before) and an end step (the external step itself,
   whose branch -- "ok" or "error" -- is the action's outcome).
-* Deadlock detection is exact, not a timer: when a thread parks and every
-  thread is either done or parked (none running, none inside an external
-  action, none merely idle between calls), no step can ever happen again.
-  The runtime then fails every parked thread with :class:`LiveDeadlock`,
-  classified exactly as the checker would (deadlock, lost_wakeup,
-  shutdown_hang) and carrying the same state printout.
+* Deadlock detection is exact, not a timer: when every thread is done,
+  parked without a deadline, or left with nothing but spurious wakeups
+  (none running, none inside an external action, none merely idle between
+  calls), no step can ever happen again. The runtime then fails every
+  parked thread with :class:`LiveDeadlock`, classified exactly as the
+  checker would (deadlock, lost_wakeup, shutdown_hang) and carrying the same
+  state printout, or ``blocked_branch`` when the model could move but the
+  thread that could waits for another branch (``stuck.py``).
 * A step that raises a model violation, or a state that breaks an invariant,
   fails the runtime with :class:`LiveViolation`.
 * With ``compiled=`` (``codegen.compile_transitions``: the machine's steps
@@ -83,13 +85,13 @@ from typing import Any, Callable, Mapping
 
 from .._check.replay import choice_step
 from .._check.result import Trace
-from .._check.verdict import classify_hang
 from .interrupts import deliver, guard, interruptible, outermost, protected, retake
 from .._dsl.model import DONE, Machine
 from .._dsl.codegen import Broken, CompiledMachine
 from .driving import Driving
-from .entries import GENERIC, ActionContext, Entry, generated_entry, never, seconds
+from .entries import GENERIC, ActionContext, Entry, bind_actions, generated_entry, never, seconds
 from .errors import LiveDeadlock, LiveError, LiveViolation, NeverStarted, StepTimeout
+from .stuck import check_branch, describe, detect
 
 #: What an interrupted step owes when its footprint is unknown: a test of every parked thread.
 _EVERYTHING: Any = object()
@@ -111,7 +113,8 @@ class Runtime(Driving):
     """Runs one compiled machine on real threads.
 
     ``actions`` maps an external step's action name to ``f(ctx) -> branch``
-    (None means the first branch). An action runs outside the kernel lock.
+    (None means the first branch). An action runs outside the kernel lock, and
+    a Ctrl-C landing in it is raised there, unless it is marked ``protected``.
     """
 
     def __init__(self, machine: Machine, actions: Mapping[str, Callable[[ActionContext], str | None]] | None = None,
@@ -119,8 +122,8 @@ class Runtime(Driving):
                  compiled: CompiledMachine | None = None):
         self.machine = machine
         self.compiled = compiled
-        self.actions = dict(actions or {})
-        n = len(machine.thread_names)
+        self.actions = bind_actions(machine, actions)
+        self._n = n = len(machine.thread_names)
         # An RLock used without re-entry: it can say whether the calling thread holds it
         # (``_is_owned``), which is how code running on a thread already inside a step (a
         # signal handler, a finalizer) knows not to wait for it.
@@ -147,6 +150,8 @@ class Runtime(Driving):
         self._parked = [False] * n          # blocked in _park, no wakeup given yet
         self._nparked = 0                   # how many are
         self._want: list[str | None] = [None] * n  # the branch a parked thread waits for
+        self._timed = [False] * n                  # whether it waits with a deadline (then it is not stuck)
+        self._spurious = machine.spurious_pcs if any(machine.spurious_pcs) else None
         self._parked_pc: list[Any] = [None] * n    # its program counter when it parked
         self._failure: LiveError | None = None
         self._ended = False                 # every thread done, but for never-started ones: the run is over
@@ -268,7 +273,7 @@ class Runtime(Driving):
             if self.record is not None:
                 self.record.append((t, b, nxt))  # a violating step is recorded too: it is the last one
             self._fail(LiveViolation(nxt.kind, f"{self.machine.thread_names[t]}: {nxt.message}", self._state,
-                                     self._describe(self._state)))
+                                     describe(self, self._state)))
         owed = e.bwrites[b] if e.bwrites is not None else e.writes if e.writes is not None else _EVERYTHING
         # One line, no interruption point before its last call: the step happens together
         # with the wakeups it owes, its count and its record.
@@ -277,7 +282,7 @@ class Runtime(Driving):
             if not holds(nxt):
                 bad = self._invariant_violation(nxt)  # names the invariant
                 if bad:
-                    self._fail(LiveViolation(bad[0], bad[1], nxt, self._describe(nxt)))
+                    self._fail(LiveViolation(bad[0], bad[1], nxt, describe(self, nxt)))
                 break
         if not self._nparked:
             woke = False
@@ -290,16 +295,18 @@ class Runtime(Driving):
             # The last runnable thread just finished and woke nobody: the parked ones may be
             # stuck for good. Fail them, but let this thread return normally.
             try:
-                self._detect_deadlock()
+                detect(self)
             except LiveError:
                 pass
+        elif self._spurious is not None and nxt[self._pci[t]] in self._spurious[t]:
+            detect(self)  # arrived where only a spurious wakeup moves it: stuck, if everyone else is
 
     @protected
     def _broken(self, t: int, e: Entry, b: int, broken: Broken, pos: int) -> None:
         """A generated transition's successor breaks an invariant: store it, as the plain path does, and fail."""
         nxt = broken.state
         self._owed = _EVERYTHING; self._state = nxt; self.steps += 1; self._pos = pos; self.record is not None and self.record.append((t, b, nxt))  # noqa: E702,E501
-        self._fail(LiveViolation(broken.kind, broken.message, nxt, self._describe(nxt)))
+        self._fail(LiveViolation(broken.kind, broken.message, nxt, describe(self, nxt)))
 
     @protected
     def _wake_set(self, wake: tuple) -> bool:
@@ -363,15 +370,6 @@ class Runtime(Driving):
             parked[u] = False; self._nparked -= 1; self._tokens[u].release(); woke = True  # noqa: E702
         return woke
 
-    def _describe(self, state: tuple) -> str:
-        m = self.machine
-        from .._check.trace import format_value
-
-        lines = []
-        for i, name in enumerate(m.field_names):
-            lines.append(f"  {name} = {format_value(m, i, state[i])}")
-        return "\n".join(lines)
-
     @protected
     def _fail(self, error: LiveError) -> None:
         if self._failure is None:
@@ -384,33 +382,6 @@ class Runtime(Driving):
     def _check(self) -> None:
         if self._failure is not None:
             raise self._failure
-
-    @protected
-    def _detect_deadlock(self) -> None:
-        m = self.machine
-        state = self._state
-        for t, parked in enumerate(self._parked):
-            if not parked and state[self._pci[t]] != DONE:
-                return  # someone can still act
-        if m.all_done(state) and (self._schedule is None or self._pos >= len(self._schedule)):  # the parked
-            self._ended = True  # are threads nobody spawned (nor can): NeverStarted, counted finished
-            self._wake_enabled(None)
-            return
-        if self._schedule is not None and self._pos < len(self._schedule):
-            # The forced order is stuck: the trace asks for a step that is not enabled.
-            turn = self._schedule[self._pos]
-            self._fail(LiveError("replay_divergence", f"step {self._pos}: {turn.thread}'s {turn.step!r} "
-                                 "is not enabled", state, self._describe(state)))
-        if self.record is not None:
-            path, choices = [m.init], []
-            for t, b, nxt in self.record:
-                if isinstance(nxt, tuple):
-                    choices.append((t, b))
-                    path.append(nxt)
-            kind, msg = classify_hang(m, path, choices)
-        else:
-            kind, msg = classify_hang(m, [state], [])
-        self._fail(LiveDeadlock(kind, msg, state, self._describe(state)))
 
     @protected
     def _park(self, t: int, branch: str | None, deadline: float | None) -> None:
@@ -427,8 +398,8 @@ class Runtime(Driving):
         got = True
         try:
             # Drop a stale token (a wakeup that raced a timeout or an interrupt), then mark parked.
-            tok.acquire(False); self._parked[t] = True; self._nparked += 1; self._want[t] = branch; self._parked_pc[t] = self._state[self._pci[t]]  # noqa: E702,E501
-            self._detect_deadlock()
+            tok.acquire(False); self._parked[t] = True; self._nparked += 1; self._want[t] = branch; self._timed[t] = deadline is not None; self._parked_pc[t] = self._state[self._pci[t]]  # noqa: E702,E501
+            detect(self)
             remaining = None if deadline is None else deadline - time.monotonic()
             lock.release(); got = _wait(tok, remaining); lock.acquire(); self._nparked -= self._parked[t]; self._parked[t] = False  # noqa: E702,E501
         except BaseException:
@@ -466,12 +437,19 @@ class Runtime(Driving):
             if free and e.fire is not None and (branch is None or branch in e.bindex):
                 opts = e.fire(self._state) if branch is None else e.one(self._state, e.bindex[branch])
             else:
+                if free and branch is not None:
+                    check_branch(self, t, e, branch)  # a name the step does not have (a typo): an error, not a wait
                 opts = self._options(t, e, branch)
             if opts:
                 b, nxt = opts[0]
                 self._apply(t, e, b, nxt)
                 return
             self._park(t, branch, deadline)
+
+    def _thread_index(self, t: Any) -> int:
+        if isinstance(t, bool) or not hasattr(t, "__index__") or not 0 <= t.__index__() < self._n:
+            raise ValueError(f"{t!r} is not a thread of {self.machine.name} (an int, 0..{self._n - 1})")
+        return t.__index__()
 
     def _reentered(self) -> None:
         raise RuntimeError(
@@ -500,6 +478,8 @@ class Runtime(Driving):
         leaving and re-entering the kernel first: the woken thread finds the
         interpreter free instead of waking twice.
         """
+        if t.__class__ is not int or not 0 <= t < self._n:
+            t = self._thread_index(t)
         deadline = None if timeout is None or timeout == _INF else time.monotonic() + seconds(timeout)
         lock = self._lock
         if lock._is_owned():
