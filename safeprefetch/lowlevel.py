@@ -23,8 +23,9 @@ private modules behind it may move. (trio keeps its own such surface in
   parked ones raise :class:`LiveDeadlock`: classified as the checker would,
   or ``blocked_branch`` when the model could move but the thread that could
   waits for a branch it cannot take (a caller's ``branch=``, an action's
-  outcome); a thread waiting with a ``timeout`` is never counted stuck, and
-  one left with nothing but spurious wakeups always is. A branch name the
+  outcome); a thread waiting with a ``timeout`` while its step has another
+  branch enabled is not counted stuck, and one left with nothing but
+  spurious wakeups is (but while a trace forces the order). A branch name the
   step does not have, an action name no external step runs, or a thread
   index that is not the model's is a ``ValueError``. Ctrl-C in an action is
   raised in it (an action marked ``protected`` defers it, as the

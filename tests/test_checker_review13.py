@@ -108,6 +108,7 @@ def test_3_a_reduced_trace_not_known_to_be_shortest_is_not_called_shortest(reduc
     assert capped.verdict == "invariant" and len(capped.violation.trace.steps) > 6
     assert not capped.exhaustive and capped.stop_reason == "max_states"
     assert "may not be a shortest one" in capped.stop_message
+    assert capped.stop_message.endswith("(stopped at the state cap, max_states=40)")  # the search again's reason
     assert "\ntrace: " in render_result(capped, PrivateThenBump.compile())  # not "shortest trace: "
     # A cap the search again fits under: the shortest trace, exhaustive as far as it needed.
     roomy = check(PrivateThenBump, reduce=reduce, store=store, progress_every=1e9, max_states=200)
@@ -117,7 +118,7 @@ def test_3_a_reduced_trace_not_known_to_be_shortest_is_not_called_shortest(reduc
 def test_4_a_thread_local_named_like_what_checks_read_of_a_thread_is_refused():
     # Before: an end check's ``t.done`` was "has the thread ended" (True), not the local ``done`` the thread
     # counted its jobs in: a false violation, or a false ok (True == 1); ``t.pc`` the step label.
-    for name in ("done", "pc"):
+    for name in ("done", "pc", "_s", "_t", "_where"):  # the last three: a thread view's own fields
         class Counting(Model):
             name_ = name
 
@@ -144,6 +145,7 @@ class SpinInStep(Model):
         m.shared(ready=False)
 
         def wait_ready(s, me):
+            open(MARKER, "w").close()
             while not s.ready:  # an atomic step: nothing else runs, it never returns
                 pass
 
@@ -161,17 +163,21 @@ def _cpu_seconds(pid):
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads the child's CPU time from /proc")
 def test_5_ctrl_c_in_a_step_that_never_returns_says_where_it_was(tmp_path):
     # Before: "interrupted", and nothing else: no step, no line.
-    path = tmp_path / "spin_in_step.py"
-    path.write_text(SPIN_IN_STEP)
+    path, marker = tmp_path / "spin_in_step.py", tmp_path / "spinning"
+    path.write_text(f"MARKER = {str(marker)!r}\n" + SPIN_IN_STEP)
     child = subprocess.Popen([sys.executable, "-m", "safeprefetch", "check", str(path)], stderr=subprocess.PIPE,
                              text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
-        while _cpu_seconds(child.pid) < 1.0:  # spinning in the step (the import and compile take less)
+        while not marker.exists():  # in the step
+            assert child.poll() is None, child.stderr.read()
+            time.sleep(0.02)
+        spinning = _cpu_seconds(child.pid)
+        while _cpu_seconds(child.pid) < spinning + 0.2:  # and past its first line, in the loop
             time.sleep(0.02)
         child.send_signal(signal.SIGINT)
         assert child.wait(60) == 130
         # The loop's two lines: the interrupt lands on either.
-        assert child.stderr.read().strip() in {f"interrupted in the model code at {path}:{n}" for n in (12, 13)}
+        assert child.stderr.read().strip() in {f"interrupted in the model code at {path}:{n}" for n in (14, 15)}
     finally:
         child.kill()
         child.wait()

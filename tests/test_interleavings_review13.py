@@ -75,6 +75,26 @@ def test_3_active_count_races_with_a_thread_ending_and_the_checker_shows_it():
     assert labels == ["begin main", "start w", "begin w", "exit w", "threading.active_count", "join w"]
 
 
+def test_3_enumerate_races_with_a_thread_another_thread_starts():
+    # The first version read the threads that existed at the call: a thread started later by another thread
+    # was independent of it for DPOR, which said "ok, exhaustive" where reduce="none" finds the assertion.
+    def body():
+        def a_fn():
+            c = threading.Thread(target=lambda: None, name="c")
+            c.start()
+            c.join()
+
+        a = threading.Thread(target=a_fn, name="a")
+        a.start()
+        names = [t.name for t in threading.enumerate()]
+        a.join()
+        assert len(names) < 3, names
+
+    for reduce in ("dpor", "none"):
+        r = interleavings.check(body, reduce=reduce)
+        assert r.verdict == "assertion" and "['main', 'a', 'c']" in r.violation.message, reduce
+
+
 def _release_unheld(kind):
     def body():
         lock = getattr(threading, kind)()

@@ -245,3 +245,46 @@ def test_16_conformance_compares_types_inside_frozensets(model_value, recorded):
     assert tampered == expected  # equal by ==, which is what made it pass
     assert not verify_record(machine, [(0, b, tampered)]).ok
     assert verify_record(machine, [(0, b, expected)]).ok
+
+
+# -- the fresh-eyes review of the fixes above ---------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["no_predicate_wait", "if_not_while"])
+def test_10_a_forced_replay_through_a_spurious_wakeup_still_replays(name):
+    # The spurious rule counted a thread at its wait as stuck while the trace, forcing the order, had the
+    # others parked only because it was not their turn: a false replay_divergence on the wakeup itself.
+    machine = load_model(name).compile({"spurious": True})
+    found = check(machine)
+    assert any("spurious wakeup" in s.step for s in found.violation.trace.steps)
+    for seed in range(5):
+        r = run_live(machine, schedule=found.violation.trace, seed=seed, timeout=60)
+        assert (r.verdict, r.forced) == (found.verdict, True), r.message
+
+
+class Never(Model):
+    name = "never"
+
+    def build(self, m):
+        m.shared(flag=False)
+        w = m.program("w")
+        w.step("wait flag", lambda s, me: None, guard=lambda s, me: s.flag, next=DONE)
+        o = m.program("o")
+        o.step("finish", lambda s, me: None, next=DONE)
+        m.thread("waiter", w)
+        m.thread("other", o)
+
+
+def test_7_a_retry_with_a_timeout_on_a_step_that_can_never_be_enabled_is_a_deadlock():
+    # The first fix let any thread waiting with a deadline keep the run alive: a retry loop timed out for
+    # ever. Only a step with another branch enabled can go on after its timeout.
+    rt = Runtime(Never.compile())
+    rt.step(1)
+    with pytest.raises(LiveDeadlock) as e:
+        rt.step(0, timeout=30)  # would time out (30 s) if it were not found at once
+    assert e.value.kind == "deadlock"
+
+
+def test_9_an_empty_tuple_of_branches_is_refused():
+    rt = Runtime(Pick.compile())
+    with pytest.raises(ValueError, match=r"chooser: branch=\(\) names no branch of step 'choose'"):
+        rt.step(0, branch=())

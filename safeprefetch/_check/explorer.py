@@ -269,14 +269,14 @@ class Explorer:
                 self.engine_note = "the engines expand the breadth-first search; strategy='dfs' runs plain"
             exhaustive = self._dfs(found)
         if found and self.ample is not None and self.strategy == "bfs" and self.stop_at_first:
-            # POR keeps the verdict but may lengthen the path: search again without it, for the shortest.
+            # POR keeps the verdict but may lengthen the path: search again without it, for the shortest
             again = Explorer(m, strategy="bfs", max_states=self.max_states, progress=self.progress,
                              reduce="symmetry" if self.canon is not None else "none",
                              progress_every=self.progress_every, memory=self.memory, engine=self.engine).run()
             if again.violation is not None:
                 return replace(again, seconds=time.perf_counter() - t0)
-            # Cut by the cap before it met one: the reduced search's trace may be longer than the shortest.
-            exhaustive, self.stop_reason, self.stop_detail = False, again.stop_reason, NOT_SHORTEST
+            exhaustive, self.stop_reason = False, again.stop_reason  # (cut before it met one: maybe not)
+            self.stop_detail = f"{NOT_SHORTEST} ({again.stop_message})"
         if not found and exhaustive and m.progress_labels:
             lasso, exhaustive = bounded_starvation(m, self.max_states)  # the scheduling policy's own graph
             if not exhaustive:
@@ -284,7 +284,7 @@ class Explorer:
             if lasso is not None:
                 found.append((len(lasso.trace), lasso))
         violation = min(found, key=lambda x: x[0])[1] if found else None
-        certain = exhaustive or (violation is not None and self.stop_detail != NOT_SHORTEST)
+        certain = exhaustive or (violation is not None and not self.stop_detail.startswith(NOT_SHORTEST))
         self.violations = [v for _, v in found]
         #: Whether the search visited every reachable state (the result's ``exhaustive``: or found a violation).
         self.complete = exhaustive
@@ -352,8 +352,8 @@ class Explorer:
         message = self.budget.reason if reason == "memory" and self.budget is not None else \
             f"stopped at the state cap, max_states={self.max_states:,}"
         detail = self.stop_detail
-        if detail == NOT_SHORTEST:
-            message = f"{detail} ({message})"
+        if detail.startswith(NOT_SHORTEST):
+            message = detail  # the search again's own reason, in it
         elif detail and reason == "max_states":
             message = f"{detail}, max_states={self.max_states:,}"
         return {"stop_reason": reason, "stop_message": message}

@@ -113,7 +113,8 @@ class FingerprintExplorer(Explorer):
                                         memory=self.memory).run()
             if again.violation is not None:
                 return again
-            exhaustive, self.stop_reason, self.stop_detail = False, again.stop_reason, NOT_SHORTEST  # as Explorer
+            exhaustive, self.stop_reason = False, again.stop_reason  # as Explorer does
+            self.stop_detail = f"{NOT_SHORTEST} ({again.stop_message})"
         if not found and exhaustive and m.progress_labels:
             lasso, exhaustive = bounded_starvation(m, self.max_states)  # the policy's own graph, as in Explorer
             if not exhaustive:
@@ -123,7 +124,7 @@ class FingerprintExplorer(Explorer):
         violation = min(found, key=lambda x: x[0])[1] if found else None
         self.violations = [v for _, v in found]
         n = len(self.table)
-        certain = exhaustive or (violation is not None and self.stop_detail != NOT_SHORTEST)
+        certain = exhaustive or (violation is not None and not self.stop_detail.startswith(NOT_SHORTEST))
         return CheckResult(
             model=m.name, config=dict(m.config), strategy="bfs", exhaustive=certain,
             verdict=violation.kind if violation else "ok", states=n, transitions=self.transitions,

@@ -448,8 +448,12 @@ def _user_frame(e: BaseException) -> str:
     """' at FILE:LINE' of the innermost frame outside safeprefetch, if any."""
     import traceback
 
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if "/safeprefetch/" not in f.filename
-              or "/models/" in f.filename]
+    import sysconfig
+
+    lib = tuple(sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib"))
+    # Files of the model's: not the package's (but its catalog's), not generated code (``<...>``), not the library.
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith(("<", *lib))
+              and ("/safeprefetch/" not in f.filename or "/models/" in f.filename)]
     if not frames:
         return ""
     f = frames[-1]

@@ -76,7 +76,7 @@ def make_local_view(index: int, thread_name: str, names: Mapping[str, int]) -> t
     """The ``me`` of thread ``index``: its locals by name over the shared list, plus ``name`` and ``index``."""
     ns: dict[str, Any] = {"__slots__": (), "index": index, "name": thread_name}
     for name, i in names.items():
-        if name in ("index", "name", "pc", "done"):
+        if name in ("index", "name", "pc", "done") or name in ("_s", "_t", "_where"):
             # ``pc`` and ``done`` too: an invariant's or end check's view of a thread answers those itself
             # (its program counter, whether it ended), so a local of that name would be hidden there.
             raise ModelError(f"thread {thread_name!r}: local {name!r} is reserved (a thread's index, name, pc "

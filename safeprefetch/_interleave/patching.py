@@ -154,7 +154,9 @@ def _start(self: threading.Thread) -> None:
         raise RuntimeError("threads can only be started once")
     index = len(ex.threads)
     name = ex.unique_name(self.name, self)  # the same in every schedule (threading's counter is not)
-    ex.point(vt, Op("start", self, (("start", index), ("thread", index)), where=where(2), label=f"start {name}"))
+    # ("threads",): which threads there are, which enumerate() reads (a thread another starts races with it).
+    ex.point(vt, Op("start", self, (("start", index), ("thread", index), ("threads",)), where=where(2),
+                    label=f"start {name}"))
     mark_started(self)
     new = ex.add_thread(name, self.run, obj=self, daemon=self.daemon, named=True)
     ex.thread_objs[id(self)] = new
@@ -245,8 +247,8 @@ def _make_enumerate(orig: Callable[[], list], counting: bool) -> Callable[[], An
         if c is None:
             return orig()
         ex, vt = c
-        ex.point(vt, Op(orig.__name__, None, tuple(("thread", t.index) for t in ex.threads), write=False,
-                        where=where(2), label=f"threading.{orig.__name__}"))
+        keys = (("threads",), *(("thread", t.index) for t in ex.threads))  # every start, and these ends
+        ex.point(vt, Op(orig.__name__, None, keys, write=False, where=where(2), label=f"threading.{orig.__name__}"))
         alive = [t.obj for t in ex.threads if t.obj is not None and not (t.finished or t.stopped)]
         return len(alive) if counting else alive
 

@@ -48,10 +48,17 @@ def _identical(a: Any, b: Any) -> bool:
     if type(a) is tuple:
         return len(a) == len(b) and all(_identical(x, y) for x, y in zip(a, b))
     if type(a) is frozenset:
-        # Equal sets hold equal elements; each must have an identical one in the other (each side's
-        # elements are distinct by ==, so an element's equal counterpart is the one it can match).
-        return a == b and all(any(_identical(x, y) for y in b if y == x) for x in a)
+        return len(a) == len(b) and frozenset(map(_typed, a)) == frozenset(map(_typed, b))
     return a == b or (a != a and b != b)  # NaN is NaN
+
+
+def _typed(v: Any) -> Any:
+    """``v`` with the type of every part beside it, so that equal means identical (a frozenset's elements)."""
+    if type(v) is tuple:
+        return tuple, tuple(map(_typed, v))
+    if type(v) is frozenset:
+        return frozenset, frozenset(map(_typed, v))
+    return type(v), v
 
 
 def verify_record(machine: Machine, record: Sequence[tuple[int, int, tuple]]) -> ConformanceReport:

@@ -36,9 +36,10 @@ applies the step the model gives it.
   begin step (the one before) and an end step (the external step itself,
   whose branch -- "ok" or "error" -- is the action's outcome).
 * Deadlock detection is exact, not a timer: when every thread is done,
-  parked without a deadline, or left with nothing but spurious wakeups
-  (none running, none inside an external action, none merely idle between
-  calls), no step can ever happen again. The runtime then fails every
+  parked (with a deadline, only if its step has nothing else enabled), or
+  left with nothing but spurious wakeups (none running, none inside an
+  external action, none merely idle between calls), no step can ever happen
+  again. The runtime then fails every
   parked thread with :class:`LiveDeadlock`, classified exactly as the
   checker would (deadlock, lost_wakeup, shutdown_hang) and carrying the same
   state printout, or ``blocked_branch`` when the model could move but the
@@ -298,7 +299,7 @@ class Runtime(Driving):
                 detect(self)
             except LiveError:
                 pass
-        elif self._spurious is not None and nxt[self._pci[t]] in self._spurious[t]:
+        elif self._spurious is not None and nxt[self._pci[t]] in self._spurious[t] and self._schedule is None:
             detect(self)  # arrived where only a spurious wakeup moves it: stuck, if everyone else is
 
     @protected

@@ -6,12 +6,15 @@ spurious wakeup. It answers from the state and the parked marks alone, all
 under the kernel lock, so the answer is exact, not a timer:
 
 * A thread that runs (not parked, not done) may still act: nothing is stuck.
-  So may a parked thread with a deadline: it comes back when the deadline
-  passes, and its driver may then ask for something else.
+  So may a parked thread with a deadline whose step has another branch
+  enabled: it comes back when the deadline passes, and its driver may then
+  ask for that one. (With nothing enabled, it could only ask again.)
 * A thread whose only move is a spurious wakeup counts as stuck, parked or
   not, as the checker counts it (``Machine.is_stuck``): a spurious wakeup
   is allowed, never guaranteed. Without this rule a waiter under
-  ``spurious=on`` spins on wakeups for ever and hides the deadlock.
+  ``spurious=on`` spins on wakeups for ever and hides the deadlock. (Not
+  while a replayed trace forces the order: its next step may be that very
+  wakeup, the others parked only because it is not their turn.)
 * When every thread is stuck and one of them waits for a *branch* that is
   not enabled while its step has others that are, the model is not stuck:
   its driver is. That is ``blocked_branch`` (a caller insisting on one
@@ -52,21 +55,24 @@ def detect(rt: Any) -> None:
     """Fail the run with :class:`LiveDeadlock` if no thread can ever move again (see the module doc)."""
     m = rt.machine
     state, pci, spurious = rt._state, rt._pci, m.spurious_pcs
+    forced = rt._schedule is not None and rt._pos < len(rt._schedule)
     timed = False
     for t, parked in enumerate(rt._parked):
         if parked:
-            timed = timed or rt._timed[t]
+            # Back at its deadline, its driver may ask for another branch: only if one is enabled.
+            timed = timed or (rt._timed[t] and _movable(rt, t, state))
         else:
             pc = state[pci[t]]
-            if pc != DONE and pc not in spurious[t]:
+            # (A forced order parks the others while it is not their turn: a spurious wakeup may be the next.)
+            if pc != DONE and (pc not in spurious[t] or forced):
                 return  # someone can still act
-    if m.all_done(state) and (rt._schedule is None or rt._pos >= len(rt._schedule)):  # the parked
-        rt._ended = True  # are threads nobody spawned (nor can): NeverStarted, counted finished
+    if m.all_done(state) and not forced:  # the parked are threads nobody spawned (nor can):
+        rt._ended = True  # NeverStarted, counted finished
         rt._wake_enabled(None)
         return
     if timed:
-        return  # a thread waiting with a deadline comes back then, and its driver may ask for another step
-    if rt._schedule is not None and rt._pos < len(rt._schedule):
+        return
+    if forced:
         # The forced order is stuck: the trace asks for a step that is not enabled.
         turn = rt._schedule[rt._pos]
         rt._fail(LiveError("replay_divergence", f"step {rt._pos}: {turn.thread}'s {turn.step!r} "
@@ -75,7 +81,7 @@ def detect(rt: Any) -> None:
         want = rt._want[t]
         pc = state[pci[t]]
         e = rt._entries[t].get(pc)
-        if parked and want is not None and e is not None and pc not in spurious[t]:
+        if parked and want is not None and _movable(rt, t, state):
             enabled = [choice_step(m, state, (t, b)).branch for b, _ in e.fire(state)]
             if enabled:
                 what = f"branch {want!r}" if type(want) is not tuple else f"one of branches {_names(want)}"
@@ -95,6 +101,13 @@ def detect(rt: Any) -> None:
     rt._fail(LiveDeadlock(kind, msg, state, describe(rt, state)))
 
 
+def _movable(rt: Any, t: int, state: tuple) -> bool:
+    """Whether thread ``t``'s step has an enabled branch other than a spurious wakeup's."""
+    pc = state[rt._pci[t]]
+    e = rt._entries[t].get(pc)
+    return e is not None and e.fire is not None and pc not in rt.machine.spurious_pcs[t] and bool(e.fire(state))
+
+
 def _names(names: Any) -> str:
     return ", ".join(repr(n) for n in names)
 
@@ -107,6 +120,8 @@ def check_branch(rt: Any, t: int, e: Any, branch: Any) -> None:
     if info is None:
         return
     notify_any = info.kind == "notify_one" and m.config.get("notify") == "any"
+    if branch == ():
+        raise ValueError(f"{m.thread_names[t]}: branch=() names no branch of step {info.label!r}")
     for name in branch if type(branch) is tuple else (branch,):
         if name in e.bindex or (notify_any and type(name) is str and name.startswith("wake ")
                                 and name[5:] in m.thread_names):
