@@ -16,6 +16,12 @@ differently).
 rest of the level only to judge its stuck states, exactly as the search
 would have. The cost is one expansion per state already stored, and no
 memory: the cap and the budget still bound what is kept.
+
+Where a shortest trace cannot be had, the result says so. Partial-order
+reduction keeps verdicts but may lengthen traces, so a violation it finds is
+searched for again without it; when the cap cuts that second search before
+it meets the violation, :func:`not_shortest` keeps the reduced trace and
+marks the result not exhaustive, with both searches' reasons.
 """
 
 from __future__ import annotations
@@ -26,6 +32,15 @@ from typing import Any, Iterable
 #: again without partial-order reduction, which may lengthen traces, was itself cut short before it found one.
 NOT_SHORTEST = ("the trace is the partial-order-reduced search's and may not be a shortest one: the search again "
                 "without the reduction, for a shortest trace, stopped before it found the violation")
+
+
+def not_shortest(explorer: Any, again: Any) -> bool:
+    """The search again without partial-order reduction (``again``, a result) stopped before it met the
+    violation: keep the reduced trace, and say that it may not be a shortest one. Returns False: the search
+    is not exhaustive (the caller's ``exhaustive``)."""
+    explorer.stop_reason, explorer.longer = again.stop_reason, True
+    explorer.stop_detail = f"{NOT_SHORTEST} ({again.stop_message})"
+    return False
 
 
 def cut_short(explorer: Any, rest: Iterable[tuple], depth: int, transitions: int, found: list) -> bool:

@@ -16,7 +16,7 @@ memory, same verdict on exhaustive runs, traces not minimal.
 *Honest bounds.* ``max_states`` caps the number of distinct states stored.
 If the cap cuts the search short, the result says ``exhaustive=False``: an
 ``ok`` verdict then means only "no violation among the states seen", and a
-violation whose trace is not known to be shortest (:data:`.cutoff.NOT_SHORTEST`)
+violation whose trace is not known to be shortest (:func:`.cutoff.not_shortest`)
 says so too.
 
 *Determinism and replay* are the scheduler's (:mod:`.replay`).
@@ -60,7 +60,7 @@ from typing import Any, Callable, Sequence
 from .._dsl.codegen import compile_transitions
 from .._dsl.model import Machine, ModelError, StepViolation
 from .budget import DictGrowth, MemoryBudget
-from .cutoff import NOT_SHORTEST, cut_short
+from .cutoff import cut_short, not_shortest
 from .expand import Expander, check_max_states, counted_at_cut
 from .determinism import Mutated, differs, error as determinism_error
 from .extension import Build
@@ -150,7 +150,7 @@ class Explorer:
         self.budget = MemoryBudget(memory) if memory is not None else None
         #: Why a search that is not exhaustive stopped: "max_states" or "memory"; and any detail of it.
         self.stop_reason: str | None = None
-        self.stop_detail = ""
+        self.stop_detail, self.longer = "", False  # longer: the trace may not be a shortest (.cutoff)
         #: The engine asked for, and the one the BFS ran (see :mod:`.generated`), with why not when they differ.
         self.engine = engine
         self.engine_used = "plain"
@@ -275,8 +275,7 @@ class Explorer:
                              progress_every=self.progress_every, memory=self.memory, engine=self.engine).run()
             if again.violation is not None:
                 return replace(again, seconds=time.perf_counter() - t0)
-            exhaustive, self.stop_reason = False, again.stop_reason  # (cut before it met one: maybe not)
-            self.stop_detail = f"{NOT_SHORTEST} ({again.stop_message})"
+            exhaustive = not_shortest(self, again)  # (it was cut before it met one)
         if not found and exhaustive and m.progress_labels:
             lasso, exhaustive = bounded_starvation(m, self.max_states)  # the scheduling policy's own graph
             if not exhaustive:
@@ -284,7 +283,7 @@ class Explorer:
             if lasso is not None:
                 found.append((len(lasso.trace), lasso))
         violation = min(found, key=lambda x: x[0])[1] if found else None
-        certain = exhaustive or (violation is not None and not self.stop_detail.startswith(NOT_SHORTEST))
+        certain = exhaustive or (violation is not None and not self.longer)
         self.violations = [v for _, v in found]
         #: Whether the search visited every reachable state (the result's ``exhaustive``: or found a violation).
         self.complete = exhaustive
@@ -352,7 +351,7 @@ class Explorer:
         message = self.budget.reason if reason == "memory" and self.budget is not None else \
             f"stopped at the state cap, max_states={self.max_states:,}"
         detail = self.stop_detail
-        if detail.startswith(NOT_SHORTEST):
+        if self.longer:
             message = detail  # the search again's own reason, in it
         elif detail and reason == "max_states":
             message = f"{detail}, max_states={self.max_states:,}"

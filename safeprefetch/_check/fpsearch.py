@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .._dsl.model import Machine
-from .cutoff import NOT_SHORTEST, cut_short
+from .cutoff import cut_short, not_shortest
 from .explorer import DEFAULT_MAX_STATES, Explorer
 from .fingerprint import FingerprintTable, Frontier, collision_probability, fingerprinter
 from .liveness import STARVATION_CAPPED, bounded_starvation
@@ -113,8 +113,7 @@ class FingerprintExplorer(Explorer):
                                         memory=self.memory).run()
             if again.violation is not None:
                 return again
-            exhaustive, self.stop_reason = False, again.stop_reason  # as Explorer does
-            self.stop_detail = f"{NOT_SHORTEST} ({again.stop_message})"
+            exhaustive = not_shortest(self, again)  # as Explorer does
         if not found and exhaustive and m.progress_labels:
             lasso, exhaustive = bounded_starvation(m, self.max_states)  # the policy's own graph, as in Explorer
             if not exhaustive:
@@ -124,7 +123,7 @@ class FingerprintExplorer(Explorer):
         violation = min(found, key=lambda x: x[0])[1] if found else None
         self.violations = [v for _, v in found]
         n = len(self.table)
-        certain = exhaustive or (violation is not None and not self.stop_detail.startswith(NOT_SHORTEST))
+        certain = exhaustive or (violation is not None and not self.longer)
         return CheckResult(
             model=m.name, config=dict(m.config), strategy="bfs", exhaustive=certain,
             verdict=violation.kind if violation else "ok", states=n, transitions=self.transitions,

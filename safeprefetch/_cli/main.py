@@ -446,9 +446,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _user_frame(e: BaseException) -> str:
     """' at FILE:LINE' of the innermost frame outside safeprefetch, if any."""
-    import traceback
-
     import sysconfig
+    import traceback
 
     lib = tuple(sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib"))
     # Files of the model's: not the package's (but its catalog's), not generated code (``<...>``), not the library.

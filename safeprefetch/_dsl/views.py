@@ -72,15 +72,19 @@ def make_shared_view(names: Mapping[str, int]) -> type:
     return type("SharedView", (_SharedViewBase,), ns)
 
 
+#: What a thread's local may not be named: what a check's view of a thread answers itself, and the views' slots.
+_RESERVED = frozenset({"index", "name", "pc", "done", "_s", "_t", "_where"})
+
+
 def make_local_view(index: int, thread_name: str, names: Mapping[str, int]) -> type:
     """The ``me`` of thread ``index``: its locals by name over the shared list, plus ``name`` and ``index``."""
     ns: dict[str, Any] = {"__slots__": (), "index": index, "name": thread_name}
     for name, i in names.items():
-        if name in ("index", "name", "pc", "done") or name in ("_s", "_t", "_where"):
+        if name in _RESERVED:
             # ``pc`` and ``done`` too: an invariant's or end check's view of a thread answers those itself
             # (its program counter, whether it ended), so a local of that name would be hidden there.
-            raise ModelError(f"thread {thread_name!r}: local {name!r} is reserved (a thread's index, name, pc "
-                             "and done are what checks read of it); give the local another name")
+            raise ModelError(f"thread {thread_name!r}: local {name!r} is reserved (checks read a thread's index, "
+                             "name, pc and done; _s, _t and _where are its views' own); give the local another name")
         ns[name] = _local_prop(i)
     return type("LocalView", (_LocalViewBase,), ns)
 

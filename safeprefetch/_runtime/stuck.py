@@ -60,7 +60,7 @@ def detect(rt: Any) -> None:
     for t, parked in enumerate(rt._parked):
         if parked:
             # Back at its deadline, its driver may ask for another branch: only if one is enabled.
-            timed = timed or (rt._timed[t] and _movable(rt, t, state))
+            timed = timed or (rt._timed[t] and bool(_moves(rt, t, state)))
         else:
             pc = state[pci[t]]
             # (A forced order parks the others while it is not their turn: a spurious wakeup may be the next.)
@@ -79,16 +79,15 @@ def detect(rt: Any) -> None:
                            "is not enabled", state, describe(rt, state)))
     for t, parked in enumerate(rt._parked):
         want = rt._want[t]
-        pc = state[pci[t]]
-        e = rt._entries[t].get(pc)
-        if parked and want is not None and _movable(rt, t, state):
-            enabled = [choice_step(m, state, (t, b)).branch for b, _ in e.fire(state)]
-            if enabled:
-                what = f"branch {want!r}" if type(want) is not tuple else f"one of branches {_names(want)}"
-                rt._fail(LiveDeadlock(
-                    "blocked_branch", f"{m.thread_names[t]} waits for {what} of step {e.label!r}, which is not "
-                    f"enabled, and no other thread can move; the model can (enabled: {_names(enabled)})",
-                    state, describe(rt, state)))
+        moves = _moves(rt, t, state) if parked and want is not None else []
+        if moves:
+            enabled = [choice_step(m, state, (t, b)).branch for b, _ in moves]
+            what = f"branch {want!r}" if type(want) is not tuple else f"one of branches {_names(want)}"
+            label = rt._entries[t][state[pci[t]]].label
+            rt._fail(LiveDeadlock(
+                "blocked_branch", f"{m.thread_names[t]} waits for {what} of step {label!r}, which is not "
+                f"enabled, and no other thread can move; the model can (enabled: {_names(enabled)})",
+                state, describe(rt, state)))
     if rt.record is not None:
         path, choices = [m.init], []
         for t, b, nxt in rt.record:
@@ -101,11 +100,11 @@ def detect(rt: Any) -> None:
     rt._fail(LiveDeadlock(kind, msg, state, describe(rt, state)))
 
 
-def _movable(rt: Any, t: int, state: tuple) -> bool:
-    """Whether thread ``t``'s step has an enabled branch other than a spurious wakeup's."""
+def _moves(rt: Any, t: int, state: tuple) -> list:
+    """Thread ``t``'s enabled moves ``(branch, successor)``, unless its step is only a spurious wakeup."""
     pc = state[rt._pci[t]]
     e = rt._entries[t].get(pc)
-    return e is not None and e.fire is not None and pc not in rt.machine.spurious_pcs[t] and bool(e.fire(state))
+    return e.fire(state) if e is not None and e.fire is not None and pc not in rt.machine.spurious_pcs[t] else []
 
 
 def _names(names: Any) -> str:
