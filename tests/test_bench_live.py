@@ -94,6 +94,7 @@ def test_runs_and_the_usual_prefetch_loop_are_reported(report):
         if f["figure"] == "copy_bandwidth":
             assert f["baselines"]["queue.Queue + np.copyto"] > 0 and f["extra"]["queue_ratio"] > 0
             assert f["baselines"]["SimpleQueue floor + np.copyto"] > 0 and f["extra"]["floor_ratio"] > 0
+            assert f["baselines"]["bare model"] > 0 and f["extra"]["bare_ratio"] > 0
             assert f["extra"]["python_after_copy_slowdown"] > 0
         if f["figure"] == "overlap":
             assert 0 < f["extra"]["ours_capacity_plus_1_percent"] <= 100.5

@@ -92,3 +92,27 @@ def test_a_failing_fetch_is_raised_not_hung():
 
     with pytest.raises(OSError, match="disk gone"):
         bare_run(fetch_into, 20, 2, (2,), np.int64, lambda out: None)
+
+
+def test_a_given_pool_and_out_are_the_ones_used():
+    # The copy figure passes np.copyto's touched pool and out, so that no page fault lands in its timed run.
+    pool = [np.full((3,), -1, np.int64) for _ in range(2)]
+    out = np.zeros((3,), np.int64)
+    filled: list[int] = []
+    seen: list[int] = []
+
+    def fetch_into(i: int, slot: np.ndarray) -> None:
+        filled.append(next(k for k, a in enumerate(pool) if a is slot))
+        slot[:] = i
+
+    def consume(o: np.ndarray) -> None:
+        assert o is out
+        seen.append(int(o[0]))
+
+    bare_run(fetch_into, 9, 2, (3,), np.int64, consume, pool=pool, out=out)
+    assert seen == list(range(9)) and sorted(set(filled)) == [0, 1] and int(out[0]) == 8
+
+
+def test_a_pool_of_the_wrong_shape_is_refused():
+    with pytest.raises(ValueError, match="pool: 2 arrays of shape"):
+        bare_run(lambda i, slot: None, 4, 2, (2,), np.int64, lambda out: None, pool=[np.zeros((3,), np.int64)] * 2)

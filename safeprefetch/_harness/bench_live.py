@@ -250,7 +250,8 @@ def format_report(result: dict[str, Any]) -> str:
         if f["figure"] == "copy_bandwidth" and "python_after_copy_slowdown" in f["extra"]:
             e = f["extra"]
             lines.append(f"{'':38} fixed cost us/batch: ours {e['overhead_us_per_batch']}, queue.Queue "
-                         f"{e['queue_overhead_us_per_batch']}, SimpleQueue floor {e['floor_overhead_us_per_batch']}; "
+                         f"{e['queue_overhead_us_per_batch']}, SimpleQueue floor {e['floor_overhead_us_per_batch']}, "
+                         f"bare model {e.get('bare_overhead_us_per_batch', '-')} (ratio {e.get('bare_ratio', '-')}); "
                          f"Python after the copy runs {e['python_after_copy_slowdown']}x slower")
         if f["figure"] == "call_after_idle":
             e = f["extra"]

@@ -135,17 +135,24 @@ def _worker(s: _Steps, cond: threading.Condition, box: list, pool: list, fetch_i
 
 
 def bare_run(fetch_into: Callable[[int, np.ndarray], Any], n: int, capacity: int, shape: tuple[int, ...],
-             dtype: Any, consume: Callable[[np.ndarray], None], run: int = 1, transitions: str = "generated") -> tuple:
+             dtype: Any, consume: Callable[[np.ndarray], None], run: int = 1, transitions: str = "generated",
+             pool: list[np.ndarray] | None = None, out: np.ndarray | None = None) -> tuple:
     """Hand ``n`` items from a worker thread to the caller through the model's transitions; the final state.
 
     ``fetch_into(i, slot)`` fills a slot with item ``i``; ``consume(out)`` sees each item copied into one
     ``out`` array. ``run`` is the longest run the consumer takes per step (the model's "take up to
     ``run``"; the Prefetcher takes runs only for callers fast enough to use them). ``transitions``: one of
-    ``TRANSITIONS``. The final state is returned as a tuple whatever the transitions' layout.
+    ``TRANSITIONS``. The final state is returned as a tuple whatever the transitions' layout. ``pool`` (one
+    array per slot) and ``out``, when given, are used instead of new arrays (already touched: no page
+    faults in a timed run).
     """
     s = _Steps(n, capacity, run, transitions)
-    pool = [np.empty(shape, dtype) for _ in range(capacity)]
-    out = np.empty(shape, dtype)
+    if pool is None:
+        pool = [np.empty(shape, dtype) for _ in range(capacity)]
+    if len(pool) != capacity or any(a.shape != shape or a.dtype != dtype for a in pool):
+        raise ValueError(f"pool: {capacity} arrays of shape {shape} and dtype {dtype} expected")
+    if out is None:
+        out = np.empty(shape, dtype)
     cond = threading.Condition(threading.Lock())
     box = [s.init]
     failure: list[BaseException] = []
