@@ -22,14 +22,14 @@ import numpy as np
 
 from .._runtime import interrupts as _interrupts
 from .._runtime.interrupts import deliver, guard, outermost, protected
-from .args import as_bool, as_dtype, as_int, as_seconds, as_shape
+from .args import as_bool, as_dtype, as_int, as_seconds, as_shape, check_out
 from .consumer import COPY, DEFAULT, END, GET, LEASE
 from .core import Core
 from .lease import Lease, Leases, NotCopyable
 from .lifecycle import reaper, register
 from .machine import RUNTIMES, default_runtime, machine_for, transitions_for
 from .policy import DEFAULT_AUTOTUNE_MAX, MAX_RUN
-from .sources import SourceBox, index_plan, read_first
+from .sources import SourceBox, index_plan, item_reader, plan_copy, read_first
 from .stats import PrefetchStats
 
 __all__ = ["DEFAULT_CLOSE_TIMEOUT", "Prefetcher"]
@@ -136,7 +136,7 @@ class Prefetcher(NotCopyable):
         workers = min(cfg.workers, max(1, opened.items)) if opened.map_style else cfg.workers
         # The source, reachable from the worker threads only through a weak reference (see SourceBox).
         self._source_box = box = SourceBox(
-            getitem=source.__getitem__ if opened.map_style and opened.has_getitem else None,
+            getitem=item_reader(source) if opened.map_style and opened.has_getitem else None,
             fetch_into=opened.fetch_into if opened.map_style else None, iterator=opened.iterator,
             source=source if cfg.executor is not None else None, preloaded=opened.preloaded,
             thread_safe=cfg.thread_safe, executor=cfg.executor)
@@ -211,13 +211,7 @@ class Prefetcher(NotCopyable):
         numpy array with the batch shape and dtype.
         """
         core = self._core
-        if not isinstance(out, np.ndarray):
-            raise TypeError(f"out must be a numpy array, not {type(out).__name__}")
-        if not out.flags.writeable:
-            raise ValueError("out is read-only: copy_prefetched needs a writeable array")
-        if core.pool is not None and (out.shape != core.shape or out.dtype != core.dtype):
-            raise ValueError(f"out has shape {out.shape} dtype {out.dtype}; the batches have shape "
-                             f"{core.shape} dtype {core.dtype}")
+        check_out(out, core.shape if core.pool is not None else None, core.dtype, "copy_prefetched")
         kind, value = core.handout(COPY, out, timeout)
         if kind is COPY:
             return True
@@ -376,8 +370,8 @@ class Prefetcher(NotCopyable):
 
     @property
     def indices(self) -> np.ndarray | None:
-        """The index plan: source index of each stream position (read-only); None for an iterator."""
-        return self._core.plan
+        """The index plan: source index of each stream position (a read-only copy); None for an iterator."""
+        return plan_copy(self._core.plan)
 
     @property
     def last_index(self) -> int | None:
@@ -446,6 +440,9 @@ class _Config:
         if even is not None and even not in ("pad", "drop"):
             raise ValueError(f"even must be None, 'pad' or 'drop', got {even!r}")
         executor = kw["executor"]
+        if isinstance(executor, type):
+            raise TypeError(f"executor must be an executor instance, not the class {executor.__name__} "
+                            f"(e.g. {executor.__name__}(4))")
         if executor is not None and not callable(getattr(executor, "submit", None)):
             raise TypeError(f"executor must be a concurrent.futures.Executor (with submit), "
                             f"not {type(executor).__name__}")
@@ -508,6 +505,10 @@ def _open(source: Any, cfg: _Config) -> _Opened:
     if want_first and kind == "item" and isinstance(first, (np.ndarray, np.generic)):  # a numpy scalar: 0-d
         opened.shape = first.shape if opened.shape is None else opened.shape
         opened.dtype = first.dtype if opened.dtype is None else opened.dtype
+        if opened.map_style and opened.fetch_into is not None:
+            # The read only sized the pool: a fetch_into source's batches are what fetch_into writes, batch 0
+            # too (kept, it would be __getitem__'s, which need not agree).
+            del opened.preloaded[0]
     if (opened.shape is None or opened.dtype is None) and opened.items:
         opened.items, opened.sized = 1, True  # the first read failed, so no pool can be sized: the stream is that error
     return opened
@@ -524,13 +525,13 @@ def _open_map(source: Any, cfg: _Config, opened: _Opened, want_first: bool) -> N
         if not opened.has_getitem:
             raise ValueError("a fetch_into source without __getitem__ needs shape= and dtype= "
                              "(the slot pool cannot be sized otherwise)")
-        index = int(plan[0])
-        first = read_first(lambda: source[index], cfg.timeout, cfg.name, map_style=True)
-        if not cfg.thread_safe and first[0] == "item" and type(first[1]) is np.ndarray:
+        index, read = int(plan[0]), item_reader(source)
+        first = read_first(lambda: read(index), cfg.timeout, cfg.name, map_style=True)
+        if not cfg.thread_safe and first[0] == "item" and isinstance(first[1], np.ndarray):
             # Every later call's result is copied while the source lock serializes the calls; this one would
             # be copied only when a worker reaches position 0, and a source that hands out one buffer may have
             # refilled it by then for a call another worker made (silently: batch 0 would hold item 1).
-            first = ("item", first[1].copy(order="K"))
+            first = ("item", first[1].copy(order="K"))  # (a subclass stays one: its own check comes later)
         opened.preloaded[0] = first
 
 
@@ -570,7 +571,8 @@ def _pool(opened: _Opened, cfg: _Config) -> tuple[np.ndarray | None, int]:
             raise ValueError(f"one batch of shape {opened.shape} dtype {opened.dtype} takes {batch_bytes} bytes, "
                              f"more than memory_budget={cfg.memory_budget}")
         slots = max(1, min(slots, cfg.memory_budget // batch_bytes))
-    return np.empty((slots, *opened.shape), opened.dtype), slots
+    # Zeros, not empty: a fetch_into that writes part of a slot leaves zeros, never another allocation's bytes.
+    return np.zeros((slots, *opened.shape), opened.dtype), slots
 
 
 def _close_failed(core: Any) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["as_bool", "as_dtype", "as_int", "as_seconds", "as_shape", "deadline_after"]
+__all__ = ["as_bool", "as_dtype", "as_int", "as_seconds", "as_shape", "check_out", "deadline_after", "overlaps_itself"]
 
 
 def as_int(name: str, value: Any, minimum: int | None = None) -> int:
@@ -80,3 +80,38 @@ def as_dtype(value: Any) -> np.dtype | None:
         raise ValueError(f"dtype {value!r} has no size ({dt}): no batch could match it; give its length, "
                          f"e.g. {dt.kind}16")
     return dt
+
+
+def check_out(out: Any, shape: tuple[int, ...] | None, dtype: Any, call: str) -> None:
+    """Refuse an ``out`` array a copy of a batch cannot land in whole: checked before anything is consumed.
+
+    ``shape`` None: the batch shape is not known (the first read failed), so only the kind of array is checked.
+    """
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a numpy array, not {type(out).__name__}")
+    if isinstance(out, (np.ma.MaskedArray, np.matrix)):
+        raise TypeError(f"out is a {type(out).__module__}.{type(out).__name__}: a copy into it keeps its mask or "
+                        "changes its shape; pass a plain array (np.asarray(out) or out.data)")
+    if not out.flags.writeable:
+        raise ValueError(f"out is read-only: {call} needs a writeable array")
+    if shape is not None and (out.shape != shape or out.dtype != dtype):
+        raise ValueError(f"out has shape {out.shape} dtype {out.dtype}; the batches have shape {shape} dtype {dtype}")
+    if overlaps_itself(out):
+        raise ValueError(f"out overlaps itself (strides {out.strides} for shape {out.shape}): a copy into it would "
+                         "keep only part of the batch; pass an array whose elements are distinct memory")
+
+
+def overlaps_itself(a: np.ndarray) -> bool:
+    """Whether two elements of ``a`` may share memory (a stride of 0, or strides smaller than the dimensions
+    inside them span: ``as_strided`` and broadcast views). Conservative: an exotic interleaved layout that
+    does not overlap may be called overlapping; any layout numpy makes by slicing, transposing or reshaping
+    is not."""
+    dims = sorted((abs(st), n) for st, n in zip(a.strides, a.shape) if n != 1)
+    if any(n == 0 for _st, n in dims):
+        return False
+    span = a.itemsize
+    for st, n in dims:
+        if st < span:
+            return True
+        span += st * (n - 1)
+    return False

@@ -37,15 +37,21 @@ class CloseSide:
     """The closing half of the core (a mixin of ``_Core``)."""
 
     def cannot_wait(self) -> bool:
-        """Whether the calling thread is inside this prefetcher: holds the kernel or close lock, runs a fetch, or
-        holds a ``thread_safe=False`` source's lock (an on-demand miss runs the source on the caller's thread).
+        """Whether the calling thread is inside this prefetcher: holds the kernel or close lock, the consumer gate
+        (a consumer call, parked in the kernel or not), runs a fetch, or holds a ``thread_safe=False`` source's
+        lock (an on-demand miss runs the source on the caller's thread).
 
         Such a caller is a signal handler or finalizer that interrupted us, or
         a source closing its own prefetcher; waiting for the lock there would
         wait for itself (for a worker waiting for the source's lock, in the
-        last case).
+        last case). A handler that interrupted a consumer call parked in the
+        kernel holds only the gate: its close joined the workers there, for
+        the whole close timeout behind a worker stuck in a fetch, and for ever
+        with ``close_timeout=None`` (the interrupted call could not return to
+        let the fetch finish).
         """
-        if self.rt.owned_by_current_thread() or self.close_lock._is_owned() or self.on_own_thread():
+        if (self.rt.owned_by_current_thread() or self.close_lock._is_owned() or self.gate._is_owned()
+                or self.on_own_thread()):
             return True
         box = self.source_ref()
         return box is not None and box.lock is not None and box.lock._is_owned()
@@ -138,6 +144,15 @@ class CloseSide:
             except LiveError:
                 pass
             join_threads(self.threads, deadline, me)
+            state = rt.state
+            if state[self.i_closing]:
+                # Past the deadline, a worker out of any fetch is on its way out: with ``closing`` set its only
+                # step is its exit (a claim offers nothing else), then its thread returns, running none of the
+                # source. It is joined without the deadline (microseconds: close(timeout=0) used to return
+                # before it ended, neither joined nor reported), so close() joins every thread it started but
+                # the ones stuck in a fetch, which it reports.
+                join_threads([th for th, i in zip(self.threads, self.worker_pcs)
+                              if th is not me and th.is_alive() and state[i] != P.FETCH], None, me)
             # Still alive: a worker whose model thread is inside "fetch into slot" is stuck in the
             # source; the others have left the model and are only finishing their thread.
             state = rt.state
@@ -150,6 +165,7 @@ class CloseSide:
             box = self.source_ref()
             if box is not None:
                 box.preloaded.clear()
+                box.errors.clear()  # never delivered after close; their tracebacks may hold a lot
             self.closed = True
             self._after_close()
         return True

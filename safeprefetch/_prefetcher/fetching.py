@@ -22,7 +22,7 @@ from .._dsl.model import DONE
 from .._runtime.interrupts import protected
 from .._runtime.kernel import LiveError
 from ..models import _protocol as P
-from .sources import SourceBox, remote_item, stop_iteration_error
+from .sources import SourceBox, fill_into, remote_item, stop_iteration_error
 from .waits import SOURCE_BUSY, first_driver, left, start_threads, wait_gate
 
 __all__ = ["FetchSide", "worker_main"]
@@ -105,9 +105,7 @@ class FetchSide:
                 if item is CLOSING:
                     return "ok"
             elif box.fetch_into is not None:
-                # A view of its own: the source may set its shape or dtype (``out.shape = -1``, a numpy idiom),
-                # which on the slot's kept view would reshape every later batch from that slot.
-                box.fetch_into(index, self.slot_views[k][...])
+                fill_into(box.fetch_into, index, self.slot_views[k], self._where(pos))
                 return "ok"
             else:
                 item = box.getitem(index)
@@ -141,6 +139,9 @@ class FetchSide:
 
     def _remote(self, box: SourceBox, index: int) -> Any:
         fut = box.executor.submit(remote_item, box.source, index, self.shape, self.dtype, self.token)
+        if not all(callable(getattr(fut, name, None)) for name in ("add_done_callback", "done", "cancel", "result")):
+            raise TypeError(f"executor {type(box.executor).__name__}: submit returned {type(fut).__name__}, not a "
+                            "concurrent.futures.Future (add_done_callback, done, cancel, result)")
         done = threading.Event()
         fut.add_done_callback(lambda _f: done.set())
         with self.waiters_lock:
@@ -151,9 +152,12 @@ class FetchSide:
         finally:
             with self.waiters_lock:
                 self.waiters.discard(done)
-        if not fut.done():
+        if not fut.done() and self._closing():  # woken by close(), not by the future
             fut.cancel()
             return CLOSING
+        # Woken by the future's callback. A future whose done() still says False there (a hand-written one
+        # whose callbacks run before it says so) was taken for a close: the slot kept what it held, delivered
+        # as the batch. Its result() is the batch.
         return fut.result()
 
 

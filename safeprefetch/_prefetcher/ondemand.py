@@ -52,14 +52,14 @@ import numpy as np
 
 from .._runtime import interrupts as _interrupts
 from .api import Prefetcher, _abandon, _close_failed  # _abandon: the finalizer, a close request for the reaper
-from .args import as_bool, as_dtype, as_int, as_seconds, as_shape
+from .args import as_bool, as_dtype, as_int, as_seconds, as_shape, check_out
 from .consumer import COPY, DEFAULT, GET
 from .lease import NotCopyable
 from .lifecycle import reaper, register
 from .ondemand_core import OnDemandCore
 from .ondemand_stats import OnDemandStats
 from .predictors import Predictor, label, make_predictor
-from .sources import SourceBox, read_first
+from .sources import SourceBox, item_reader, read_first
 
 __all__ = ["DEFAULT_CAPACITY", "OnDemandPrefetcher"]
 
@@ -122,12 +122,12 @@ class OnDemandPrefetcher(NotCopyable):
             capacity = max(1, min(capacity, budget // batch_bytes))
         fetch_into = getattr(source, "fetch_into", None)
         self._source_box = box = SourceBox(
-            getitem=source.__getitem__ if hasattr(source, "__getitem__") else None,
+            getitem=item_reader(source),
             fetch_into=fetch_into if callable(fetch_into) else None, iterator=None, source=None, preloaded={},
             thread_safe=thread_safe)
         ahead = capacity - 1 if depth is None else min(depth, capacity - 1)
         self._core = core = OnDemandCore(
-            pool=np.empty((capacity, *shape), dtype), workers=workers, box=box, predictor=predictor, length=length,
+            pool=np.zeros((capacity, *shape), dtype), workers=workers, box=box, predictor=predictor, length=length,
             close_timeout=close_timeout, timeout=timeout, name=name, depth=ahead)
         reaper.ensure_started()
         core.plan_workers()  # before it is registered: a close from here on drives out the workers not started
@@ -166,13 +166,7 @@ class OnDemandPrefetcher(NotCopyable):
     def copy_into(self, index: int, out: np.ndarray, timeout: float | None = DEFAULT) -> None:
         """Copy item ``index`` into ``out`` (a writeable array of the batch shape and dtype; no allocation)."""
         core = self._core
-        if not isinstance(out, np.ndarray):
-            raise TypeError(f"out must be a numpy array, not {type(out).__name__}")
-        if not out.flags.writeable:
-            raise ValueError("out is read-only: copy_into needs a writeable array")
-        if out.shape != core.shape or out.dtype != core.dtype:
-            raise ValueError(f"out has shape {out.shape} dtype {out.dtype}; the batches have shape "
-                             f"{core.shape} dtype {core.dtype}")
+        check_out(out, core.shape, core.dtype, "copy_into")
         kind, value = core.handout(COPY, (self._check_index(index), out), timeout)
         if kind is COPY:
             return
@@ -266,7 +260,8 @@ def _first_shape(source: Any, length: int, shape: Any, dtype: Any, timeout: floa
     if not hasattr(source, "__getitem__"):
         raise ValueError("a fetch_into source without __getitem__ needs shape= and dtype= (the slot pool cannot "
                          "be sized otherwise)")
-    kind, first = read_first(lambda: source[0], timeout, name, map_style=True)
+    read = item_reader(source)
+    kind, first = read_first(lambda: read(0), timeout, name, map_style=True)
     if kind == "error":
         raise ValueError(f"reading source[0] to size the slot pool failed ({type(first).__name__}: {first}); "
                          "give shape= and dtype= to skip that read") from first

@@ -54,7 +54,7 @@ from .fetching import FetchSide
 from .ondemand_serve import ServeSide
 from .ondemand_stats import OnDemandCounters, OnDemandStats
 from .predictors import Predictor, label
-from .sources import SourceBox, new_token, stop_iteration_error
+from .sources import SourceBox, fill_into, new_token, stop_iteration_error
 from .waits import SOURCE_BUSY, SourceBusy, first_driver, left, new_gate, start_threads, wait_gate
 
 __all__ = ["OnDemandCore", "compile_predictive"]
@@ -243,7 +243,7 @@ class OnDemandCore(ServeSide, CloseSide):
 
     def _fill_unlocked(self, box: SourceBox, index: int, k: int) -> str:
         if box.fetch_into is not None:
-            box.fetch_into(index, self.slot_views[k][...])  # a view of its own, as in fetching._fill
+            fill_into(box.fetch_into, index, self.slot_views[k], self._where(index))
             return Q.FETCH_OK
         item = box.getitem(index)
         self._check(index, item)

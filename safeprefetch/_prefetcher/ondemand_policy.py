@@ -39,6 +39,7 @@ index twice).
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -48,7 +49,7 @@ from .._runtime.interrupts import deliver, guard, interruptible
 from ..models import _predictive_protocol as Q
 from .predictors import Predictor, label
 
-__all__ = ["holdings", "speculate"]
+__all__ = ["holdings", "read_limit", "speculate"]
 
 _DROPPABLE = (Q.QUEUED, Q.FILLING)
 _EVICTABLE = (Q.READY, Q.FAILED)
@@ -86,6 +87,11 @@ def speculate(core: Any, index: int) -> None:
             return
 
 
+def read_limit(depth: int) -> int:
+    """How many of a predictor's proposals one request reads at most, for ``depth`` slots to fill."""
+    return 4 * depth + 16
+
+
 @interruptible
 def ask(core: Any, index: int) -> list[int] | None:
     """The predictor observes ``index``; its proposals, checked (None: it predicts nothing). Ctrl-C raises in
@@ -99,12 +105,16 @@ def ask(core: Any, index: int) -> list[int] | None:
     if depth <= 0 or type(predictor) is Predictor:  # the base predicts nothing (a subclass may keep its name)
         return None
     proposals: list[int] = []
-    for p in predictor.predict(depth):
+    seen: set[int] = set()
+    # At most read_limit(depth) proposals are read: a predictor that proposes only indices it cannot have
+    # (out of range, the one just asked for) forever hung the request, past its timeout.
+    for p in itertools.islice(predictor.predict(depth), read_limit(depth)):
         if isinstance(p, bool) or not isinstance(p, (int, np.integer)):
             raise TypeError(f"predictor {label(predictor)} proposed {p!r} ({type(p).__name__}); a proposal is an "
                             "index: an int")
         p = int(p)
-        if p != index and 0 <= p < core.length:
+        if p != index and 0 <= p < core.length and p not in seen:  # a repeat would take another slot's place
+            seen.add(p)
             proposals.append(p)
             if len(proposals) >= depth:
                 break
@@ -139,5 +149,10 @@ def _room(core: Any, slots: tuple, index: int, wanted: set) -> bool:
     for k, (st, t) in enumerate(slots):
         if (st == Q.READY or st == Q.FAILED) and index_of[t] not in wanted:
             core.rt.step(core.consumer, core.branches_drop[k])
+            box = core.source_ref()
+            if st == Q.FAILED and box is not None:
+                # The evicted failure's exception, and the frames its traceback holds, go with it (kept, they
+                # lived until the slot failed again or the prefetcher was collected).
+                box.errors.pop(k, None)
             return core.rt.state[core.i_consumer_pc] != DONE and core.rt.state[core.i_slots].count(Q.FREE) > reserve
     return False

@@ -155,6 +155,12 @@ class StridePredictor(Predictor):
                 s.state, s.last = _ON_CORRECT[s.state], index
                 streams.move_to_end(sid)
                 return
+        for sid, s in streams.items():
+            if s.last == index:
+                # The same index again (a retry after a timeout or a Ctrl-C, a revisited example): a touch,
+                # not news. It used to start a new stream, pushing out a steady one per repeat.
+                streams.move_to_end(sid)
+                return
         near, gap = None, self.window + 1
         for sid, s in streams.items():
             d = abs(index - s.last)

@@ -35,8 +35,8 @@ from numpy.lib.stride_tricks import as_strided
 from .errors import PrefetchTimeout
 from .waits import new_gate, wait_event
 
-__all__ = ["EXECUTING", "SourceBox", "executing", "index_plan", "new_token", "read_first", "remote_item",
-           "stop_iteration_error"]
+__all__ = ["EXECUTING", "SourceBox", "executing", "fill_into", "index_plan", "item_reader", "new_token", "plan_copy",
+           "read_first", "remote_item", "stop_iteration_error"]
 
 #: The threads of this process inside an executor's fetch: thread ident -> the tokens of the prefetchers whose
 #: fetches it runs, outermost first (an executor may run a fetch on a thread already inside another's). Only the
@@ -84,11 +84,42 @@ def index_plan(n: int, shuffle: bool, seed: int, epoch: int, rank: int, world_si
         order = np.resize(order, -(-n // world_size) * world_size)  # repeats from the start
     elif even == "drop":
         order = order[:(n // world_size) * world_size]
-    # Read-only for good: ``Prefetcher.indices`` hands this very array out, and the workers read it for every
-    # fetch. A plain array's flag can be set back (``plan.flags.writeable = True``), and a caller writing it
-    # then changed which items the stream held, silently; an alias through a read-only buffer refuses that,
-    # as a Lease's view does.
+    # Read-only (a plain array's flag could be set back); the workers read this one for every fetch, and
+    # ``Prefetcher.indices`` hands out a copy of it (:func:`plan_copy`): an alias of this array's memory
+    # reached through ``.base`` is writeable, and writing it changed which items the stream held, silently.
     return as_strided(order[rank::world_size].copy(), writeable=False)
+
+
+def plan_copy(plan: np.ndarray | None) -> np.ndarray | None:
+    """The index plan as the caller may see it: a read-only copy, sharing no memory with the workers' plan."""
+    return None if plan is None else as_strided(plan.copy(), writeable=False)
+
+
+def item_reader(source: Any) -> Callable[[int], Any] | None:
+    """How a worker reads item ``i`` of a map-style source: ``source[i]``, or None without ``__getitem__``.
+
+    For a numpy array it is ``source[i, ...]``: an array of the source's dtype whatever its rank, where
+    ``source[i]`` of a 1-d array is a numpy scalar, whose dtype for a string or bytes array is sized to that
+    one value (``<U1`` out of a ``<U2`` array) and would be refused as a batch of the wrong dtype.
+    """
+    if isinstance(source, np.ndarray):
+        return lambda i: source[i, ...]
+    return source.__getitem__ if hasattr(source, "__getitem__") else None
+
+
+def fill_into(fetch_into: Callable[[int, np.ndarray], Any], index: int, slot: np.ndarray, where: str) -> None:
+    """Call a source's ``fetch_into(index, out)`` on a view of its own of ``slot``, and refuse what would
+    deliver garbage: a view whose dtype the source changed (``out.dtype = ...``: the bytes written mean
+    something else in the slot), or an array returned instead of written (the slot keeps whatever it held).
+    Setting the view's shape (``out.shape = -1``) is fine: the same bytes in the same order."""
+    out = slot[...]  # a view of its own: setting its shape or dtype leaves the slot's kept view alone
+    returned = fetch_into(index, out)
+    if out.dtype != slot.dtype:
+        raise TypeError(f"{where}: fetch_into changed out's dtype to {out.dtype} (the batches are {slot.dtype}): "
+                        "write the batch into out, in its own dtype")
+    if isinstance(returned, np.ndarray) and not np.shares_memory(returned, slot):
+        raise TypeError(f"{where}: fetch_into returned an array instead of writing into out, which it left as "
+                        "it was: fill out in place (out[...] = batch), or give the source __getitem__ instead")
 
 
 def remote_item(source: Any, index: int, shape: tuple[int, ...] | None, dtype: np.dtype | None,
@@ -99,11 +130,12 @@ def remote_item(source: Any, index: int, shape: tuple[int, ...] | None, dtype: n
     outer = EXECUTING.get(me, ())  # an executor that runs the call on a thread already inside one (nested)
     try:
         EXECUTING[me] = (*outer, token)
-        if hasattr(source, "__getitem__"):
-            return source[index]
-        out = np.empty(shape, dtype)
-        source.fetch_into(index, out)
-        return out
+        fetch_into = getattr(source, "fetch_into", None)
+        if callable(fetch_into) and shape is not None and dtype is not None:  # the data path it declares
+            out = np.zeros(shape, dtype)
+            fill_into(fetch_into, index, out, f"item at source index {index}")
+            return out
+        return item_reader(source)(index)  # type: ignore[misc]
     finally:
         if outer:
             EXECUTING[me] = outer

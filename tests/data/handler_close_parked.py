@@ -1,0 +1,76 @@
+"""Child process for tests/test_hardening_review14.py: a SIGINT handler calls close() while the consumer call it
+interrupted is parked in the kernel (holding the consumer gate) and the worker is stuck in a fetch that only the
+interrupted call's return lets finish. ``close_timeout=None``: a close that waits there waits for ever.
+
+argv[1]: "stream" or "ondemand". Prints one line: the consumer call's exception type and the handler close's
+result (``returned``)."""
+
+import signal
+import sys
+import threading
+import time
+
+import numpy as np
+
+from safeprefetch import OnDemandPrefetcher, Prefetcher
+
+MAIN = threading.main_thread().ident
+release = threading.Event()
+
+
+class Source:
+    def __len__(self) -> int:
+        return 20
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        if i == 4 and threading.get_ident() != MAIN:
+            release.wait()  # set by the main thread once its call has returned
+        return np.zeros(4, np.float32) + i
+
+
+def poll(cond) -> None:  # waiting on observable state
+    deadline = time.monotonic() + 30
+    while not cond():
+        if time.monotonic() > deadline:
+            print("setup never reached")
+            sys.exit(3)
+        time.sleep(0.0005)
+
+
+said = []
+
+
+def handler(*_a) -> None:
+    pf.close()
+    said.append("returned")
+
+
+if sys.argv[1] == "stream":
+    pf = Prefetcher(Source(), capacity=1, workers=1, close_timeout=None)
+    it = iter(pf)
+    for _ in range(4):
+        next(it)  # the worker is now inside fetch 4, waiting for release
+    call = lambda: next(it)  # noqa: E731
+else:
+    pf = OnDemandPrefetcher(Source(), capacity=3, workers=1, predict="sequential", shape=(4,), dtype=np.float32,
+                            close_timeout=None)
+    pf.get(3)  # the worker speculates 4 and waits for release
+    call = lambda: pf.get(4)  # noqa: E731
+core = pf._core
+signal.signal(signal.SIGINT, handler)
+
+
+def kill_when_parked() -> None:
+    poll(lambda: core.rt.is_parked(core.consumer))
+    signal.pthread_kill(MAIN, signal.SIGINT)
+
+
+threading.Thread(target=kill_when_parked, daemon=True).start()
+try:
+    call()
+    outcome = "no exception"
+except BaseException as e:  # noqa: BLE001
+    outcome = type(e).__name__
+release.set()
+print(outcome, *said)
+pf.close()
