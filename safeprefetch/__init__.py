@@ -42,6 +42,7 @@ from ._prefetcher.errors import PrefetcherClosed as PrefetcherClosed
 from ._prefetcher.errors import PrefetcherExhausted as PrefetcherExhausted
 from ._prefetcher.errors import PrefetcherForked as PrefetcherForked
 from ._prefetcher.errors import PrefetcherWarning as PrefetcherWarning
+from ._prefetcher.errors import SourceErrorNotSent as SourceErrorNotSent
 from ._prefetcher.lease import Lease as Lease
 from ._prefetcher.stats import PrefetchStats as PrefetchStats
 from ._prefetcher.npy import NpyFiles as NpyFiles
@@ -80,6 +81,7 @@ __all__ = [
     "PrefetcherWarning",
     "ReplayDivergence",
     "SequentialPredictor",
+    "SourceErrorNotSent",
     "StridePredictor",
     "SymmetryError",
     "Trace",

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from numpy.lib.stride_tricks import as_strided
 
-from safeprefetch import OnDemandPrefetcher, Prefetcher
+from safeprefetch import OnDemandPrefetcher, Prefetcher, PrefetcherClosed
 from safeprefetch._prefetcher.api import _Config, _open
 
 pytestmark = pytest.mark.timeout(60)
@@ -89,10 +89,11 @@ class _Retypes:
 
 
 class _Fine:
-    """Returning out itself, a byte count (``readinto``'s idiom) or nothing, and reshaping out: all fine."""
+    """Returning out itself, a byte count (``readinto``'s idiom), what it wrote, a 0-d count or nothing, and
+    reshaping out: all fine."""
 
     def __len__(self) -> int:
-        return 3
+        return 5
 
     def fetch_into(self, i: int, out: np.ndarray) -> object:
         if i == 0:
@@ -102,21 +103,44 @@ class _Fine:
             out.shape = -1
             out[:] = i
             return out.nbytes
+        if i == 2:
+            x = np.full(2, i)
+            out[...] = x
+            return x  # what it wrote
+        if i == 3:
+            out[...] = i
+            return np.asarray(2)  # a 0-d count
         out[...] = i
         return None
 
 
-@pytest.mark.parametrize("source,match", [(_ReturnsInstead(), "returned an array instead of writing into out"),
-                                          (_Retypes(), "changed out's dtype to float64")])
+class _ReturnsOtherShape:
+    def __len__(self) -> int:
+        return 3
+
+    def fetch_into(self, i: int, out: np.ndarray) -> np.ndarray:
+        return np.full(5, i)  # neither out nor a batch
+
+
+@pytest.mark.parametrize("source,match", [(_Retypes(), "changed out's dtype to float64"),
+                                          (_ReturnsOtherShape(), r"returned an array of shape \(5,\) .*neither out")])
 def test_3_a_fetch_into_that_would_deliver_garbage_is_an_error_at_its_position(source, match):
     with Prefetcher(source, capacity=2, shape=(2,), dtype=np.int64) as pf:
         with pytest.raises(TypeError, match=match):
             next(iter(pf))
 
 
+def test_3_a_batch_returned_instead_of_written_is_the_batch():
+    # Written as if it were __getitem__: out was left as it was, and the slot's old bytes were delivered.
+    with Prefetcher(_ReturnsInstead(), capacity=2, shape=(2,), dtype=np.int64) as pf:
+        assert [x.tolist() for x in pf] == [[0, 0], [1, 1], [2, 2]]
+    with OnDemandPrefetcher(_ReturnsInstead(), capacity=2, shape=(2,), dtype=np.int64) as od:
+        assert od.get(1).tolist() == [1, 1]
+
+
 def test_3_a_fetch_into_that_writes_out_in_place_is_fine_whatever_it_returns():
     with Prefetcher(_Fine(), capacity=2, shape=(2,), dtype=np.int64) as pf:
-        assert [x.tolist() for x in pf] == [[0, 0], [1, 1], [2, 2]]
+        assert [x.tolist() for x in pf] == [[i, i] for i in range(5)]
 
 
 def test_3_an_unwritten_slot_holds_zeros_not_another_allocations_bytes():
@@ -132,8 +156,8 @@ def test_3_an_unwritten_slot_holds_zeros_not_another_allocations_bytes():
 
 
 def test_3_fetch_into_misuse_is_refused_on_demand_too():
-    with OnDemandPrefetcher(_ReturnsInstead(), capacity=2, shape=(2,), dtype=np.int64) as pf:
-        with pytest.raises(TypeError, match="returned an array instead"):
+    with OnDemandPrefetcher(_Retypes(), capacity=2, shape=(2,), dtype=np.int64) as pf:
+        with pytest.raises(TypeError, match="changed out's dtype"):
             pf.get(1)
 
 
@@ -354,9 +378,11 @@ def test_12_the_stride_predictor_keeps_its_streams_through_a_repeated_request():
     assert bases[0] + 4 * 7 in p.predict(16)
 
 
-def test_13_a_failed_speculations_exception_is_let_go_at_close():
+def test_13_a_failed_speculations_exception_is_let_go_when_its_slot_is_evicted():
     import gc
     import weakref
+
+    from _polling import wait_until
 
     refs = []
 
@@ -365,7 +391,7 @@ def test_13_a_failed_speculations_exception_is_let_go_at_close():
 
     class Fails:
         def __len__(self) -> int:
-            return 20
+            return 100
 
         def __getitem__(self, i: int) -> np.ndarray:
             if i == 4:
@@ -374,12 +400,206 @@ def test_13_a_failed_speculations_exception_is_let_go_at_close():
                 raise ValueError(f"bad 4 {id(held)}")
             return np.full(2, i)
 
-    pf = OnDemandPrefetcher(Fails(), capacity=4, workers=1, predict="sequential", shape=(2,), dtype=np.int64)
-    pf.get(3)  # 4 is speculated and fails; nobody asks for it
+    with OnDemandPrefetcher(Fails(), capacity=3, workers=1, predict="sequential", shape=(2,), dtype=np.int64) as pf:
+        pf.get(3)  # 4 is speculated and fails; nobody asks for it
+        assert wait_until(lambda: any(str(st) == "FAILED" for st, _t in pf.slots()))
+        for i in (50, 51, 52, 53, 60, 70):  # other requests need its slot: it is evicted
+            assert pf.get(i).tolist() == [i, i]
+        assert not any(str(st) == "FAILED" for st, _t in pf.slots())
+        gc.collect()
+        assert refs[0]() is None  # gone with its slot, the prefetcher still open
+
+
+def test_13_a_close_racing_the_consumer_never_loses_the_sources_error():
+    # Clearing the errors at close (this round's first try at item 13) let a close landing between the
+    # consumer's take of the error and its reading of it end the stream cleanly: the error swallowed.
+    from safeprefetch._prefetcher import consumer as consumer_module
+
+    class Boom(Exception):
+        pass
+
+    class Src:
+        def __len__(self) -> int:
+            return 3
+
+        def __getitem__(self, i: int) -> np.ndarray:
+            if i == 2:
+                raise Boom("item 2 failed")
+            return np.full(2, float(i))
+
+    original = consumer_module.ConsumerSide._terminal
+    holder: list = []
+
+    def close_first(self, state):  # a close from another thread, landing right there
+        import threading
+
+        th = threading.Thread(target=holder[0].close)
+        th.start()
+        th.join()
+        return original(self, state)
+
+    consumer_module.ConsumerSide._terminal = close_first
+    try:
+        pf = Prefetcher(Src(), workers=1, capacity=4, timeout=30)
+        holder.append(pf)
+        got = []
+        with pytest.raises((Boom, PrefetcherClosed)):
+            for b in pf:
+                got.append(float(b[0]))
+        assert got == [0.0, 1.0]
+    finally:
+        consumer_module.ConsumerSide._terminal = original
+        holder[0].close()
+
+
+class _TwoArgError(Exception):
+    """Pickles, does not unpickle: its __init__ takes two arguments, its args hold one."""
+
+    def __init__(self, a: object, b: object):
+        super().__init__(f"{a}/{b}")
+
+
+class _RaisesUnsendable:
+    def __len__(self) -> int:
+        return 5
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        if i == 2:
+            raise _TwoArgError("x", "y")
+        return np.full(2, i)
+
+
+def _square(x: int) -> int:
+    return x * x
+
+
+def test_14_an_exception_that_cannot_travel_back_from_a_process_pool_does_not_break_the_pool():
+    # Sent as it was, it broke the caller's whole pool (BrokenProcessPool, here and for every later task).
+    import multiprocessing
+
+    from safeprefetch import SourceErrorNotSent
+
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
+        with Prefetcher(_RaisesUnsendable(), capacity=2, shape=(2,), dtype=np.int64, executor=ex) as pf:
+            it = iter(pf)
+            assert [next(it).tolist() for _ in range(2)] == [[0, 0], [1, 1]]
+            with pytest.raises(SourceErrorNotSent, match=r"_TwoArgError: x/y .*cannot be sent back") as caught:
+                next(it)
+            assert "in __getitem__" in str(caught.value)  # the traceback there, as text
+        assert ex.submit(_square, 7).result(timeout=30) == 49  # the pool still works
+
+
+class _WhereRead:
+    """Each item says which process read it."""
+
+    def __len__(self) -> int:
+        return 3
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        import os
+
+        return np.array([i, os.getpid()])
+
+
+def test_15_with_an_executor_the_first_read_runs_there_too():
+    # The constructor's read of item 0 (sizing the pool) ran in the caller's process: a source that works
+    # only on the executor (a dask worker's resources) failed there, and batch 0 came from elsewhere.
+    import multiprocessing
+    import os
+
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
+        with Prefetcher(_WhereRead(), capacity=2, executor=ex) as pf:
+            got = [x.tolist() for x in pf]
+    assert [g[0] for g in got] == [0, 1, 2]
+    assert all(pid != os.getpid() for _i, pid in got), got
+
+
+class _BlocksAtOne:
+    def __init__(self) -> None:
+        import threading
+
+        self.entered, self.release, self.ended = threading.Event(), threading.Event(), threading.Event()
+
+    def __len__(self) -> int:
+        return 10
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        if i == 1:
+            self.entered.set()
+            self.release.wait(60)
+            self.ended.set()
+        return np.full(2, i)
+
+
+@pytest.mark.parametrize("finishes", [False, True])
+def test_16_close_waits_for_a_fetch_running_on_the_executor_or_reports_it(finishes):
+    # close() cancelled the future and returned at once: the fetch ran on after it, unreported (without an
+    # executor, a worker inside a fetch is waited for until the close timeout, then named in a warning).
+    import threading
+    import warnings
+
     from _polling import wait_until
 
-    assert wait_until(lambda: bool(refs))
-    assert wait_until(lambda: any(str(st) == "FAILED" for st, _t in pf.slots()))
-    pf.close()
-    gc.collect()
-    assert refs[0]() is None
+    from safeprefetch import PrefetcherWarning
+
+    src = _BlocksAtOne()
+    with concurrent.futures.ThreadPoolExecutor(1) as ex:
+        pf = Prefetcher(src, capacity=2, shape=(2,), dtype=np.int64, executor=ex, close_timeout=30 if finishes else 0.2)
+        assert next(iter(pf)).tolist() == [0, 0]
+        assert src.entered.wait(30)
+        if finishes:  # the fetch ends while close() waits for it (seen: it is registered as running)
+            core = pf._core
+            threading.Thread(target=lambda: wait_until(lambda: bool(core.remote_running), 30) and src.release.set(),
+                             daemon=True).start()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            pf.close()
+        said = [str(w.message) for w in caught if issubclass(w.category, PrefetcherWarning)]
+        if finishes:
+            assert src.ended.is_set() and said == []  # it ended before close() returned
+        else:
+            assert not src.ended.is_set()
+            assert len(said) == 1 and "the fetch of source index 1 still running on the executor" in said[0]
+        src.release.set()
+
+
+class _IntOnly(np.ndarray):
+    """A subclass whose __getitem__ takes ints only, and doubles what it reads."""
+
+    def __getitem__(self, i):
+        if not isinstance(i, (int, np.integer)):
+            raise TypeError(f"IntOnly takes ints, got {type(i).__name__}")
+        return np.asarray(super().__getitem__(i)) * 2
+
+
+def test_17_array_sources_are_read_as_before_but_strings():
+    # The string fix (item 5) first read every array source as a[i, ...]: a subclass's own __getitem__ was
+    # bypassed or refused, an object array of arrays gave 0-d object batches, an unmasked MaskedArray was
+    # refused. Only a plain string or bytes array is read that way now.
+    sub = np.arange(6.0).reshape(3, 2).view(_IntOnly)
+    objects = np.empty(3, dtype=object)
+    for i in range(3):
+        objects[i] = np.full(3, float(i))
+    for source, want in [(sub, [[0.0, 2.0], [4.0, 6.0], [8.0, 10.0]]),
+                         (objects, [[0.0] * 3, [1.0] * 3, [2.0] * 3]),
+                         (np.ma.array(np.arange(3.0)), [0.0, 1.0, 2.0]),
+                         (np.rec.fromarrays([np.arange(3)], names="a"), [(0,), (1,), (2,)])]:
+        with Prefetcher(source, capacity=2) as pf:
+            assert [x.tolist() for x in pf] == want
+        with OnDemandPrefetcher(source, capacity=2) as od:
+            assert [od.get(i).tolist() for i in range(len(want))] == want
+
+
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+def test_17_outs_that_hold_a_batch_whole_are_still_taken():
+    data = np.arange(8.0).reshape(2, 2, 2)
+    with Prefetcher(data, capacity=2) as pf:
+        m = np.matrix(np.zeros((2, 2)))
+        assert pf.copy_prefetched(m) and m.tolist() == [[0.0, 1.0], [2.0, 3.0]]
+        unmasked = np.ma.array(np.zeros((2, 2)))
+        assert pf.copy_prefetched(unmasked) and unmasked.tolist() == [[4.0, 5.0], [6.0, 7.0]]
+
+
+def test_17_indices_is_one_copy_not_one_per_read():
+    with Prefetcher(np.arange(10.0), capacity=2, shuffle=True) as pf:
+        assert pf.indices is pf.indices and not pf.indices.flags.writeable

@@ -29,7 +29,7 @@ from .lease import Lease, Leases, NotCopyable
 from .lifecycle import reaper, register
 from .machine import RUNTIMES, default_runtime, machine_for, transitions_for
 from .policy import DEFAULT_AUTOTUNE_MAX, MAX_RUN
-from .sources import SourceBox, index_plan, item_reader, plan_copy, read_first
+from .sources import SourceBox, executor_reader, index_plan, item_reader, plan_copy, read_first
 from .stats import PrefetchStats
 
 __all__ = ["DEFAULT_CLOSE_TIMEOUT", "Prefetcher"]
@@ -134,6 +134,7 @@ class Prefetcher(NotCopyable):
         opened = _open(source, cfg)
         pool, slots = _pool(opened, cfg)
         workers = min(cfg.workers, max(1, opened.items)) if opened.map_style else cfg.workers
+        self._indices: np.ndarray | None = None  # what ``indices`` shows: a copy of the plan, made when asked
         # The source, reachable from the worker threads only through a weak reference (see SourceBox).
         self._source_box = box = SourceBox(
             getitem=item_reader(source) if opened.map_style and opened.has_getitem else None,
@@ -371,7 +372,10 @@ class Prefetcher(NotCopyable):
     @property
     def indices(self) -> np.ndarray | None:
         """The index plan: source index of each stream position (a read-only copy); None for an iterator."""
-        return plan_copy(self._core.plan)
+        shown = self._indices
+        if shown is None and self._core.plan is not None:
+            shown = self._indices = plan_copy(self._core.plan)  # once: a loop may read it every step
+        return shown
 
     @property
     def last_index(self) -> int | None:
@@ -525,7 +529,8 @@ def _open_map(source: Any, cfg: _Config, opened: _Opened, want_first: bool) -> N
         if not opened.has_getitem:
             raise ValueError("a fetch_into source without __getitem__ needs shape= and dtype= "
                              "(the slot pool cannot be sized otherwise)")
-        index, read = int(plan[0]), item_reader(source)
+        index = int(plan[0])
+        read = item_reader(source) if cfg.executor is None else executor_reader(cfg.executor, source)
         first = read_first(lambda: read(index), cfg.timeout, cfg.name, map_style=True)
         if not cfg.thread_safe and first[0] == "item" and isinstance(first[1], np.ndarray):
             # Every later call's result is copied while the source lock serializes the calls; this one would

@@ -89,9 +89,9 @@ def check_out(out: Any, shape: tuple[int, ...] | None, dtype: Any, call: str) ->
     """
     if not isinstance(out, np.ndarray):
         raise TypeError(f"out must be a numpy array, not {type(out).__name__}")
-    if isinstance(out, (np.ma.MaskedArray, np.matrix)):
-        raise TypeError(f"out is a {type(out).__module__}.{type(out).__name__}: a copy into it keeps its mask or "
-                        "changes its shape; pass a plain array (np.asarray(out) or out.data)")
+    if isinstance(out, np.ma.MaskedArray) and np.ma.getmask(out) is not np.ma.nomask and np.ma.getmask(out).any():
+        raise TypeError("out is a numpy.ma.MaskedArray with masked elements: a copy into it keeps its mask, which "
+                        "hides part of the batch; pass a plain array (out.data) or unmask it first")
     if not out.flags.writeable:
         raise ValueError(f"out is read-only: {call} needs a writeable array")
     if shape is not None and (out.shape != shape or out.dtype != dtype):

@@ -28,7 +28,7 @@ from .args import deadline_after
 from .consumer import DEFAULT
 from .errors import PrefetcherWarning
 from .lifecycle import open_cores, reaper, unregister
-from .waits import CLOSE_BUSY, CloseBusy, join_threads, wait_gate
+from .waits import CLOSE_BUSY, CloseBusy, join_threads, wait_gate, wait_until_set
 
 __all__ = ["CloseSide"]
 
@@ -118,12 +118,17 @@ class CloseSide:
             finished_here = self._finish_locked(deadline)
         except CloseBusy:
             return False  # another thread's close holds the lock past our deadline: it finishes the close
-        if self.stuck and warn and finished_here:  # warned once, by the close that found them stuck
+        if (self.stuck or self.remote_stuck) and warn and finished_here:  # warned once, by the close that found them
             waited = "no time" if deadline is None else "the close timeout"
-            warnings.warn(f"prefetcher {self.name!r}: {', '.join(self.stuck)} still inside a fetch after {waited}; "
-                          "left running as daemon threads (the result will be discarded)",
-                          PrefetcherWarning, stacklevel=4)
-        return not self.stuck
+            said = []
+            if self.stuck:
+                said.append(f"{', '.join(self.stuck)} still inside a fetch after {waited}; left running as daemon "
+                            "threads (the result will be discarded)")
+            if self.remote_stuck:
+                said.append(f"the fetch of {', '.join(self.remote_stuck)} still running on the executor after "
+                            f"{waited}; left to it (the result will be discarded)")
+            warnings.warn(f"prefetcher {self.name!r}: {'; '.join(said)}", PrefetcherWarning, stacklevel=4)
+        return not self.stuck and not self.remote_stuck
 
     @protected
     def _finish_locked(self, deadline: float | None) -> bool:
@@ -153,6 +158,14 @@ class CloseSide:
                 # the ones stuck in a fetch, which it reports.
                 join_threads([th for th, i in zip(self.threads, self.worker_pcs)
                               if th is not me and th.is_alive() and state[i] != P.FETCH], None, me)
+            # Fetches a worker left running on the executor (it could not cancel them): waited for until the
+            # deadline like the workers, and reported if still running (they used to run on after close()
+            # returned, unreported).
+            with self.waiters_lock:
+                running = list(self.remote_running)
+            for finished, _where in running:
+                wait_until_set(finished, deadline)
+            self.remote_stuck = [where for finished, where in running if not finished.is_set()]
             # Still alive: a worker whose model thread is inside "fetch into slot" is stuck in the
             # source; the others have left the model and are only finishing their thread.
             state = rt.state
@@ -165,7 +178,6 @@ class CloseSide:
             box = self.source_ref()
             if box is not None:
                 box.preloaded.clear()
-                box.errors.clear()  # never delivered after close; their tracebacks may hold a lot
             self.closed = True
             self._after_close()
         return True

@@ -103,6 +103,8 @@ class Core(FetchSide, ConsumerSide, CloseSide):
         self.closed = False                     # close finished (threads joined, or reported stuck)
         self.forked = False                     # this is a forked child's copy (set by lifecycle)
         self.stuck: list[str] = []
+        self.remote_running: list[tuple[threading.Event, str]] = []  # fetches left running on the executor
+        self.remote_stuck: list[str] = []  # those still running when the close returned
         self.sigint = False                     # this prefetcher asked for the SIGINT wrapper
         self.threads: list[threading.Thread] = []
         self.worker_idents: set[int] = set()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from .lifecycle import PrefetcherForked
 
 __all__ = ["LeaseHeld", "LeaseReleased", "PrefetchTimeout", "PrefetcherClosed", "PrefetcherExhausted", "PrefetcherForked",
-           "PrefetcherWarning"]
+           "PrefetcherWarning", "SourceErrorNotSent"]
 
 
 class PrefetcherClosed(RuntimeError):
@@ -37,3 +37,12 @@ class PrefetcherExhausted(RuntimeError):
 
 class PrefetcherWarning(RuntimeWarning):
     """``close()`` gave up waiting for a worker stuck inside a fetch; its daemon thread was left running."""
+
+
+class SourceErrorNotSent(RuntimeError):
+    """The source raised in an executor's process an exception that cannot travel back (it does not survive
+    pickling). This stands in for it, at the same position: its type, message and the traceback there, as text.
+
+    Sent as it was, it would have broken the executor itself (``BrokenProcessPool``: every later task of the
+    caller's pool fails too).
+    """

@@ -22,7 +22,7 @@ from .._dsl.model import DONE
 from .._runtime.interrupts import protected
 from .._runtime.kernel import LiveError
 from ..models import _protocol as P
-from .sources import SourceBox, fill_into, remote_item, stop_iteration_error
+from .sources import SourceBox, check_future, fill_into, remote_item, stop_iteration_error
 from .waits import SOURCE_BUSY, first_driver, left, start_threads, wait_gate
 
 __all__ = ["FetchSide", "worker_main"]
@@ -139,11 +139,10 @@ class FetchSide:
 
     def _remote(self, box: SourceBox, index: int) -> Any:
         fut = box.executor.submit(remote_item, box.source, index, self.shape, self.dtype, self.token)
-        if not all(callable(getattr(fut, name, None)) for name in ("add_done_callback", "done", "cancel", "result")):
-            raise TypeError(f"executor {type(box.executor).__name__}: submit returned {type(fut).__name__}, not a "
-                            "concurrent.futures.Future (add_done_callback, done, cancel, result)")
-        done = threading.Event()
-        fut.add_done_callback(lambda _f: done.set())
+        check_future(box.executor, fut)
+        done = threading.Event()      # set by the future's callback, or by close() to cut the wait short
+        finished = threading.Event()  # set by the future's callback only
+        fut.add_done_callback(lambda _f: (finished.set(), done.set()))
         with self.waiters_lock:
             self.waiters.add(done)
         try:
@@ -153,7 +152,9 @@ class FetchSide:
             with self.waiters_lock:
                 self.waiters.discard(done)
         if not fut.done() and self._closing():  # woken by close(), not by the future
-            fut.cancel()
+            if not fut.cancel():  # running on the executor: close() waits for it, within its bound, or says so
+                with self.waiters_lock:
+                    self.remote_running.append((finished, f"source index {index}"))
             return CLOSING
         # Woken by the future's callback. A future whose done() still says False there (a hand-written one
         # whose callbacks run before it says so) was taken for a close: the slot kept what it held, delivered

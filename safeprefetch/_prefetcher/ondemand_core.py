@@ -103,7 +103,7 @@ class OnDemandCore(ServeSide, CloseSide):
         self._index_machine(m, workers)
         self.pool, self.shape, self.dtype, self.plan = pool, pool.shape[1:], pool.dtype, None
         self.slot_views = [pool[k, ...] for k in range(capacity)]
-        self.batch_bytes = int(pool[0].nbytes) if capacity else 0
+        self.batch_bytes = int(pool[0, ...].nbytes) if capacity else 0  # (pool[0] of a 0-d object pool: its object)
         self.length = length
         self.source_ref = weakref.ref(box)
         self.close_timeout, self.timeout, self.name = close_timeout, timeout, name
@@ -128,6 +128,8 @@ class OnDemandCore(ServeSide, CloseSide):
         self.waiters: set[threading.Event] = set()
         self.close_started = self.closed = self.forked = self.sigint = False
         self.stuck: list[str] = []
+        self.remote_running: list[tuple[threading.Event, str]] = []  # fetches left running on the executor
+        self.remote_stuck: list[str] = []  # those still running when the close returned
         self.threads: list[threading.Thread] = []
         self.worker_idents: set[int] = set()
         self.token = new_token()  # no executor here: a token marks no thread, but the streaming checks read it

@@ -25,18 +25,20 @@ from __future__ import annotations
 
 import itertools
 import os
+import pickle
 import sys
 import threading
+import traceback
 from typing import Any, Callable
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from .errors import PrefetchTimeout
+from .errors import PrefetchTimeout, SourceErrorNotSent
 from .waits import new_gate, wait_event
 
-__all__ = ["EXECUTING", "SourceBox", "executing", "fill_into", "index_plan", "item_reader", "new_token", "plan_copy",
-           "read_first", "remote_item", "stop_iteration_error"]
+__all__ = ["EXECUTING", "SourceBox", "check_future", "executing", "executor_reader", "fill_into", "index_plan",
+           "item_reader", "new_token", "plan_copy", "read_first", "remote_item", "stop_iteration_error"]
 
 #: The threads of this process inside an executor's fetch: thread ident -> the tokens of the prefetchers whose
 #: fetches it runs, outermost first (an executor may run a fetch on a thread already inside another's). Only the
@@ -98,28 +100,42 @@ def plan_copy(plan: np.ndarray | None) -> np.ndarray | None:
 def item_reader(source: Any) -> Callable[[int], Any] | None:
     """How a worker reads item ``i`` of a map-style source: ``source[i]``, or None without ``__getitem__``.
 
-    For a numpy array it is ``source[i, ...]``: an array of the source's dtype whatever its rank, where
-    ``source[i]`` of a 1-d array is a numpy scalar, whose dtype for a string or bytes array is sized to that
-    one value (``<U1`` out of a ``<U2`` array) and would be refused as a batch of the wrong dtype.
+    For a plain numpy array of strings or bytes it is ``source[i, ...]``, an array of the source's dtype:
+    ``source[i]`` of a 1-d one is a numpy scalar whose dtype is sized to that one value (``<U1`` out of a
+    ``<U2`` array), refused as a batch of the wrong dtype. Only there: an object array's ``source[i]`` is
+    the object it holds (an array, a batch), and a subclass's ``__getitem__`` is its own.
     """
-    if isinstance(source, np.ndarray):
+    if type(source) is np.ndarray and source.dtype.kind in "SU":
         return lambda i: source[i, ...]
     return source.__getitem__ if hasattr(source, "__getitem__") else None
 
 
 def fill_into(fetch_into: Callable[[int, np.ndarray], Any], index: int, slot: np.ndarray, where: str) -> None:
-    """Call a source's ``fetch_into(index, out)`` on a view of its own of ``slot``, and refuse what would
-    deliver garbage: a view whose dtype the source changed (``out.dtype = ...``: the bytes written mean
-    something else in the slot), or an array returned instead of written (the slot keeps whatever it held).
-    Setting the view's shape (``out.shape = -1``) is fine: the same bytes in the same order."""
+    """Call a source's ``fetch_into(index, out)`` on a view of its own of ``slot``, and never deliver garbage.
+
+    * A view whose dtype the source changed (``out.dtype = ...``): the bytes written mean something else in
+      the slot. Refused. Setting its shape (``out.shape = -1``) is fine: the same bytes in the same order.
+    * An array returned: what it returns is not ``out``'s business, unless it is a batch. One of the batch's
+      shape and dtype is copied into the slot (a source written as if it were ``__getitem__`` left ``out``
+      as it was, and the slot's old bytes were delivered; one that wrote ``out`` and returns what it wrote
+      pays one more copy). A 0-d or empty one (a count) is ignored; any other array is refused, as a batch
+      of the wrong shape or dtype would be.
+    """
     out = slot[...]  # a view of its own: setting its shape or dtype leaves the slot's kept view alone
     returned = fetch_into(index, out)
     if out.dtype != slot.dtype:
         raise TypeError(f"{where}: fetch_into changed out's dtype to {out.dtype} (the batches are {slot.dtype}): "
                         "write the batch into out, in its own dtype")
-    if isinstance(returned, np.ndarray) and not np.shares_memory(returned, slot):
-        raise TypeError(f"{where}: fetch_into returned an array instead of writing into out, which it left as "
-                        "it was: fill out in place (out[...] = batch), or give the source __getitem__ instead")
+    if not isinstance(returned, np.ndarray) or returned.ndim == 0 or returned.size == 0:
+        return
+    if np.shares_memory(returned, slot):
+        return  # out, or a view of it
+    if returned.shape == slot.shape and returned.dtype == slot.dtype:
+        np.copyto(slot, returned, casting="no")
+        return
+    raise TypeError(f"{where}: fetch_into returned an array of shape {returned.shape} dtype {returned.dtype}, "
+                    f"neither out nor a batch (shape {slot.shape} dtype {slot.dtype}): fill out in place "
+                    "(out[...] = batch)")
 
 
 def remote_item(source: Any, index: int, shape: tuple[int, ...] | None, dtype: np.dtype | None,
@@ -130,17 +146,58 @@ def remote_item(source: Any, index: int, shape: tuple[int, ...] | None, dtype: n
     outer = EXECUTING.get(me, ())  # an executor that runs the call on a thread already inside one (nested)
     try:
         EXECUTING[me] = (*outer, token)
-        fetch_into = getattr(source, "fetch_into", None)
-        if callable(fetch_into) and shape is not None and dtype is not None:  # the data path it declares
-            out = np.zeros(shape, dtype)
-            fill_into(fetch_into, index, out, f"item at source index {index}")
-            return out
-        return item_reader(source)(index)  # type: ignore[misc]
+        if token[0] != os.getpid():  # in an executor's process: what it raises travels back pickled
+            try:
+                return _remote_read(source, index, shape, dtype)
+            except BaseException as e:
+                _must_travel(e)
+                raise
+        return _remote_read(source, index, shape, dtype)
     finally:
         if outer:
             EXECUTING[me] = outer
         else:
             EXECUTING.pop(me, None)
+
+
+def check_future(executor: Any, fut: Any) -> None:
+    """Refuse what an executor's ``submit`` returned unless it is a future (used unchecked, it failed later as
+    if the source had raised an AttributeError)."""
+    if not all(callable(getattr(fut, name, None)) for name in ("add_done_callback", "done", "cancel", "result")):
+        raise TypeError(f"executor {type(executor).__name__}: submit returned {type(fut).__name__}, not a "
+                        "concurrent.futures.Future (add_done_callback, done, cancel, result)")
+
+
+def executor_reader(executor: Any, source: Any) -> Callable[[int], Any]:
+    """Item ``i`` read on ``executor``, as the workers' fetches are: the constructor's first read (to size the
+    pool) too, so a source that runs only there (a dask worker's resources, a process's own state) works."""
+    def read(i: int) -> Any:
+        fut = executor.submit(remote_item, source, i, None, None)
+        check_future(executor, fut)
+        return fut.result()
+    return read
+
+
+def _remote_read(source: Any, index: int, shape: tuple[int, ...] | None, dtype: np.dtype | None) -> Any:
+    fetch_into = getattr(source, "fetch_into", None)
+    if callable(fetch_into) and shape is not None and dtype is not None:  # the data path it declares
+        out = np.zeros(shape, dtype)
+        fill_into(fetch_into, index, out, f"item at source index {index}")
+        return out
+    return item_reader(source)(index)  # type: ignore[misc]
+
+
+def _must_travel(e: BaseException) -> None:
+    """Raise a :class:`SourceErrorNotSent` standing in for ``e`` if ``e`` would not survive the trip back
+    from an executor's process: one that pickles and does not unpickle (an ``__init__`` taking other
+    arguments than its ``args``) broke the caller's whole process pool (``BrokenProcessPool``)."""
+    try:
+        pickle.loads(pickle.dumps(e))
+    except Exception as why:  # noqa: BLE001 - whatever stops the round trip
+        text = "".join(traceback.format_exception(e))
+        raise SourceErrorNotSent(f"{type(e).__module__}.{type(e).__qualname__}: {e} (it cannot be sent back from "
+                                 f"the executor's process: {type(why).__name__}: {why}); its traceback there:\n"
+                                 f"{text}") from None
 
 
 class SourceBox:

@@ -19,7 +19,7 @@ from .._runtime.interrupts import deliver, guard, interruptible, interruptible_u
 from .errors import PrefetchTimeout
 
 __all__ = ["Gate", "NO_GATE", "SOURCE_BUSY", "SourceBusy", "first_driver", "hold_gate", "join_threads", "left",
-           "start_threads", "wait_event", "wait_gate"]
+           "start_threads", "wait_event", "wait_gate", "wait_until_set"]
 
 _TIMEOUT_MAX = threading.TIMEOUT_MAX
 
@@ -74,6 +74,17 @@ def wait_event(event: threading.Event, timeout: float) -> bool:
             return event.is_set()
         if event.wait(min(remaining, _TIMEOUT_MAX)):
             return True
+
+
+@interruptible
+def wait_until_set(event: threading.Event, deadline: float | None) -> bool:
+    """Wait for ``event`` until ``deadline`` (None: no limit); whether it is set. Ctrl-C may cut it short."""
+    while not event.is_set():
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            return False
+        event.wait(None if remaining is None else min(remaining, _TIMEOUT_MAX))
+    return True
 
 
 @interruptible

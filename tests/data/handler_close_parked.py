@@ -55,6 +55,7 @@ else:
     pf = OnDemandPrefetcher(Source(), capacity=3, workers=1, predict="sequential", shape=(4,), dtype=np.float32,
                             close_timeout=None)
     pf.get(3)  # the worker speculates 4 and waits for release
+    poll(lambda: any(str(st) == "FILLING" and tag == 4 for st, tag in pf.slots()))  # else get(4) is a miss
     call = lambda: pf.get(4)  # noqa: E731
 core = pf._core
 signal.signal(signal.SIGINT, handler)
