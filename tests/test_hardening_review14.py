@@ -603,3 +603,41 @@ def test_17_outs_that_hold_a_batch_whole_are_still_taken():
 def test_17_indices_is_one_copy_not_one_per_read():
     with Prefetcher(np.arange(10.0), capacity=2, shuffle=True) as pf:
         assert pf.indices is pf.indices and not pf.indices.flags.writeable
+
+
+def test_18_a_late_hit_whose_wait_timed_out_is_not_counted_as_used():
+    # Counted when the request joined the in-flight fetch, the wait then timing out and a later request taking
+    # the batch as a hit counted it twice: "used 2" of one speculative fetch, 4 outcomes for 3 requests.
+    import threading
+
+    from _polling import wait_until
+
+    from safeprefetch import PrefetchTimeout, Predictor
+
+    main = threading.get_ident()
+    release = threading.Event()
+
+    class Source:
+        def __len__(self) -> int:
+            return 20
+
+        def __getitem__(self, i: int) -> np.ndarray:
+            if i == 4 and threading.get_ident() != main:
+                release.wait(60)
+            return np.full(2, i)
+
+    class Four(Predictor):
+        def predict(self, depth):
+            return [4]
+
+    with OnDemandPrefetcher(Source(), capacity=3, workers=1, predict=Four(20), shape=(2,), dtype=np.int64) as pf:
+        pf.get(3)
+        assert wait_until(lambda: any(str(st) == "FILLING" and t == 4 for st, t in pf.slots()))
+        with pytest.raises(PrefetchTimeout):
+            pf.get(4, timeout=0.05)
+        pf.get(10)  # another index: the wait is withdrawn
+        release.set()
+        assert wait_until(lambda: any(str(st) == "READY" and t == 4 for st, t in pf.slots()))
+        assert pf.get(4).tolist() == [4, 4]
+        s = pf.stats
+    assert (s.requests, s.hits, s.late_hits, s.misses, s.speculative_fetches, s.used) == (3, 1, 0, 2, 1, 1)

@@ -156,8 +156,8 @@ class CloseSide:
                 # source. It is joined without the deadline (microseconds: close(timeout=0) used to return
                 # before it ended, neither joined nor reported), so close() joins every thread it started but
                 # the ones stuck in a fetch, which it reports.
-                join_threads([th for th, i in zip(self.threads, self.worker_pcs)
-                              if th is not me and th.is_alive() and state[i] != P.FETCH], None, me)
+                join_threads(list(th for th, i in zip(self.threads, self.worker_pcs)
+                                  if th is not me and th.is_alive() and state[i] != P.FETCH), None, me)
             # Fetches a worker left running on the executor (it could not cancel them): waited for until the
             # deadline like the workers, and reported if still running (they used to run on after close()
             # returned, unreported).
@@ -165,7 +165,8 @@ class CloseSide:
                 running = list(self.remote_running)
             for finished, _where in running:
                 wait_until_set(finished, deadline)
-            self.remote_stuck = [where for finished, where in running if not finished.is_set()]
+            # (Generators, not list comprehensions, here: see the comment on ``self.stuck`` below.)
+            self.remote_stuck = list(where for finished, where in running if not finished.is_set())
             # Still alive: a worker whose model thread is inside "fetch into slot" is stuck in the
             # source; the others have left the model and are only finishing their thread.
             state = rt.state

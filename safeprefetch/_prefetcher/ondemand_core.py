@@ -128,6 +128,7 @@ class OnDemandCore(ServeSide, CloseSide):
         self.waiters: set[threading.Event] = set()
         self.close_started = self.closed = self.forked = self.sigint = False
         self.stuck: list[str] = []
+        self.wait_uncounted = False  # a late hit's wait was cut short and uncounted (ondemand_serve)
         self.remote_running: list[tuple[threading.Event, str]] = []  # fetches left running on the executor
         self.remote_stuck: list[str] = []  # those still running when the close returned
         self.threads: list[threading.Thread] = []
@@ -218,6 +219,7 @@ class OnDemandCore(ServeSide, CloseSide):
             return call_source(self._fill, box, index, k, self.demand_deadline)
         except SourceBusy as e:  # the request's timeout, waiting for another thread's call: not a source error
             self.busy = box.errors[k] = e
+            self.counts.demand_fetches -= 1  # nothing was fetched (counted in the finally below)
             return Q.FETCH_ERROR
         except BaseException as e:  # noqa: BLE001 - raised by the request, as the same object
             box.errors[k] = self._as_error(index, e)

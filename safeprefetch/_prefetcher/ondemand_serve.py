@@ -200,6 +200,7 @@ class ServeSide:
     def _request(self, index: int) -> None:
         """Ask for ``index``'s tag: exactly one outcome is enabled, so this never parks. Counts what it was."""
         rt = self.rt
+        self.wait_uncounted = False  # a new request: its own outcome is counted below
         before = rt.state[self.i_slots]
         tag = self.tag_for(index, before)
         rt.step(self.consumer, self.branches_request[tag])
@@ -219,13 +220,22 @@ class ServeSide:
     def _wait_in_flight(self, deadline: float | None) -> None:
         """Wait for a worker's fetch of the asked-for index (the only step of a call that parks)."""
         t0 = time.perf_counter()
+        counts = self.counts
+        if self.wait_uncounted:  # a wait a timeout or an interrupt cut short, resumed: a late hit again
+            counts.late_hits += 1; counts.used += 1; self.wait_uncounted = False  # noqa: E702
         try:
             self.rt.step(self.consumer, self.branches_serve,
                          timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
-        except StepTimeout:
-            raise PrefetchTimeout("the batch being fetched did not arrive within the timeout") from None
+        except BaseException as e:
+            # Not served (yet): the request joined the fetch and counted it a late hit, used; a later
+            # request taking the batch as a hit counted it again (4 outcomes for 3 requests, "used 2" of one
+            # speculative fetch). Uncounted until a call resumes this wait.
+            counts.late_hits -= 1; counts.used -= 1; self.wait_uncounted = True  # noqa: E702
+            if isinstance(e, StepTimeout):
+                raise PrefetchTimeout("the batch being fetched did not arrive within the timeout") from None
+            raise
         finally:
-            self.counts.served_wait += time.perf_counter() - t0
+            counts.served_wait += time.perf_counter() - t0
 
     def _produce(self, api: str, out: Any, k: int, index: int) -> None:
         """Copy the leased slot out into the stash, then release it (the stash first: see the module doc)."""
