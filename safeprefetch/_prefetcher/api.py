@@ -300,8 +300,8 @@ class Prefetcher(NotCopyable):
 
     @property
     def capacity(self) -> int:
-        """Slots the workers may fill at once: the pool size (after ``memory_budget``), or with ``autotune``
-        the current tuned capacity."""
+        """Slots the workers may fill at once: the pool size (after ``memory_budget``, and no more than the
+        stream's batches), or with ``autotune`` the current tuned capacity."""
         return self._core.target
 
     @property
@@ -372,10 +372,9 @@ class Prefetcher(NotCopyable):
     @property
     def indices(self) -> np.ndarray | None:
         """The index plan: source index of each stream position (a read-only copy); None for an iterator."""
-        shown = self._indices
-        if shown is None and self._core.plan is not None:
-            shown = self._indices = plan_copy(self._core.plan)  # once: a loop may read it every step
-        return shown
+        if self._indices is None:  # copied once: a loop may read it every step
+            self._indices = plan_copy(self._core.plan)
+        return self._indices
 
     @property
     def last_index(self) -> int | None:
@@ -568,6 +567,10 @@ def _open_iterator(source: Any, cfg: _Config, opened: _Opened, want_first: bool)
 def _pool(opened: _Opened, cfg: _Config) -> tuple[np.ndarray | None, int]:
     """The preallocated slot pool (None when no batch shape is known) and its number of slots."""
     slots = cfg.slots
+    if opened.sized and opened.items < slots:
+        # No more slots than batches: a stream of 4 never holds a fifth, and each slot costs memory and a
+        # field of every model state (capacity=10**6 for 4 items took 364 MB and slow steps).
+        slots = max(1, opened.items)
     if opened.shape is None or opened.dtype is None:
         return None, slots
     batch_bytes = math.prod(opened.shape) * opened.dtype.itemsize
