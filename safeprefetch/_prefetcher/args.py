@@ -86,17 +86,21 @@ def check_out(out: Any, shape: tuple[int, ...] | None, dtype: Any, call: str) ->
     """Refuse an ``out`` array a copy of a batch cannot land in whole: checked before anything is consumed.
 
     ``shape`` None: the batch shape is not known (the first read failed), so only the kind of array is checked.
+    On every ``copy_prefetched``: a plain contiguous array passes with a type test, two flag tests and the
+    shape and dtype comparison.
     """
-    if not isinstance(out, np.ndarray):
-        raise TypeError(f"out must be a numpy array, not {type(out).__name__}")
-    if isinstance(out, np.ma.MaskedArray) and np.ma.getmask(out) is not np.ma.nomask and np.ma.getmask(out).any():
-        raise TypeError("out is a numpy.ma.MaskedArray with masked elements: a copy into it keeps its mask, which "
-                        "hides part of the batch; pass a plain array (out.data) or unmask it first")
-    if not out.flags.writeable:
+    if type(out) is not np.ndarray:
+        if not isinstance(out, np.ndarray):
+            raise TypeError(f"out must be a numpy array, not {type(out).__name__}")
+        if isinstance(out, np.ma.MaskedArray) and np.ma.getmask(out) is not np.ma.nomask and np.ma.getmask(out).any():
+            raise TypeError("out is a numpy.ma.MaskedArray with masked elements: a copy into it keeps its mask, "
+                            "which hides part of the batch; pass a plain array (out.data) or unmask it first")
+    flags = out.flags
+    if not flags.writeable:
         raise ValueError(f"out is read-only: {call} needs a writeable array")
     if shape is not None and (out.shape != shape or out.dtype != dtype):
         raise ValueError(f"out has shape {out.shape} dtype {out.dtype}; the batches have shape {shape} dtype {dtype}")
-    if overlaps_itself(out):
+    if not flags.forc and overlaps_itself(out):  # contiguous (C or Fortran order): no element shares memory
         raise ValueError(f"out overlaps itself (strides {out.strides} for shape {out.shape}): a copy into it would "
                          "keep only part of the batch; pass an array whose elements are distinct memory")
 

@@ -105,7 +105,9 @@ class FetchSide:
                 if item is CLOSING:
                     return "ok"
             elif box.fetch_into is not None:
-                fill_into(box.fetch_into, index, self.slot_views[k], self._where(pos))
+                problem = fill_into(box.fetch_into, index, self.slot_views[k])
+                if problem is not None:
+                    raise TypeError(f"{self._where(pos)}: {problem}")
                 return "ok"
             else:
                 item = box.getitem(index)

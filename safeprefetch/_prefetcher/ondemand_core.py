@@ -247,7 +247,9 @@ class OnDemandCore(ServeSide, CloseSide):
 
     def _fill_unlocked(self, box: SourceBox, index: int, k: int) -> str:
         if box.fetch_into is not None:
-            fill_into(box.fetch_into, index, self.slot_views[k], self._where(index))
+            problem = fill_into(box.fetch_into, index, self.slot_views[k])
+            if problem is not None:
+                raise TypeError(f"{self._where(index)}: {problem}")
             return Q.FETCH_OK
         item = box.getitem(index)
         self._check(index, item)

@@ -117,8 +117,9 @@ def item_reader(source: Any) -> Callable[[int], Any] | None:
     return source.__getitem__ if hasattr(source, "__getitem__") else None
 
 
-def fill_into(fetch_into: Callable[[int, np.ndarray], Any], index: int, slot: np.ndarray, where: str) -> None:
-    """Call a source's ``fetch_into(index, out)`` on a view of its own of ``slot``, and never deliver garbage.
+def fill_into(fetch_into: Callable[[int, np.ndarray], Any], index: int, slot: np.ndarray) -> str | None:
+    """Call a source's ``fetch_into(index, out)`` on a view of its own of ``slot``, and never deliver garbage:
+    what is wrong, for the caller to raise with the item's position, or None.
 
     * A view whose dtype the source changed (``out.dtype = ...``): the bytes written mean something else in
       the slot. Refused. Setting its shape (``out.shape = -1``) is fine: the same bytes in the same order.
@@ -127,22 +128,24 @@ def fill_into(fetch_into: Callable[[int, np.ndarray], Any], index: int, slot: np
       as it was, and the slot's old bytes were delivered; one that wrote ``out`` and returns what it wrote
       pays one more copy). A 0-d or empty one (a count) is ignored; any other array is refused, as a batch
       of the wrong shape or dtype would be.
+
+    The hot path of every fetch: a view, the call, an identity test and a type test (a view shares its
+    base's dtype object until someone sets its dtype).
     """
     out = slot[...]  # a view of its own: setting its shape or dtype leaves the slot's kept view alone
     returned = fetch_into(index, out)
-    if out.dtype != slot.dtype:
-        raise TypeError(f"{where}: fetch_into changed out's dtype to {out.dtype} (the batches are {slot.dtype}): "
-                        "write the batch into out, in its own dtype")
-    if not isinstance(returned, np.ndarray) or returned.ndim == 0 or returned.size == 0:
-        return
+    if out.dtype is not slot.dtype and out.dtype != slot.dtype:
+        return (f"fetch_into changed out's dtype to {out.dtype} (the batches are {slot.dtype}): write the batch "
+                "into out, in its own dtype")
+    if returned is None or not isinstance(returned, np.ndarray) or returned.ndim == 0 or returned.size == 0:
+        return None
     if np.shares_memory(returned, slot):
-        return  # out, or a view of it
+        return None  # out, or a view of it
     if returned.shape == slot.shape and returned.dtype == slot.dtype:
         np.copyto(slot, returned, casting="no")
-        return
-    raise TypeError(f"{where}: fetch_into returned an array of shape {returned.shape} dtype {returned.dtype}, "
-                    f"neither out nor a batch (shape {slot.shape} dtype {slot.dtype}): fill out in place "
-                    "(out[...] = batch)")
+        return None
+    return (f"fetch_into returned an array of shape {returned.shape} dtype {returned.dtype}, neither out nor a "
+            f"batch (shape {slot.shape} dtype {slot.dtype}): fill out in place (out[...] = batch)")
 
 
 def remote_item(source: Any, index: int, shape: tuple[int, ...] | None, dtype: np.dtype | None,
@@ -189,7 +192,9 @@ def _remote_read(source: Any, index: int, shape: tuple[int, ...] | None, dtype: 
     fetch_into = getattr(source, "fetch_into", None)
     if callable(fetch_into) and shape is not None and dtype is not None:  # the data path it declares
         out = np.zeros(shape, dtype)
-        fill_into(fetch_into, index, out, f"item at source index {index}")
+        problem = fill_into(fetch_into, index, out)
+        if problem is not None:
+            raise TypeError(f"item at source index {index}: {problem}")
         return out
     return item_reader(source)(index)  # type: ignore[misc]
 
