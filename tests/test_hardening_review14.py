@@ -690,3 +690,78 @@ def test_20_an_unshuffled_shard_is_built_alone_and_is_the_plain_plan():
         tracemalloc.stop()
     assert len(big) == 6_250_000 and big[0] == 3 and big[-1] == 49_999_995
     assert peak < 2 * 6_250_000 * 8, peak  # the shard's 50 MB, not the whole order's 400 MB
+
+
+class _LockedError(Exception):
+    """Cannot be pickled: it holds a lock."""
+
+    def __init__(self, msg: str):
+        import threading
+
+        super().__init__(msg)
+        self.lock = threading.Lock()
+
+
+def test_21_a_thread_executors_first_read_error_is_the_same_object():
+    # The first read on the executor (item 10) went through the cross-process round trip with a default token
+    # naming no process: an unpicklable error raised on a thread pool came back as SourceErrorNotSent.
+    raised = []
+
+    class Fails:
+        def __len__(self) -> int:
+            return 3
+
+        def __getitem__(self, i: int) -> np.ndarray:
+            raised.append(_LockedError(f"boom at {i}"))
+            raise raised[-1]
+
+    with concurrent.futures.ThreadPoolExecutor(1) as ex:
+        with Prefetcher(Fails(), capacity=2, executor=ex) as pf:
+            with pytest.raises(_LockedError) as caught:
+                next(iter(pf))
+    assert caught.value is raised[0]
+
+
+def test_22_on_demand_statistics_while_a_cut_short_wait_is_in_flight_and_after_a_busy_miss():
+    import threading
+
+    from _polling import wait_until
+
+    from safeprefetch import PrefetchTimeout, Predictor
+
+    main = threading.get_ident()
+    release = threading.Event()
+
+    class Source:
+        def __len__(self) -> int:
+            return 20
+
+        def __getitem__(self, i: int) -> np.ndarray:
+            if i == 4 and threading.get_ident() != main:
+                release.wait(60)
+            return np.full(2, i)
+
+    class Four(Predictor):
+        def predict(self, depth):
+            return [4]
+
+    with OnDemandPrefetcher(Source(), capacity=3, workers=1, predict=Four(20), shape=(2,), dtype=np.int64,
+                            thread_safe=False) as pf:
+        pf.get(3)
+        assert wait_until(lambda: any(str(st) == "FILLING" and t == 4 for st, t in pf.slots()))
+        with pytest.raises(PrefetchTimeout):
+            pf.get(4, timeout=0.05)
+        s = pf.stats  # uncounted as used, so pending again: not wasted
+        assert (s.used, s.wasted, s.late_hits) == (0, 0, 0)
+        counts = pf._core.counts
+        fetched, seconds = counts.demand_fetches, counts.demand_seconds
+        with pytest.raises(PrefetchTimeout):  # a miss waiting for the source's lock, held by the stuck fetch
+            pf.get(9, timeout=0.2)
+        assert (counts.demand_fetches, counts.demand_seconds) == (fetched, seconds)  # nothing fetched
+        release.set()
+        assert pf.get(4).tolist() == [4, 4]
+
+
+def test_23_an_on_demand_pool_has_no_more_slots_than_indices():
+    with OnDemandPrefetcher(np.arange(4.0), capacity=10**5, predict=None) as pf:
+        assert pf.capacity == 4 and [float(pf.get(i)) for i in (3, 0, 2)] == [3.0, 0.0, 2.0]

@@ -526,12 +526,12 @@ def _open_map(source: Any, cfg: _Config, opened: _Opened, want_first: bool) -> N
     opened.items = len(plan)
     if want_first and opened.items:
         if not opened.has_getitem:
-            raise ValueError("a fetch_into source without __getitem__ needs shape= and dtype= "
-                             "(the slot pool cannot be sized otherwise)")
+            raise ValueError("a fetch_into source without __getitem__ needs shape= and dtype= to size the slot pool")
         index = int(plan[0])
         read = item_reader(source) if cfg.executor is None else executor_reader(cfg.executor, source)
         first = read_first(lambda: read(index), cfg.timeout, cfg.name, map_style=True)
-        if not cfg.thread_safe and first[0] == "item" and isinstance(first[1], np.ndarray):
+        if (not cfg.thread_safe and first[0] == "item" and isinstance(first[1], np.ndarray)
+                and opened.fetch_into is None):  # (a fetch_into source's first read only sizes the pool)
             # Every later call's result is copied while the source lock serializes the calls; this one would
             # be copied only when a worker reaches position 0, and a source that hands out one buffer may have
             # refilled it by then for a call another worker made (silently: batch 0 would hold item 1).

@@ -144,7 +144,7 @@ class FetchSide:
         check_future(box.executor, fut)
         done = threading.Event()      # set by the future's callback, or by close() to cut the wait short
         finished = threading.Event()  # set by the future's callback only
-        fut.add_done_callback(lambda _f: (finished.set(), done.set()))
+        fut.add_done_callback(lambda f: (_cancelled(f) or finished.set(), done.set()))
         with self.waiters_lock:
             self.waiters.add(done)
         try:
@@ -154,7 +154,9 @@ class FetchSide:
             with self.waiters_lock:
                 self.waiters.discard(done)
         if not fut.done() and self._closing():  # woken by close(), not by the future
-            if not fut.cancel():  # running on the executor: close() waits for it, within its bound, or says so
+            # Running on the executor (cancel() said False): close() waits for it, within its bound, or says so.
+            # A future that cannot say (dask's cancel() returns None) is not waited for: docs/hardening.md.
+            if fut.cancel() is False:
                 with self.waiters_lock:
                     self.remote_running.append((finished, f"source index {index}"))
             return CLOSING
@@ -162,6 +164,13 @@ class FetchSide:
         # whose callbacks run before it says so) was taken for a close: the slot kept what it held, delivered
         # as the batch. Its result() is the batch.
         return fut.result()
+
+
+def _cancelled(fut: Any) -> bool:
+    """Whether a done future was cancelled (it never ran; dask's calls back on cancel, its task running on).
+    A hand-written future without ``cancelled`` ran."""
+    cancelled = getattr(fut, "cancelled", None)
+    return bool(callable(cancelled) and cancelled())
 
 
 def worker_main(core: Any, w: int, t: int) -> None:

@@ -120,6 +120,7 @@ class OnDemandPrefetcher(NotCopyable):
                 raise ValueError(f"one batch of shape {shape} dtype {dtype} takes {batch_bytes} bytes, "
                                  f"more than memory_budget={budget}")
             capacity = max(1, min(capacity, budget // batch_bytes))
+        capacity = min(capacity, max(1, length))  # no more slots than indices (capacity=10**5 for 4 took 2 s)
         fetch_into = getattr(source, "fetch_into", None)
         self._source_box = box = SourceBox(
             getitem=item_reader(source),

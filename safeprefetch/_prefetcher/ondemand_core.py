@@ -219,14 +219,15 @@ class OnDemandCore(ServeSide, CloseSide):
             return call_source(self._fill, box, index, k, self.demand_deadline)
         except SourceBusy as e:  # the request's timeout, waiting for another thread's call: not a source error
             self.busy = box.errors[k] = e
-            self.counts.demand_fetches -= 1  # nothing was fetched (counted in the finally below)
+            t0 = None  # nothing was fetched: neither counted nor timed as a fetch (the finally below)
             return Q.FETCH_ERROR
         except BaseException as e:  # noqa: BLE001 - raised by the request, as the same object
             box.errors[k] = self._as_error(index, e)
             return Q.FETCH_ERROR
         finally:
-            self.counts.demand_fetches += 1
-            self.counts.demand_seconds += time.perf_counter() - t0
+            if t0 is not None:
+                self.counts.demand_fetches += 1
+                self.counts.demand_seconds += time.perf_counter() - t0
 
     def _as_error(self, index: int, e: BaseException) -> BaseException:
         if isinstance(e, StopIteration):  # an indexed source has no end: PEP 479's rule, as in streaming
@@ -262,7 +263,8 @@ class OnDemandCore(ServeSide, CloseSide):
         # Pending: speculative fetches still usable (ready, failed, in flight), less the one a
         # waiting request has already counted as used.
         state = self.rt.state
-        waited = state[self.i_want] if state[self.i_consumer_pc] == Q.SERVE else -1
+        # (Not when its wait was cut short: uncounted as used then, it is pending again.)
+        waited = state[self.i_want] if state[self.i_consumer_pc] == Q.SERVE and not self.wait_uncounted else -1
         pending = 0
         for st, tag in state[self.i_slots]:
             if st == Q.READY or st == Q.FAILED or (st == Q.FILLING and tag != waited):

@@ -182,7 +182,7 @@ def executor_reader(executor: Any, source: Any) -> Callable[[int], Any]:
     """Item ``i`` read on ``executor``, as the workers' fetches are: the constructor's first read (to size the
     pool) too, so a source that runs only there (a dask worker's resources, a process's own state) works."""
     def read(i: int) -> Any:
-        fut = executor.submit(remote_item, source, i, None, None)
+        fut = executor.submit(remote_item, source, i, None, None, (os.getpid(), 0))  # this process: remote_item
         check_future(executor, fut)
         return fut.result()
     return read
