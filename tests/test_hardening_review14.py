@@ -614,14 +614,14 @@ def test_17_indices_is_one_copy_not_one_per_read():
         assert pf.indices is pf.indices and not pf.indices.flags.writeable
 
 
-def test_18_a_late_hit_whose_wait_timed_out_is_not_counted_as_used():
-    # Counted when the request joined the in-flight fetch, the wait then timing out and a later request taking
-    # the batch as a hit counted it twice: "used 2" of one speculative fetch, 4 outcomes for 3 requests.
+def _four_stuck_in_flight(**kw):
+    """An on-demand prefetcher whose worker is inside the speculative fetch of 4 (it waits for ``release``),
+    after a request for 3; and ``release``."""
     import threading
 
     from _polling import wait_until
 
-    from safeprefetch import PrefetchTimeout, Predictor
+    from safeprefetch import Predictor
 
     main = threading.get_ident()
     release = threading.Event()
@@ -639,9 +639,21 @@ def test_18_a_late_hit_whose_wait_timed_out_is_not_counted_as_used():
         def predict(self, depth):
             return [4]
 
-    with OnDemandPrefetcher(Source(), capacity=3, workers=1, predict=Four(20), shape=(2,), dtype=np.int64) as pf:
-        pf.get(3)
-        assert wait_until(lambda: any(str(st) == "FILLING" and t == 4 for st, t in pf.slots()))
+    pf = OnDemandPrefetcher(Source(), capacity=3, workers=1, predict=Four(20), shape=(2,), dtype=np.int64, **kw)
+    pf.get(3)
+    assert wait_until(lambda: any(str(st) == "FILLING" and t == 4 for st, t in pf.slots()))
+    return pf, release
+
+
+def test_18_a_late_hit_whose_wait_timed_out_is_not_counted_as_used():
+    # Counted when the request joined the in-flight fetch, the wait then timing out and a later request taking
+    # the batch as a hit counted it twice: "used 2" of one speculative fetch, 4 outcomes for 3 requests.
+    from _polling import wait_until
+
+    from safeprefetch import PrefetchTimeout
+
+    pf, release = _four_stuck_in_flight()
+    with pf:
         with pytest.raises(PrefetchTimeout):
             pf.get(4, timeout=0.05)
         pf.get(10)  # another index: the wait is withdrawn
@@ -723,32 +735,10 @@ def test_21_a_thread_executors_first_read_error_is_the_same_object():
 
 
 def test_22_on_demand_statistics_while_a_cut_short_wait_is_in_flight_and_after_a_busy_miss():
-    import threading
+    from safeprefetch import PrefetchTimeout
 
-    from _polling import wait_until
-
-    from safeprefetch import PrefetchTimeout, Predictor
-
-    main = threading.get_ident()
-    release = threading.Event()
-
-    class Source:
-        def __len__(self) -> int:
-            return 20
-
-        def __getitem__(self, i: int) -> np.ndarray:
-            if i == 4 and threading.get_ident() != main:
-                release.wait(60)
-            return np.full(2, i)
-
-    class Four(Predictor):
-        def predict(self, depth):
-            return [4]
-
-    with OnDemandPrefetcher(Source(), capacity=3, workers=1, predict=Four(20), shape=(2,), dtype=np.int64,
-                            thread_safe=False) as pf:
-        pf.get(3)
-        assert wait_until(lambda: any(str(st) == "FILLING" and t == 4 for st, t in pf.slots()))
+    pf, release = _four_stuck_in_flight(thread_safe=False)
+    with pf:
         with pytest.raises(PrefetchTimeout):
             pf.get(4, timeout=0.05)
         s = pf.stats  # uncounted as used, so pending again: not wasted
