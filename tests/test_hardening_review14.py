@@ -755,3 +755,36 @@ def test_22_on_demand_statistics_while_a_cut_short_wait_is_in_flight_and_after_a
 def test_23_an_on_demand_pool_has_no_more_slots_than_indices():
     with OnDemandPrefetcher(np.arange(4.0), capacity=10**5, predict=None) as pf:
         assert pf.capacity == 4 and [float(pf.get(i)) for i in (3, 0, 2)] == [3.0, 0.0, 2.0]
+
+
+class _OddFuture(concurrent.futures.Future):
+    """A real future whose cancelled() raises (a wrapper's bug): its done callbacks' exceptions are logged and
+    swallowed by concurrent.futures."""
+
+    def cancelled(self) -> bool:
+        raise RuntimeError("cancelled() is broken")
+
+
+class _OddExecutor:
+    def __init__(self) -> None:
+        self.pool = concurrent.futures.ThreadPoolExecutor(1)
+
+    def submit(self, fn, *a, **k):
+        fut = _OddFuture()
+        self.pool.submit(lambda: fut.set_result(fn(*a, **k)))
+        return fut
+
+
+def test_24_a_future_whose_cancelled_raises_still_wakes_its_worker():
+    # The done callback tested cancelled() before waking the worker: raising there (swallowed by the future),
+    # it never woke it, and the stream hung.
+    import logging
+
+    ex = _OddExecutor()
+    logging.getLogger("concurrent.futures").disabled = True
+    try:
+        with Prefetcher(_Items(), capacity=2, shape=(3,), dtype=np.int64, executor=ex, timeout=20) as pf:
+            assert [x.tolist() for x in pf] == [[i] * 3 for i in range(6)]
+    finally:
+        logging.getLogger("concurrent.futures").disabled = False
+        ex.pool.shutdown()

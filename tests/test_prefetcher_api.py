@@ -656,8 +656,10 @@ def test_close_does_not_wait_for_an_executor_fetch_that_never_finishes(baseline)
     # Bounded like a worker's fetch: waited for until the close timeout, then named in a PrefetcherWarning
     # (the fourteenth hardening round; before it, close() returned at once and said nothing).
     release = threading.Event()
+    entered = threading.Event()
 
     def never(i):
+        entered.set()
         release.wait(20)
         return batch(i)
 
@@ -671,6 +673,7 @@ def test_close_does_not_wait_for_an_executor_fetch_that_never_finishes(baseline)
     ex = concurrent.futures.ThreadPoolExecutor(2)
     pf = Prefetcher(Src(), workers=2, executor=ex, close_timeout=0.3)
     pf.get()
+    assert entered.wait(20)  # a fetch is running on the executor
     t0 = time.perf_counter()
     # (Named as running on the executor once its worker gave up on it; as a worker inside a fetch, if a loaded
     # machine has not yet run that worker when the close's time is up.)

@@ -12,6 +12,7 @@ core, never the Prefetcher, and reach the source through a weak reference.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from typing import Any
@@ -144,7 +145,7 @@ class FetchSide:
         check_future(box.executor, fut)
         done = threading.Event()      # set by the future's callback, or by close() to cut the wait short
         finished = threading.Event()  # set by the future's callback only
-        fut.add_done_callback(lambda f: (_cancelled(f) or finished.set(), done.set()))
+        fut.add_done_callback(functools.partial(_on_done, finished, done))
         with self.waiters_lock:
             self.waiters.add(done)
         try:
@@ -166,11 +167,16 @@ class FetchSide:
         return fut.result()
 
 
-def _cancelled(fut: Any) -> bool:
-    """Whether a done future was cancelled (it never ran; dask's calls back on cancel, its task running on).
-    A hand-written future without ``cancelled`` ran."""
-    cancelled = getattr(fut, "cancelled", None)
-    return bool(callable(cancelled) and cancelled())
+def _on_done(finished: threading.Event, done: threading.Event, fut: Any) -> None:
+    """A remote fetch's done callback: ``finished`` unless it was cancelled (it never ran; dask calls back on
+    cancel with its task running on; a hand-written future without ``cancelled`` ran), and ``done`` always,
+    whatever the future's ``cancelled`` does: the worker waits for ``done``."""
+    try:
+        cancelled = getattr(fut, "cancelled", None)
+        if not (callable(cancelled) and cancelled()):
+            finished.set()
+    finally:
+        done.set()
 
 
 def worker_main(core: Any, w: int, t: int) -> None:
