@@ -92,7 +92,7 @@ def check_out(out: Any, shape: tuple[int, ...] | None, dtype: Any, call: str) ->
     if type(out) is not np.ndarray:
         if not isinstance(out, np.ndarray):
             raise TypeError(f"out must be a numpy array, not {type(out).__name__}")
-        if isinstance(out, np.ma.MaskedArray) and np.ma.getmask(out) is not np.ma.nomask and np.ma.getmask(out).any():
+        if isinstance(out, np.ma.MaskedArray) and np.ma.is_masked(out):
             raise TypeError("out is a numpy.ma.MaskedArray with masked elements: a copy into it keeps its mask, "
                             "which hides part of the batch; pass a plain array (out.data) or unmask it first")
     flags = out.flags

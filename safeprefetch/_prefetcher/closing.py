@@ -28,7 +28,7 @@ from .args import deadline_after
 from .consumer import DEFAULT
 from .errors import PrefetcherWarning
 from .lifecycle import open_cores, reaper, unregister
-from .waits import CLOSE_BUSY, CloseBusy, join_threads, wait_gate, wait_until_set
+from .waits import CLOSE_BUSY, CloseBusy, join_threads, wait_event, wait_gate
 
 __all__ = ["CloseSide"]
 
@@ -164,7 +164,7 @@ class CloseSide:
             with self.waiters_lock:
                 running = list(self.remote_running)
             for finished, _where in running:
-                wait_until_set(finished, deadline)
+                wait_event(finished, deadline)
             # (Generators, not list comprehensions, here: see the comment on ``self.stuck`` below.)
             self.remote_stuck = list(where for finished, where in running if not finished.is_set())
             # Still alive: a worker whose model thread is inside "fetch into slot" is stuck in the

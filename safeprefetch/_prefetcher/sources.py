@@ -28,6 +28,7 @@ import os
 import pickle
 import sys
 import threading
+import time
 import traceback
 from typing import Any, Callable
 
@@ -81,7 +82,7 @@ def index_plan(n: int, shuffle: bool, seed: int, epoch: int, rank: int, world_si
     """
     if not shuffle:
         # The shard alone, without the whole order first (a rank of a 5e7-item dataset held all 5e7 indices,
-        # 400 MB, to keep one eighth of them): the same plan as the path below, tests/test_shards.py.
+        # 400 MB, to keep one eighth of them): the same plan as the path below (tests/test_hardening_review14.py).
         end = -(-n // world_size) * world_size if even == "pad" and n else (
             (n // world_size) * world_size if even == "drop" else n)
         shard = np.arange(rank, end, world_size, dtype=np.int64)
@@ -156,13 +157,12 @@ def remote_item(source: Any, index: int, shape: tuple[int, ...] | None, dtype: n
     outer = EXECUTING.get(me, ())  # an executor that runs the call on a thread already inside one (nested)
     try:
         EXECUTING[me] = (*outer, token)
-        if token[0] != os.getpid():  # in an executor's process: what it raises travels back pickled
-            try:
-                return _remote_read(source, index, shape, dtype)
-            except BaseException as e:
+        try:
+            return _remote_read(source, index, shape, dtype)
+        except BaseException as e:
+            if token[0] != os.getpid():  # in an executor's process: what it raises travels back pickled
                 _must_travel(e)
-                raise
-        return _remote_read(source, index, shape, dtype)
+            raise
     finally:
         if outer:
             EXECUTING[me] = outer
@@ -182,7 +182,7 @@ def executor_reader(executor: Any, source: Any) -> Callable[[int], Any]:
     """Item ``i`` read on ``executor``, as the workers' fetches are: the constructor's first read (to size the
     pool) too, so a source that runs only there (a dask worker's resources, a process's own state) works."""
     def read(i: int) -> Any:
-        fut = executor.submit(remote_item, source, i, None, None, (os.getpid(), 0))  # this process: remote_item
+        fut = executor.submit(remote_item, source, i, None, None, (os.getpid(), 0))  # the token names this process
         check_future(executor, fut)
         return fut.result()
     return read
@@ -286,7 +286,7 @@ def read_first(read: Callable[[], Any], timeout: float | None, name: str, map_st
 
     th = threading.Thread(target=run, name=f"safeprefetch-{name}-first-read", daemon=True)
     th.start()
-    if not wait_event(done, timeout):
+    if not wait_event(done, time.monotonic() + timeout):
         lost = "" if map_style else (
             "; the read goes on in a background thread until the source returns, and the item it returns is "
             "discarded: this iterator has lost its next item, so do not hand it to a new prefetcher")

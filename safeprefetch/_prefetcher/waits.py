@@ -19,7 +19,7 @@ from .._runtime.interrupts import deliver, guard, interruptible, interruptible_u
 from .errors import PrefetchTimeout
 
 __all__ = ["Gate", "NO_GATE", "SOURCE_BUSY", "SourceBusy", "first_driver", "hold_gate", "join_threads", "left",
-           "start_threads", "wait_event", "wait_gate", "wait_until_set"]
+           "start_threads", "wait_event", "wait_gate"]
 
 _TIMEOUT_MAX = threading.TIMEOUT_MAX
 
@@ -66,19 +66,9 @@ def left(core: Any) -> None:
 
 
 @interruptible
-def wait_event(event: threading.Event, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return event.is_set()
-        if event.wait(min(remaining, _TIMEOUT_MAX)):
-            return True
-
-
-@interruptible
-def wait_until_set(event: threading.Event, deadline: float | None) -> bool:
-    """Wait for ``event`` until ``deadline`` (None: no limit); whether it is set. Ctrl-C may cut it short."""
+def wait_event(event: threading.Event, deadline: float | None) -> bool:
+    """Wait for ``event`` until ``deadline`` (a ``time.monotonic()`` value; None: no limit); whether it is set.
+    Ctrl-C may cut it short."""
     while not event.is_set():
         remaining = None if deadline is None else deadline - time.monotonic()
         if remaining is not None and remaining <= 0:

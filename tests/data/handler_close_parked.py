@@ -8,11 +8,14 @@ result (``returned``)."""
 import signal
 import sys
 import threading
-import time
+from pathlib import Path
 
 import numpy as np
 
 from safeprefetch import OnDemandPrefetcher, Prefetcher
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the tests' own helpers
+from _polling import wait_until  # noqa: E402
 
 MAIN = threading.main_thread().ident
 release = threading.Event()
@@ -28,13 +31,10 @@ class Source:
         return np.zeros(4, np.float32) + i
 
 
-def poll(cond) -> None:  # waiting on observable state
-    deadline = time.monotonic() + 30
-    while not cond():
-        if time.monotonic() > deadline:
-            print("setup never reached")
-            sys.exit(3)
-        time.sleep(0.0005)
+def poll(cond) -> None:
+    if not wait_until(cond, 30):
+        print("setup never reached")
+        sys.exit(3)
 
 
 said = []
