@@ -22,7 +22,7 @@ import numpy as np
 
 from .._runtime import interrupts as _interrupts
 from .._runtime.interrupts import deliver, guard, outermost, protected
-from .args import as_bool, as_dtype, as_int, as_seconds, as_shape, check_out
+from .args import as_bool, as_dtype, as_int, as_seconds, as_shape, check_batch_dtype, check_out
 from .consumer import COPY, DEFAULT, END, GET, LEASE
 from .core import Core
 from .lease import Lease, Leases, NotCopyable
@@ -530,11 +530,11 @@ def _open_map(source: Any, cfg: _Config, opened: _Opened, want_first: bool) -> N
         index = int(plan[0])
         read = item_reader(source) if cfg.executor is None else executor_reader(cfg.executor, source)
         first = read_first(lambda: read(index), cfg.timeout, cfg.name, map_style=True)
-        if (not cfg.thread_safe and first[0] == "item" and isinstance(first[1], np.ndarray)
-                and opened.fetch_into is None):  # (a fetch_into source's first read only sizes the pool)
-            # Every later call's result is copied while the source lock serializes the calls; this one would
-            # be copied only when a worker reaches position 0, and a source that hands out one buffer may have
-            # refilled it by then for a call another worker made (silently: batch 0 would hold item 1).
+        if ((not cfg.thread_safe or cfg.executor is not None) and first[0] == "item"
+                and isinstance(first[1], np.ndarray) and opened.fetch_into is None):  # (fetch_into: only sizes)
+            # Later results are copied under the source lock (on an executor's thread, before its next fetch);
+            # this one only when a worker reaches position 0, and a source handing out one buffer (per thread)
+            # may have refilled it by then for another call (silently: batch 0 would hold item 1).
             first = ("item", first[1].copy(order="K"))  # (a subclass stays one: its own check comes later)
         opened.preloaded[0] = first
 
@@ -573,7 +573,7 @@ def _pool(opened: _Opened, cfg: _Config) -> tuple[np.ndarray | None, int]:
         slots = max(1, opened.items)
     if opened.shape is None or opened.dtype is None:
         return None, slots
-    batch_bytes = math.prod(opened.shape) * opened.dtype.itemsize
+    batch_bytes = math.prod(opened.shape) * check_batch_dtype(opened.dtype, "the first batch").itemsize
     if cfg.memory_budget is not None and batch_bytes:
         if batch_bytes > cfg.memory_budget:
             raise ValueError(f"one batch of shape {opened.shape} dtype {opened.dtype} takes {batch_bytes} bytes, "

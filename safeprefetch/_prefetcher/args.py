@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["as_bool", "as_dtype", "as_int", "as_seconds", "as_shape", "check_out", "deadline_after", "overlaps_itself"]
+__all__ = ["as_bool", "as_dtype", "as_int", "as_seconds", "as_shape", "check_batch_dtype", "check_out", "deadline_after",
+           "overlaps_itself"]
 
 
 def as_int(name: str, value: Any, minimum: int | None = None) -> int:
@@ -79,6 +80,22 @@ def as_dtype(value: Any) -> np.dtype | None:
     if dt.itemsize == 0 and dt.kind in "SUV":
         raise ValueError(f"dtype {value!r} has no size ({dt}): no batch could match it; give its length, "
                          f"e.g. {dt.kind}16")
+    if dt.subdtype is not None:
+        # numpy expands it into the array's shape: a pool of it holds batches of another shape and dtype
+        raise ValueError(f"dtype {value!r} is a subarray dtype ({dt}): an array of it has dtype {dt.base} and "
+                         f"{dt.shape} more dimensions; give them in shape= and dtype={dt.base}")
+    check_batch_dtype(dt, "dtype=")
+    return dt
+
+
+def check_batch_dtype(dt: np.dtype, what: str) -> np.dtype:
+    """Refuse a batch dtype that holds Python objects: a slot's copy of such a batch copies the references, so
+    the batch handed out would share its objects with the source (one that reuses what it yields changes the
+    batches the caller holds: "arrays you own" would not hold)."""
+    if dt.hasobject and dt.kind != "T":  # (StringDType copies its strings: refused by the core for another reason)
+        raise TypeError(f"{what} has dtype {dt}, which holds Python objects: the prefetcher copies batches into "
+                        "preallocated slots, and a copy of references would share the source's objects with the "
+                        "caller; yield numeric arrays (pad ragged batches, or yield their parts separately)")
     return dt
 
 

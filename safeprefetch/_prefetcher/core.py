@@ -45,7 +45,7 @@ def _read_only_alias(pool: np.ndarray) -> np.ndarray:
         return as_strided(pool, writeable=False)
     except (TypeError, ValueError) as e:  # numpy cannot alias this dtype's buffer (StringDType, for one)
         raise TypeError(f"batches of dtype {pool.dtype} are not supported: numpy cannot give the slots a read-only "
-                        f"alias for leases ({e}); use a fixed-width dtype (e.g. 'U16' for strings) or object"
+                        f"alias for leases ({e}); use a fixed-width dtype (e.g. 'U16' for strings)"
                         ) from None
 
 class Core(FetchSide, ConsumerSide, CloseSide):

@@ -23,7 +23,7 @@ from .._dsl.model import DONE
 from .._runtime.interrupts import protected
 from .._runtime.kernel import LiveError
 from ..models import _protocol as P
-from .sources import SourceBox, check_future, fill_into, remote_item, stop_iteration_error
+from .sources import FILLED, LocalSlot, SourceBox, batch_problem, check_future, fill_into, remote_item, stop_iteration_error
 from .waits import SOURCE_BUSY, first_driver, left, start_threads, wait_gate
 
 __all__ = ["FetchSide", "worker_main"]
@@ -102,8 +102,8 @@ class FetchSide:
         else:
             index = int(self.plan[pos])
             if box.executor is not None:
-                item = self._remote(box, index)
-                if item is CLOSING:
+                item = self._remote(box, index, k)
+                if item is CLOSING or item is FILLED:
                     return "ok"
             elif box.fetch_into is not None:
                 problem = fill_into(box.fetch_into, index, self.slot_views[k])
@@ -123,25 +123,13 @@ class FetchSide:
         return f"item {pos}" if index == pos else f"item {pos} (source index {index})"
 
     def _check(self, pos: int, item: Any) -> None:
-        if type(item) is not np.ndarray:
-            if isinstance(item, np.generic):
-                pass  # a numpy scalar (an item of a 1-d array source): a 0-d batch, copied as one
-            elif not isinstance(item, np.ndarray):
-                raise TypeError(f"{self._where(pos)}: expected a numpy array, got {type(item).__name__}")
-            if isinstance(item, np.ma.MaskedArray):
-                raise TypeError(f"{self._where(pos)}: a numpy.ma.MaskedArray: its mask would be dropped; "
-                                "yield item.filled(value), or the data and the mask as separate arrays")
-            if isinstance(item, np.matrix):
-                raise TypeError(f"{self._where(pos)}: a numpy.matrix would come back as a plain ndarray; "
-                                "yield np.asarray(item)")
-        if self.pool is None:  # only when the first read already failed; cannot happen past position 0
-            raise TypeError(f"{self._where(pos)}: no slot pool")
-        if item.shape != self.shape or item.dtype != self.dtype:
-            raise ValueError(f"{self._where(pos)}: expected shape {self.shape} dtype {self.dtype}, "
-                             f"got shape {item.shape} dtype {item.dtype}")
+        bad = batch_problem(item, self.shape if self.pool is not None else None, self.dtype)
+        if bad is not None:
+            raise bad[0](f"{self._where(pos)}: {bad[1]}")
 
-    def _remote(self, box: SourceBox, index: int) -> Any:
-        fut = box.executor.submit(remote_item, box.source, index, self.shape, self.dtype, self.token)
+    def _remote(self, box: SourceBox, index: int, k: int) -> Any:
+        fut = box.executor.submit(remote_item, box.source, index, self.shape, self.dtype, self.token,
+                                  LocalSlot(self.slot_views[k]))
         check_future(box.executor, fut)
         done = threading.Event()      # set by the future's callback, or by close() to cut the wait short
         finished = threading.Event()  # set by the future's callback only

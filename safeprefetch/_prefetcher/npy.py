@@ -65,7 +65,7 @@ class NpyFiles:
                 raise ValueError(f"{path}: expected shape {out.shape} dtype {out.dtype}, "
                                  f"got shape {tuple(shape)} dtype {dtype}")
             if shape is not None and not fortran and out.flags.c_contiguous and not dtype.hasobject:
-                view = memoryview(out).cast("B")
+                view = memoryview(out.reshape(-1).view(np.uint8))  # (memoryview(out) refuses datetime64)
                 got = 0
                 while True:  # not ``while got < ...:``, whose back-edge 3.13 leaves out of the with's cleanup
                     if got >= out.nbytes:

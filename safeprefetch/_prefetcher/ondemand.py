@@ -52,14 +52,14 @@ import numpy as np
 
 from .._runtime import interrupts as _interrupts
 from .api import Prefetcher, _abandon, _close_failed  # _abandon: the finalizer, a close request for the reaper
-from .args import as_bool, as_dtype, as_int, as_seconds, as_shape, check_out
+from .args import as_bool, as_dtype, as_int, as_seconds, as_shape, check_batch_dtype, check_out
 from .consumer import COPY, DEFAULT, GET
 from .lease import NotCopyable
 from .lifecycle import reaper, register
 from .ondemand_core import OnDemandCore
 from .ondemand_stats import OnDemandStats
 from .predictors import Predictor, label, make_predictor
-from .sources import SourceBox, item_reader, read_first
+from .sources import SourceBox, batch_problem, item_reader, read_first
 
 __all__ = ["DEFAULT_CAPACITY", "OnDemandPrefetcher"]
 
@@ -80,7 +80,9 @@ class OnDemandPrefetcher(NotCopyable):
     most ``capacity - 1`` are fetched ahead, so one stays for the request in
     hand) are preallocated at the batch's shape and dtype (read from
     ``source[0]`` unless ``shape=`` and ``dtype=`` are given), capped by
-    ``memory_budget`` bytes; ``workers`` threads fetch speculatively
+    ``memory_budget`` bytes; ``workers`` threads fetch speculatively. A
+    miss is fetched on the caller's thread while workers speculate, so the
+    source is called from two threads at once even with ``workers=1``
     (``thread_safe=False`` serializes every call into the source).
     ``depth`` caps how many indices are fetched ahead (default ``capacity -
     1``). ``timeout`` is the default for every call (see the module doc for
@@ -114,6 +116,7 @@ class OnDemandPrefetcher(NotCopyable):
         predictor = make_predictor(predict, length)
         if shape is None or dtype is None:
             shape, dtype = _first_shape(source, length, shape, dtype, timeout, name)
+            check_batch_dtype(dtype, "source[0]")
         batch_bytes = math.prod(shape) * dtype.itemsize
         if budget is not None and batch_bytes:
             if batch_bytes > budget:
@@ -268,6 +271,7 @@ def _first_shape(source: Any, length: int, shape: Any, dtype: Any, timeout: floa
                          "give shape= and dtype= to skip that read") from first
     if isinstance(first, np.generic) and not isinstance(first, np.object_):
         first = np.asarray(first)  # a numpy scalar (an item of a 1-d array): a 0-d batch, as the workers take it
-    if not isinstance(first, np.ndarray) or type(first) is not np.ndarray:
-        raise TypeError(f"source[0] must be a plain numpy array, not {type(first).__name__}")
+    bad = batch_problem(first, getattr(first, "shape", None), getattr(first, "dtype", None))
+    if bad is not None:  # the workers' rule: a memmap or another subclass is a batch, a MaskedArray is not
+        raise bad[0](f"source[0]: {bad[1]}")
     return (first.shape if shape is None else shape), (first.dtype if dtype is None else dtype)

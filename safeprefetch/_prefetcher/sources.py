@@ -38,8 +38,9 @@ from numpy.lib.stride_tricks import as_strided
 from .errors import PrefetchTimeout, SourceErrorNotSent
 from .waits import new_gate, wait_event
 
-__all__ = ["EXECUTING", "SourceBox", "check_future", "executing", "executor_reader", "fill_into", "index_plan",
-           "item_reader", "new_token", "plan_copy", "read_first", "remote_item", "stop_iteration_error"]
+__all__ = ["EXECUTING", "FILLED", "LocalSlot", "SourceBox", "batch_problem", "check_future", "executing",
+           "executor_reader", "fill_into", "index_plan", "item_reader", "new_token", "plan_copy", "read_first",
+           "remote_item", "stop_iteration_error"]
 
 #: The threads of this process inside an executor's fetch: thread ident -> the tokens of the prefetchers whose
 #: fetches it runs, outermost first (an executor may run a fetch on a thread already inside another's). Only the
@@ -48,6 +49,42 @@ __all__ = ["EXECUTING", "SourceBox", "check_future", "executing", "executor_read
 #: a live one by the thread's frames (``executing``).
 EXECUTING: dict[int, tuple[tuple[int, int], ...]] = {}
 _TOKENS = itertools.count(1)
+#: What ``remote_item`` returns when it copied the item into the worker's slot itself (an executor of this process).
+FILLED: Any = type("_Filled", (), {"__repr__": lambda self: "<filled in place>"})()
+
+
+class LocalSlot:
+    """The worker's slot, sent with a remote fetch: the array itself to an executor of this process, and
+    nothing to another process (it pickles as an empty ``LocalSlot``: a process pool is not sent a batch of
+    zeros per fetch)."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: np.ndarray | None):
+        self.array = array
+
+    def __reduce__(self) -> tuple:
+        return LocalSlot, (None,)
+
+
+def batch_problem(item: Any, shape: tuple[int, ...] | None, dtype: np.dtype | None) -> tuple[type, str] | None:
+    """Why ``item`` cannot be copied into a slot of ``shape`` and ``dtype`` as a batch: (exception type, message),
+    or None when it can. A numpy scalar (an item of a 1-d array source) is a 0-d batch."""
+    if type(item) is not np.ndarray:
+        if isinstance(item, np.generic):
+            pass
+        elif not isinstance(item, np.ndarray):
+            return TypeError, f"expected a numpy array, got {type(item).__name__}"
+        if isinstance(item, np.ma.MaskedArray):
+            return TypeError, ("a numpy.ma.MaskedArray: its mask would be dropped; yield item.filled(value), or "
+                               "the data and the mask as separate arrays")
+        if isinstance(item, np.matrix):
+            return TypeError, "a numpy.matrix would come back as a plain ndarray; yield np.asarray(item)"
+    if shape is None or dtype is None:  # only when the first read already failed; cannot happen past position 0
+        return TypeError, "no slot pool"
+    if item.shape != shape or item.dtype != dtype:
+        return ValueError, (f"expected shape {shape} dtype {dtype}, got shape {item.shape} dtype {item.dtype}")
+    return None
 
 
 def new_token() -> tuple[int, int]:
@@ -113,7 +150,7 @@ def item_reader(source: Any) -> Callable[[int], Any] | None:
     ``<U2`` array), refused as a batch of the wrong dtype. Only there: an object array's ``source[i]`` is
     the object it holds (an array, a batch), and a subclass's ``__getitem__`` is its own.
     """
-    if type(source) is np.ndarray and source.dtype.kind in "SU":
+    if type(source) in (np.ndarray, np.memmap) and source.dtype.kind in "SU":  # a memmap's indexing is numpy's
         return lambda i: source[i, ...]
     return source.__getitem__ if hasattr(source, "__getitem__") else None
 
@@ -127,8 +164,9 @@ def fill_into(fetch_into: Callable[[int, np.ndarray], Any], index: int, slot: np
     * An array returned: what it returns is not ``out``'s business, unless it is a batch. One of the batch's
       shape and dtype is copied into the slot (a source written as if it were ``__getitem__`` left ``out``
       as it was, and the slot's old bytes were delivered; one that wrote ``out`` and returns what it wrote
-      pays one more copy). A 0-d or empty one (a count) is ignored; any other array is refused, as a batch
-      of the wrong shape or dtype would be.
+      pays one more copy). A 0-d or empty one (a count) is ignored, but where the batch is 0-d: there a
+      numpy scalar or 0-d array of the batch's dtype is the batch, and copied; any other array is refused,
+      as a batch of the wrong shape or dtype would be.
 
     The hot path of every fetch: a view, the call, an identity test and a type test (a view shares its
     base's dtype object until someone sets its dtype).
@@ -138,7 +176,15 @@ def fill_into(fetch_into: Callable[[int, np.ndarray], Any], index: int, slot: np
     if out.dtype is not slot.dtype and out.dtype != slot.dtype:
         return (f"fetch_into changed out's dtype to {out.dtype} (the batches are {slot.dtype}): write the batch "
                 "into out, in its own dtype")
-    if returned is None or not isinstance(returned, np.ndarray) or returned.ndim == 0 or returned.size == 0:
+    if returned is None:
+        return None
+    if slot.ndim == 0 and isinstance(returned, (np.generic, np.ndarray)) and returned.ndim == 0:
+        # A 0-d batch (a label stream): a numpy scalar or 0-d array of the batch's dtype returned is the batch
+        # (written like __getitem__, ``return self.y[i]``, it left out as it was, and every label was 0).
+        if returned.dtype == slot.dtype:
+            np.copyto(slot, returned, casting="no")
+        return None
+    if not isinstance(returned, np.ndarray) or returned.ndim == 0 or returned.size == 0:
         return None
     if np.shares_memory(returned, slot):
         return None  # out, or a view of it
@@ -150,14 +196,24 @@ def fill_into(fetch_into: Callable[[int, np.ndarray], Any], index: int, slot: np
 
 
 def remote_item(source: Any, index: int, shape: tuple[int, ...] | None, dtype: np.dtype | None,
-                token: tuple[int, int] = (0, 0)) -> Any:
-    """What an executor runs: fetch one item and return it (the worker copies it into its slot). The running
-    thread is marked in ``EXECUTING`` with the prefetcher's ``token`` while the source runs."""
+                token: tuple[int, int] = (0, 0), slot: LocalSlot | None = None) -> Any:
+    """What an executor runs: fetch one item and return it. The running thread is marked in ``EXECUTING``
+    with the prefetcher's ``token`` while the source runs.
+
+    On an executor of this process (a thread pool) the item is copied into the worker's ``slot`` here, before
+    the executor's thread is free for the next fetch, and ``FILLED`` returned: a source that hands out one
+    reused buffer per thread (thread-safe, and correct with the prefetcher's own workers) refilled it for the
+    next fetch on that thread before the waiting worker had copied it, and the stream held wrong batches. An
+    item that is not a batch of the slot's shape and dtype is returned, for the worker to refuse at its position.
+    The constructor's first read (no slot yet: ``LocalSlot(None)``) returns a copy made here, for the same reason.
+    """
     me = threading.get_ident()
     outer = EXECUTING.get(me, ())  # an executor that runs the call on a thread already inside one (nested)
     try:
         EXECUTING[me] = (*outer, token)
         try:
+            if slot is not None and token[0] == os.getpid():
+                return _remote_fill(source, index, slot.array)
             return _remote_read(source, index, shape, dtype)
         except BaseException as e:
             if token[0] != os.getpid():  # in an executor's process: what it raises travels back pickled
@@ -182,7 +238,8 @@ def executor_reader(executor: Any, source: Any) -> Callable[[int], Any]:
     """Item ``i`` read on ``executor``, as the workers' fetches are: the constructor's first read (to size the
     pool) too, so a source that runs only there (a dask worker's resources, a process's own state) works."""
     def read(i: int) -> Any:
-        fut = executor.submit(remote_item, source, i, None, None, (os.getpid(), 0))  # the token names this process
+        # The token names this process; the empty slot asks a thread of this process for a copy of the item.
+        fut = executor.submit(remote_item, source, i, None, None, (os.getpid(), 0), LocalSlot(None))
         check_future(executor, fut)
         return fut.result()
     return read
@@ -197,6 +254,25 @@ def _remote_read(source: Any, index: int, shape: tuple[int, ...] | None, dtype: 
             raise TypeError(f"item at source index {index}: {problem}")
         return out
     return item_reader(source)(index)  # type: ignore[misc]
+
+
+def _remote_fill(source: Any, index: int, slot: np.ndarray | None) -> Any:
+    """``remote_item`` on an executor of this process: the item copied into ``slot`` (FILLED), or returned (a
+    copy of it when there is no slot yet)."""
+    if slot is None:
+        item = item_reader(source)(index)  # type: ignore[misc]
+        return item.copy(order="K") if isinstance(item, np.ndarray) else item
+    fetch_into = getattr(source, "fetch_into", None)
+    if callable(fetch_into):
+        problem = fill_into(fetch_into, index, slot)
+        if problem is not None:
+            raise TypeError(f"item at source index {index}: {problem}")
+        return FILLED
+    item = item_reader(source)(index)  # type: ignore[misc]
+    if batch_problem(item, slot.shape, slot.dtype) is not None:
+        return item
+    np.copyto(slot, item, casting="no")
+    return FILLED
 
 
 def _must_travel(e: BaseException) -> None:

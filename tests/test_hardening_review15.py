@@ -1,0 +1,224 @@
+"""A fifteenth hardening round: what real pipelines feed the prefetchers, and how long they run.
+
+Each test reproduces a finding of an adversarial review (a thread pool's fetch read after the pool had reused
+the source's buffer, a label stream of zeros, object batches shared with the source, memory-mapped sources
+refused, a subarray dtype accepted as another shape) and failed on the code before its fix
+(docs/hardening.md, "A fifteenth round").
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+
+import numpy as np
+import pytest
+
+from safeprefetch import NpyFiles, OnDemandPrefetcher, Prefetcher, write_npy_batches
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class _PerThreadBuffer:
+    """Thread-safe: each thread decodes into a buffer of its own, reused for that thread's next item."""
+
+    def __init__(self, n: int):
+        self.n, self.local = n, threading.local()
+
+    def __len__(self) -> int:
+        return self.n
+
+    def buffer(self) -> np.ndarray:
+        buf = getattr(self.local, "buf", None)
+        if buf is None:
+            buf = self.local.buf = np.zeros(64, np.int64)
+        return buf
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        buf = self.buffer()
+        buf[:] = i
+        return buf
+
+
+class _ReusingPool(concurrent.futures.ThreadPoolExecutor):
+    """A thread pool whose thread, right after each task, decodes the source's next item into its buffer, before
+    anyone waiting for the task's future can look at its result: the order a busy pool runs in. Deterministic."""
+
+    def __init__(self, source: _PerThreadBuffer):
+        super().__init__(max_workers=1)
+        self.source = source
+
+    def submit(self, fn, /, *args, **kwargs):  # type: ignore[override]
+        def task():
+            result = fn(*args, **kwargs)
+            self.source.buffer()[:] = -1  # the next decode on this thread, before the future completes
+            return result
+        return super().submit(task)
+
+
+def test_1_a_thread_pool_fetch_is_copied_before_its_thread_runs_another():
+    # The worker copied an executor's result into its slot after the future completed; a source that reuses
+    # one buffer per thread (correct with the prefetcher's own workers) had refilled it for the pool's next
+    # fetch by then: 745-807 of 2000 batches were another item's, silently. The first read too.
+    src = _PerThreadBuffer(40)
+    with _ReusingPool(src) as pool, Prefetcher(src, capacity=4, workers=2, executor=pool) as pf:
+        got = [int(b[0]) if (b == b[0]).all() else None for b in pf]
+    assert got == list(range(40))
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        with Prefetcher(_PerThreadBuffer(300), capacity=4, workers=4, executor=pool) as pf:
+            assert [int(b[0]) for b in pf] == list(range(300))
+
+
+class _FetchIntoFillsHere:
+    def __init__(self, n: int):
+        self.n, self.calls = n, []
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return np.zeros(64, np.int64)
+
+    def fetch_into(self, i: int, out: np.ndarray) -> None:
+        self.calls.append((threading.get_ident(), out))  # (keeps each out alive: no address is reused)
+        out[:] = i
+
+
+def test_1_a_thread_pool_fetch_into_fills_the_slot_itself():
+    # In-process, the executor's thread fills the worker's slot: no batch-sized array per fetch (there was one,
+    # copied into the slot afterwards), and the result is in the slot before the pool runs another fetch.
+    src = _FetchIntoFillsHere(20)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        with Prefetcher(src, capacity=3, workers=2, executor=pool) as pf:
+            assert [int(b[-1]) for b in pf] == list(range(20))
+    assert threading.get_ident() not in {ident for ident, _out in src.calls}
+    assert len({out.__array_interface__["data"][0] for _ident, out in src.calls}) <= 3  # the three slots
+
+
+class _Labels:
+    """A 0-d label stream whose fetch_into is written like __getitem__: it returns the label."""
+
+    def __init__(self, labels: np.ndarray):
+        self.y = labels
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int):
+        return self.y[i]
+
+    def fetch_into(self, i: int, out: np.ndarray):
+        return self.y[i]
+
+
+def test_2_a_0d_batch_returned_by_fetch_into_is_the_batch():
+    # A returned 0-d array or numpy scalar was ignored as "a count" for every batch shape: for a 0-d batch it
+    # is the batch, and the stream was all zeros. A returned count of another dtype is still ignored.
+    y = np.arange(1, 9, dtype=np.int64)
+    with Prefetcher(_Labels(y), capacity=3, workers=2) as pf:
+        assert [int(b) for b in pf] == list(range(1, 9))
+    with OnDemandPrefetcher(_Labels(y), capacity=3, workers=1) as od:
+        assert [int(od.get(i)) for i in range(8)] == list(range(1, 9))
+
+    class WritesAndCounts(_Labels):
+        def fetch_into(self, i, out):
+            out[...] = self.y[i]
+            return np.int32(1)  # a count, not the batch: not int64
+
+    with Prefetcher(WritesAndCounts(y), capacity=3) as pf:
+        assert [int(b) for b in pf] == list(range(1, 9))
+
+
+def _ragged(n: int):
+    tokens = np.zeros(3, np.int64)  # decoded into one reused buffer
+    for i in range(n):
+        tokens[:] = i
+        b = np.empty(2, object)
+        b[0], b[1] = tokens, i
+        yield b
+
+
+def test_3_batches_that_hold_python_objects_are_refused():
+    # A slot's copy of an object array copies references: the consumer's batches shared the generator's reused
+    # token buffer, and positions 0-3 all held 3 inside the loop. Refused, at construction, wherever the dtype
+    # comes from.
+    with pytest.raises(TypeError, match="holds Python objects"):
+        Prefetcher(_ragged(6), capacity=4)
+    with pytest.raises(TypeError, match="holds Python objects"):
+        Prefetcher(np.zeros(4), capacity=2, dtype=object, shape=())
+    with pytest.raises(TypeError, match="holds Python objects"):
+        Prefetcher(np.zeros(4), capacity=2, dtype=[("a", "f8"), ("b", "O")], shape=())
+    objects = np.empty((3, 2), object)
+    with pytest.raises(TypeError, match="holds Python objects"):
+        OnDemandPrefetcher(objects, capacity=2)
+    with pytest.raises(TypeError, match="holds Python objects"):
+        OnDemandPrefetcher(np.zeros(4), capacity=2, dtype=object, shape=())
+
+
+def test_4_on_demand_calls_its_source_from_two_threads_even_with_one_worker():
+    # Documented now (the README and docs/predictive.md said the source is called concurrently "with
+    # workers > 1"): a miss runs on the caller's thread while the one worker speculates.
+    inside = threading.Event()
+    both = threading.Event()
+
+    class Slow:
+        def __len__(self):
+            return 16
+
+        def __getitem__(self, i):
+            if i == 1:  # the speculative fetch of the index after 0: waits for the caller's miss of 9
+                inside.set()
+                both.wait(30)
+            if i == 9 and inside.is_set():
+                both.set()
+            return np.full(2, float(i))
+
+    with OnDemandPrefetcher(Slow(), capacity=4, workers=1, predict="sequential", shape=(2,), dtype=float) as od:
+        assert od.get(0)[0] == 0.0
+        assert inside.wait(30)  # the worker is inside source[1]
+        assert od.get(9)[0] == 9.0  # a miss, on this thread, while the worker is inside the source
+        assert both.is_set()
+
+
+def test_5_memory_mapped_sources_are_accepted_on_demand(tmp_path):
+    # OnDemandPrefetcher refused any source[0] that was not exactly an ndarray ("not memmap"); the workers
+    # and the streaming Prefetcher take a memmap.
+    path = tmp_path / "x.npy"
+    np.save(path, np.arange(20.0).reshape(5, 4))
+    data = np.load(path, mmap_mode="r")
+    with OnDemandPrefetcher(data, capacity=2) as od:
+        assert [od.get(i).tolist() for i in (3, 0)] == [[12.0, 13.0, 14.0, 15.0], [0.0, 1.0, 2.0, 3.0]]
+    with pytest.raises(TypeError, match="MaskedArray"):
+        OnDemandPrefetcher(np.ma.array(np.zeros((2, 2)), mask=[[1, 0], [0, 0]]), capacity=2)
+
+
+def test_6_a_memory_mapped_string_array_is_read_in_its_own_dtype(tmp_path):
+    # Item 5 of the fourteenth round read plain string arrays as a[i, ...]; a memmap was read as a[i], a scalar
+    # sized to its value ('<U2' out of '<U3'), refused at the first shorter label.
+    path = tmp_path / "labels.npy"
+    np.save(path, np.array(["cat", "dog", "ox", "eel"]))
+    labels = np.load(path, mmap_mode="r")
+    with Prefetcher(labels, capacity=2) as pf:
+        assert [str(x) for x in pf] == ["cat", "dog", "ox", "eel"]
+    with OnDemandPrefetcher(labels, capacity=2) as od:
+        assert [str(od.get(i)) for i in (2, 0)] == ["ox", "cat"]
+
+
+@pytest.mark.parametrize("dtype, shape", [("M8[s]", (2, 3)), ("m8[ms]", (4,)), ("M8[D]", ()), ("M8[s]", (0, 2))])
+def test_7_npy_files_reads_datetime_files(tmp_path, dtype, shape):
+    # NpyFiles read a file's bytes through memoryview(out), which numpy refuses for datetime64/timedelta64
+    # ("cannot include dtype 'M' in a buffer").
+    paths = write_npy_batches(tmp_path, 3, shape, dtype=dtype, fill=lambda i: i)
+    with Prefetcher(NpyFiles(paths), capacity=2) as pf:
+        got = list(pf)
+    assert [g.dtype for g in got] == [np.dtype(dtype)] * 3
+    assert all(np.array_equal(g, np.full(shape, i, dtype=dtype)) for i, g in enumerate(got))
+
+
+def test_8_a_subarray_dtype_is_refused_with_the_shape_it_means():
+    # dtype=("f4", (2,)) was accepted: the pool's batches came out (3, 2) float32, pf.shape said (3,), every
+    # copy_prefetched out was refused, and an iterable source was asked for an impossible dtype.
+    with pytest.raises(ValueError, match=r"subarray dtype .* give them in shape= and dtype=float32"):
+        Prefetcher(np.zeros((4, 3, 2), np.float32), capacity=2, shape=(3,), dtype=("f4", (2,)))
+    with pytest.raises(ValueError, match="subarray dtype"):
+        OnDemandPrefetcher(np.zeros((4, 3, 2), np.float32), capacity=2, shape=(3,), dtype=("f4", (2,)))
