@@ -222,3 +222,112 @@ def test_8_a_subarray_dtype_is_refused_with_the_shape_it_means():
         Prefetcher(np.zeros((4, 3, 2), np.float32), capacity=2, shape=(3,), dtype=("f4", (2,)))
     with pytest.raises(ValueError, match="subarray dtype"):
         OnDemandPrefetcher(np.zeros((4, 3, 2), np.float32), capacity=2, shape=(3,), dtype=("f4", (2,)))
+
+
+class _Src:
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return np.zeros(2)
+
+
+def _sigint_deferred_in_a_protected_frame() -> bool:
+    """Raise a real SIGINT inside a protected frame: True if the wrapper deferred it (nothing ran there)."""
+    from safeprefetch._runtime import interrupts
+
+    ran = []
+    previous = interrupts.wrapped()
+
+    def handler(signum, frame):
+        ran.append(frame.f_code.co_name if frame else None)
+
+    interrupts.rewrap(previous, handler)
+
+    @interrupts.protected
+    def critical_section():
+        import signal as _signal
+        _signal.raise_signal(_signal.SIGINT)
+
+    try:
+        critical_section()
+    finally:
+        interrupts.rewrap(handler, previous)
+        interrupts._guard.deferred = False
+    return not ran and interrupts.installed()
+
+
+@pytest.fixture
+def own_sigint_handler():
+    import signal
+
+    original = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, lambda signum, frame: None)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, original)
+
+
+def test_9_a_prefetcher_opened_after_the_callers_handler_replaced_a_stale_wrapper_defers(own_sigint_handler):
+    # The last prefetcher closed off the main thread leaves the wrapper stale (it cannot be removed there). The
+    # caller then installed a handler of its own and opened a prefetcher: install() wrapped the new handler and
+    # left the stale mark, so the first SIGINT, inside a protected frame too, ran the handler and removed the
+    # wrapper with the prefetcher open.
+    import signal
+
+    a = Prefetcher(_Src(), capacity=2)
+    closer = threading.Thread(target=a.close)
+    closer.start()
+    closer.join()
+    signal.signal(signal.SIGINT, lambda signum, frame: None)  # the caller's own handler, over the stale wrapper
+    with Prefetcher(_Src(), capacity=2):
+        assert _sigint_deferred_in_a_protected_frame()
+
+
+def test_10_a_close_on_another_thread_cannot_drop_the_wrapper_a_new_prefetcher_just_installed(
+        own_sigint_handler, monkeypatch):
+    # A constructor installed the wrapper, then stored that it had; a close on another thread deciding in
+    # between that no open prefetcher had asked for it marked it stale: the new prefetcher's first SIGINT was
+    # not deferred. Forced here at that point: the close runs while the constructor is between the two.
+    from safeprefetch._prefetcher import lifecycle
+    from safeprefetch._runtime import interrupts
+
+    holder = {}
+    a = Prefetcher(_Src(), capacity=2)  # on the main thread: the wrapper is installed
+    opener = threading.Thread(target=lambda: holder.setdefault("b", Prefetcher(_Src(), capacity=2)))
+    opener.start()
+    opener.join()
+    a.close()  # b, opened off the main thread while it was installed, keeps asking for it
+    reached = threading.Event()  # the close has run, or is about to wait for the constructor to finish
+    lock = lifecycle.__dict__.get("_sigint_lock")
+
+    class Announcing:
+        def __enter__(self):
+            if threading.current_thread() is not threading.main_thread():
+                reached.set()
+            return lock.__enter__()
+
+        def __exit__(self, *exc):
+            return lock.__exit__(*exc)
+
+    if lock is not None:
+        monkeypatch.setattr(lifecycle, "_sigint_lock", Announcing())
+    real_install = interrupts.install
+    closer = threading.Thread(target=lambda: (holder["b"].close(), reached.set()))
+
+    def install_then_close_elsewhere():
+        got = real_install()
+        if threading.current_thread() is threading.main_thread() and not closer.is_alive():
+            closer.start()
+            assert reached.wait(30)
+        return got
+
+    monkeypatch.setattr(interrupts, "install", install_then_close_elsewhere)
+    p = Prefetcher(_Src(), capacity=2)
+    closer.join(30)
+    try:
+        assert not closer.is_alive()
+        assert _sigint_deferred_in_a_protected_frame()
+    finally:
+        p.close()

@@ -182,12 +182,21 @@ class VBarrier(Prim):
     def parties(self) -> int:
         return self._parties
 
+    # The two state reads are scheduling points (reads, without the lock, as CPython's): a plain read here made
+    # the reduction take the first answer for the only one, and an abort racing it was never ordered first.
+
     @property
     def n_waiting(self) -> int:
-        if "_ilv_real" in self.__dict__:
+        c = context(self)
+        if c is None:
             return stand_in(self).n_waiting
+        self._point(c[0], c[1], "n_waiting", write=False)
         return self._count if self._state == FILLING else 0  # CPython's: 0 unless the barrier is filling
 
     @property
     def broken(self) -> bool:
-        return self._state == BROKEN if "_ilv_real" not in self.__dict__ else stand_in(self).broken
+        c = context(self)
+        if c is None:
+            return stand_in(self).broken
+        self._point(c[0], c[1], "broken", write=False)
+        return self._state == BROKEN

@@ -49,6 +49,7 @@ thread or nested inside a test body, raises ``RuntimeError``.
 from __future__ import annotations
 
 import _thread
+import concurrent.futures.thread as _pool
 import gc
 import logging
 import operator
@@ -143,6 +144,17 @@ def _thread_of(ex: Execution, obj: Any) -> VThread | None:
     return ex.thread_objs.get(id(obj))
 
 
+def _not_started_yet(ex: Execution, vt: VThread, obj: threading.Thread, kind: str) -> VThread | None:
+    """``obj``'s thread in this execution; for a Thread not started (yet), after a point that reads which threads
+    there are: whether it is started by now races with every start (unannounced, the reduction took the
+    first answer for the only one)."""
+    target = _thread_of(ex, obj)
+    if target is None and obj.ident is None:
+        ex.point(vt, Op(kind, obj, (("threads",),), write=False, where=where(3), label=f"{kind} {obj.name}"))
+        target = _thread_of(ex, obj)
+    return target
+
+
 def _start(self: threading.Thread) -> None:
     c = current()
     if c is None:
@@ -168,7 +180,7 @@ def _join(self: threading.Thread, timeout: float | None = None) -> None:
     if c is None:
         return _ORIG_THREAD["join"](self, timeout)
     ex, vt = c
-    target = _thread_of(ex, self)
+    target = _not_started_yet(ex, vt, self, "join")
     if target is None:
         if not getattr(self, "_started", None) or self.ident is None:
             raise RuntimeError("cannot join thread before it is started")
@@ -224,7 +236,9 @@ def _is_alive(self: threading.Thread) -> bool:
     ex, vt = c
     target = _thread_of(ex, self)
     if target is None:
-        return _ORIG_THREAD["is_alive"](self)
+        target = _not_started_yet(ex, vt, self, "is_alive")
+        if target is None:
+            return _ORIG_THREAD["is_alive"](self)
     ex.point(vt, Op("is_alive", self, (("thread", target.index),), write=False, where=where(2),
                     label=f"is_alive {self.name}"))
     if target.finished:
@@ -273,6 +287,24 @@ def _quiet_aborted(orig: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]
 
     handle.__doc__ = _quiet_aborted.__doc__
     return handle
+
+
+class _StartOrder(dict):
+    """A ``ThreadPoolExecutor``'s set of threads, iterated in the order they were added: ``shutdown`` joins
+    them in that order. A set iterates by identity hash, which differs between runs: the joins' order did,
+    and a check with two pool threads stopped as nondeterministic instead of giving a verdict."""
+
+    def add(self, thread: Any) -> None:
+        self[thread] = None
+
+
+def _ordered_pool(orig: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def _adjust_thread_count(self: Any) -> Any:
+        if type(self._threads) is set:
+            self._threads = _StartOrder.fromkeys(self._threads)
+        return orig(self)
+
+    return _adjust_thread_count
 
 
 # -- the patch table -------------------------------------------------------------------
@@ -340,6 +372,8 @@ class patched:
             for meth, fn in (("start", _start), ("join", _join), ("is_alive", _is_alive)):
                 self._set_attr(threading.Thread, meth, fn)
             self._set_attr(logging.Logger, "handle", _quiet_aborted(logging.Logger.handle))
+            pool = _pool.ThreadPoolExecutor
+            self._set_attr(pool, "_adjust_thread_count", _ordered_pool(pool._adjust_thread_count))
             self._scan(by_id)
             for (module, name), new in self.extra.items():
                 self._set(vars(module) if not isinstance(module, dict) else module, name, new)

@@ -265,13 +265,13 @@ class Execution:
 
     def _run_body(self, vt: VThread) -> None:
         self._run_catching(vt)
-        if vt.index == 0:
-            self.root_done = True
-            leaked = [u.name for u in self.threads if u is not vt and not u.finished
-                      and not may_outlive(u.name, self.settings.allow_alive)]
-            if leaked and not self.over:
-                self.violation("leaked_thread", f"{', '.join(leaked)} still alive when the test body returned", vt)
-        self.point(vt, Op("exit", vt.obj, (("thread", vt.index),), label=f"exit {vt.name}"))
+        # Unannounced, the reduction pruned the order where a thread ends after the body's leak check.
+        root = vt.index == 0; self.root_done |= root  # noqa: E702
+        keys = [("thread", vt.index)] + ([("threads",)] + [("thread", u.index) for u in self.threads]) * root
+        self.point(vt, Op("exit", vt.obj, keys, label=f"exit {vt.name}"))
+        if root and not self.over and (leaked := [u.name for u in self.threads if u is not vt and not u.finished
+                                                  and not may_outlive(u.name, self.settings.allow_alive)]):
+            self.violation("leaked_thread", f"{', '.join(leaked)} still alive when the test body returned", vt)
         vt.finished = True
         if vt.index > 0 and vt.obj is not None:
             retire(vt.obj)  # stopped, to real threading too (repr, the daemon setter)

@@ -20,13 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from .._runtime import interrupts as _interrupts
 from .._runtime.interrupts import deliver, guard, outermost, protected
 from .args import as_bool, as_dtype, as_int, as_seconds, as_shape, check_batch_dtype, check_out
 from .consumer import COPY, DEFAULT, END, GET, LEASE
 from .core import Core
 from .lease import Lease, Leases, NotCopyable
-from .lifecycle import reaper, register
+from .lifecycle import reaper, register, want_sigint
 from .machine import RUNTIMES, default_runtime, machine_for, transitions_for
 from .policy import DEFAULT_AUTOTUNE_MAX, MAX_RUN
 from .sources import SourceBox, executor_reader, index_plan, item_reader, plan_copy, read_first
@@ -154,7 +153,7 @@ class Prefetcher(NotCopyable):
         core.plan_workers()  # before it is registered: a close from here on drives out the workers not started
         register(core)
         try:  # every statement from here is one a Ctrl-C may cut short: the core is closed then
-            core.sigint = _interrupts.install()
+            want_sigint(core)
             # Abandonment: a close request from the finalizer, carried out by the reaper (never
             # blocking inside a garbage collection). Interpreter exit is lifecycle's hook.
             self._finalizer = weakref.finalize(self, _abandon, core)

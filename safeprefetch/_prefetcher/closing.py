@@ -20,14 +20,13 @@ import threading
 import time
 import warnings
 
-from .._runtime import interrupts as _interrupts
 from .._runtime.interrupts import protected
 from .._runtime.kernel import LiveError, StepTimeout
 from ..models import _protocol as P
 from .args import deadline_after
 from .consumer import DEFAULT
 from .errors import PrefetcherWarning
-from .lifecycle import open_cores, reaper, unregister
+from .lifecycle import drop_sigint, reaper
 from .waits import CLOSE_BUSY, CloseBusy, join_threads, wait_event, wait_gate
 
 __all__ = ["CloseSide"]
@@ -197,6 +196,4 @@ class CloseSide:
 
     def _after_close(self) -> None:
         """Leave the registry of open prefetchers; remove the SIGINT wrapper if no open one asked for it."""
-        unregister(self)
-        if self.sigint and not any(c.sigint for c in open_cores()):
-            _interrupts.uninstall()
+        drop_sigint(self)

@@ -45,10 +45,11 @@ import time
 import weakref
 from typing import Any
 
+from .._runtime import interrupts as _interrupts
 from .args import deadline_after
 
-__all__ = ["CLOSER_THREAD", "REAPER_THREAD", "PrefetcherForked", "open_cores", "reaper", "register", "thread_count",
-           "unregister"]
+__all__ = ["CLOSER_THREAD", "REAPER_THREAD", "PrefetcherForked", "drop_sigint", "open_cores", "reaper", "register",
+           "thread_count", "unregister", "want_sigint"]
 
 #: The name of the process-wide reaper thread (started by the first Prefetcher, never joined).
 REAPER_THREAD = "safeprefetch-reaper"
@@ -81,6 +82,27 @@ def unregister(core: Any) -> None:
     for ref in list(_open):
         if ref() is core:
             _open.pop(ref, None)
+
+
+#: Orders a constructor's "install the SIGINT wrapper, and say so" against a close's "no open prefetcher asked
+#: for it: remove it". Unordered, a close on another thread could decide between the install and the core saying
+#: it asked, and leave the new prefetcher a wrapper that steps aside at the first SIGINT. An RLock: a signal
+#: handler on the main thread may close a prefetcher inside it. Made anew in a forked child.
+_sigint_lock = threading.RLock()
+
+
+def want_sigint(core: Any) -> None:
+    """Install the SIGINT wrapper for a registered ``core`` and record whether it is in place (``core.sigint``)."""
+    with _sigint_lock:
+        core.sigint = _interrupts.install()
+
+
+def drop_sigint(core: Any) -> None:
+    """Unregister a closed ``core``; remove the SIGINT wrapper if it asked for it and no open prefetcher does."""
+    with _sigint_lock:
+        unregister(core)
+        if core.sigint and not any(c.sigint for c in open_cores()):
+            _interrupts.uninstall()
 
 
 def open_cores() -> list[Any]:
@@ -172,6 +194,8 @@ def thread_count() -> int:
 
 
 def _after_fork_in_child() -> None:
+    global _sigint_lock
+    _sigint_lock = threading.RLock()  # a thread the child has not may have held it at the fork
     for core in open_cores():
         core.forked = True
     _open.clear()

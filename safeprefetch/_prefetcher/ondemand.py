@@ -50,12 +50,11 @@ from typing import Any
 
 import numpy as np
 
-from .._runtime import interrupts as _interrupts
 from .api import Prefetcher, _abandon, _close_failed  # _abandon: the finalizer, a close request for the reaper
 from .args import as_bool, as_dtype, as_int, as_seconds, as_shape, check_batch_dtype, check_out
 from .consumer import COPY, DEFAULT, GET
 from .lease import NotCopyable
-from .lifecycle import reaper, register
+from .lifecycle import reaper, register, want_sigint
 from .ondemand_core import OnDemandCore
 from .ondemand_stats import OnDemandStats
 from .predictors import Predictor, label, make_predictor
@@ -137,7 +136,7 @@ class OnDemandPrefetcher(NotCopyable):
         core.plan_workers()  # before it is registered: a close from here on drives out the workers not started
         register(core)
         try:  # every statement from here is one a Ctrl-C may cut short: the core is closed then
-            core.sigint = _interrupts.install()
+            want_sigint(core)
             self._finalizer = weakref.finalize(self, _abandon, core)
             self._finalizer.atexit = False
             core.start()

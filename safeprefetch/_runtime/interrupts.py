@@ -245,7 +245,9 @@ def install() -> bool:
         return True
     if not callable(current):  # SIG_IGN, SIG_DFL, or set from C: not ours to wrap
         return False
-    _guard.previous = current
+    # A stale mark belongs to the wrapper the caller's own handler replaced: left set, this wrapper stepped
+    # aside at its first SIGINT, inside a protected frame too, and uninstalled itself with a prefetcher open.
+    _guard.previous = current; _guard.stale = False  # noqa: E702
     signal.signal(signal.SIGINT, _on_sigint)
     return True
 
