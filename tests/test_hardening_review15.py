@@ -331,3 +331,135 @@ def test_10_a_close_on_another_thread_cannot_drop_the_wrapper_a_new_prefetcher_j
         assert _sigint_deferred_in_a_protected_frame()
     finally:
         p.close()
+
+
+class _Stuck:
+    """Item 1 blocks until ``release`` is set (a hung network read)."""
+
+    def __init__(self, entered: threading.Event, release: threading.Event):
+        self.entered, self.release = entered, release
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        if i == 1:
+            self.entered.set()
+            self.release.wait()
+        return np.full(3, i, np.int64)
+
+
+def test_11_a_stuck_close_in_a_batch_of_abandoned_ones_keeps_none_of_the_others():
+    # The reaper closes the requests waiting together on one closer thread, finishing them in order and holding
+    # every one until all were done: behind one stuck with close_timeout=inf, a healthy one was never finished
+    # (still registered, its pool allocated). Driven here as the reaper's closer thread runs a batch.
+    import gc
+    import weakref
+
+    from safeprefetch._prefetcher import lifecycle
+    from tests._polling import wait_until
+
+    entered, release = threading.Event(), threading.Event()
+    stuck = Prefetcher(_Stuck(entered, release), capacity=2, workers=1, close_timeout=float("inf"))
+    healthy = Prefetcher(np.zeros((8, 1000)), capacity=2, workers=1)
+    try:
+        assert entered.wait(10)
+        batch = [stuck._core, healthy._core]
+        healthy_core = weakref.ref(healthy._core)
+        healthy._finalizer.detach()  # abandoned, with its close request in this batch (not the reaper's)
+        del healthy
+        closer = threading.Thread(target=lifecycle._close_all, args=(batch,), daemon=True)
+        closer.start()
+        assert wait_until(lambda: healthy_core() is None or healthy_core().closed, 10), \
+            "the healthy prefetcher's close waits behind the stuck one"
+        assert wait_until(lambda: batch[1] is None, 10)  # let go of once finished (the closer thread's list)
+        gc.collect()
+        assert healthy_core() is None, "the closer thread still holds the closed prefetcher"
+        assert closer.is_alive() and not stuck._core.closed
+    finally:
+        release.set()
+    closer.join(10)
+    assert not closer.is_alive() and stuck._core.closed
+
+
+def test_12_a_shape_built_by_many_threads_at_once_is_compiled_once(monkeypatch):
+    # functools.lru_cache lets every caller that misses compute: eight threads constructing one new shape each
+    # compiled the model and generated its transitions (2 s instead of 0.2). Forced here: the first compile
+    # waits until every thread has asked for the shape.
+    from safeprefetch._prefetcher import api, machine
+
+    threads, asked, compiled = 4, [], []
+    everyone = threading.Event()
+    real_ask, real_compile = api.transitions_for, machine.compile_transitions
+
+    def ask(*shape):
+        asked.append(shape)
+        if len(asked) == threads:
+            everyone.set()
+        return real_ask(*shape)
+
+    def compile_once_everyone_asked(*args):
+        compiled.append(args)
+        assert everyone.wait(30)
+        return real_compile(*args)
+
+    monkeypatch.setattr(api, "transitions_for", ask)
+    monkeypatch.setattr(machine, "compile_transitions", compile_once_everyone_asked)
+    shape_nobody_built = 23 + threading.get_ident() % 7  # a capacity no other test uses
+    got = []
+
+    def build():
+        with Prefetcher(np.zeros((40, 2)), capacity=shape_nobody_built, workers=3) as pf:
+            got.append(len(list(pf)))
+
+    workers = [threading.Thread(target=build) for _ in range(threads)]
+    for th in workers:
+        th.start()
+    for th in workers:
+        th.join(60)
+    assert got == [40] * threads
+    assert len(compiled) == 1, f"compiled {len(compiled)} times"
+
+
+def test_13_a_generated_modules_source_lives_as_long_as_its_transitions():
+    # linecache kept every generated module's text for good (about 48 KB a shape), after the caches had let
+    # the transitions go: memory grew with every shape a long-running process ever built.
+    import gc
+    import linecache
+
+    from safeprefetch._prefetcher import machine
+
+    template = machine._template(3, 5, True, True, 0, 1)  # a shape no other test builds (five workers)
+    built = machine.compile_transitions(template, _prefetcher_model())
+    name = built.filename
+    first = built.steps[0][next(iter(built.steps[0]))].first
+    assert linecache.getline(first.__code__.co_filename, first.__code__.co_firstlineno).startswith("def ")
+    again = machine.compile_transitions(template, _prefetcher_model())
+    assert again.filename == name  # the same shape generated again: the same name and text
+    cached = machine.transitions_for(3, 5, True, True, 0, 1)
+    del built, first, again
+    gc.collect()
+    assert name in linecache.cache, "the source went while a module of that name (the cached one) lives"
+    machine.transitions_for.cache_clear()
+    del cached
+    gc.collect()
+    assert name not in linecache.cache
+
+
+def _prefetcher_model():
+    from safeprefetch.models.prefetcher import Prefetcher as Model
+
+    return Model
+
+
+def test_14_a_timeline_keeps_the_latest_records_only(monkeypatch):
+    # timeline=True kept every span and occupancy sample for the prefetcher's life: about 740 bytes a batch,
+    # 59 GB for a day at 1,000 batches/s. The latest TIMELINE_RECORDS of each are kept.
+    from safeprefetch._prefetcher import core
+
+    monkeypatch.setattr(core, "TIMELINE_RECORDS", 50)
+    with Prefetcher(np.arange(400.0).reshape(200, 2), capacity=2, timeline=True) as pf:
+        assert len(list(pf)) == 200
+        got = pf.timeline()
+    assert 0 < len(got["spans"]) <= 50 and 0 < len(got["occupancy"]) <= 50
+    assert all(a <= b for _th, _kind, a, b in got["spans"])

@@ -97,7 +97,7 @@ class Prefetcher(NotCopyable):
     and the capacity grows while the consumer waits on a buffer that is the
     limit, and shrinks while the buffer stays full. The resize steps are part
     of the checked model (its tuner thread). ``timeline=True`` records
-    per-thread spans and buffer occupancy for :meth:`timeline`.
+    per-thread spans and buffer occupancy for :meth:`timeline` (the latest 100,000 of each).
     ``runtime`` chooses how the checked model runs: ``"generated"`` (the
     default; its transitions compiled to straight-line code, proved equal to
     the model state by state) or ``"plain"`` (the model's own step

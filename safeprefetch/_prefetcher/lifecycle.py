@@ -175,17 +175,23 @@ def _close_all(batch: list) -> None:
 
 def _close_each(cores: list, deadlines: list) -> None:
     """All begun first, then each finished against its deadline, so their joins overlap; one close's failure
-    keeps none of the others open."""
-    for core, deadline in zip(cores, deadlines):
+    keeps none of the others open.
+
+    Finished earliest deadline first (no bound last), and each let go of (``cores[i] = None``, in the caller's
+    list) once finished: one prefetcher stuck with ``close_timeout=inf`` in a batch of abandoned ones kept the
+    others after it unfinished, registered, and their slot pools allocated, for as long as it was stuck.
+    """
+    for i in range(len(cores)):  # (no loop variable left holding a core)
         try:
-            core.begin_close(deadline)
+            cores[i].begin_close(deadlines[i])
         except BaseException:  # noqa: BLE001
             pass
-    for core, deadline in zip(cores, deadlines):
+    for i in sorted(range(len(cores)), key=lambda i: (deadlines[i] is None, deadlines[i] or 0.0)):
         try:
-            core.finish_close(deadline)
+            cores[i].finish_close(deadlines[i])
         except BaseException:  # noqa: BLE001
             pass
+        cores[i] = None
 
 
 def thread_count() -> int:
