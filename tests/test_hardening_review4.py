@@ -89,7 +89,7 @@ import dis, gc, json, signal, sys
 import numpy as np
 import safeprefetch
 from safeprefetch._runtime import interrupts
-from safeprefetch._prefetcher.lifecycle import open_cores
+from safeprefetch._prefetcher.lifecycle import open_cores, want_sigint
 if not callable(signal.getsignal(signal.SIGINT)):
     signal.signal(signal.SIGINT, signal.default_int_handler)
 cls = getattr(safeprefetch, sys.argv[1])
@@ -106,7 +106,7 @@ def tracer(frame, event, arg):
     if fired:
         return None
     if case == "install" and event == "call" and frame.f_code is interrupts.install.__code__ \
-            and frame.f_back.f_code is init:
+            and frame.f_back.f_code is want_sigint.__code__ and frame.f_back.f_back.f_code is init:
         ctrl_c(frame)
     if case == "finalizer" and frame.f_code is init:
         frame.f_trace_opcodes = True
