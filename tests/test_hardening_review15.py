@@ -14,6 +14,8 @@ import threading
 import numpy as np
 import pytest
 
+import pickle
+
 from safeprefetch import NpyFiles, OnDemandPrefetcher, Prefetcher, write_npy_batches
 
 pytestmark = pytest.mark.timeout(60)
@@ -111,22 +113,37 @@ class _Labels:
         return self.y[i]
 
 
-def test_2_a_0d_batch_returned_by_fetch_into_is_the_batch():
-    # A returned 0-d array or numpy scalar was ignored as "a count" for every batch shape: for a 0-d batch it
-    # is the batch, and the stream was all zeros. A returned count of another dtype is still ignored.
+def test_2_a_0d_value_returned_by_fetch_into_is_never_guessed_at():
+    # A returned 0-d array or numpy scalar was ignored as "a count" for every batch shape: a label stream whose
+    # fetch_into returns its label (written like __getitem__) delivered zeros, silently. Where the batch is
+    # 0-d such a value is the batch or a count, which no test can tell apart: refused (a clear error at its
+    # position) unless out holds that same value. (The round's first fix copied it in: a count of the
+    # batch's dtype, returned by a source that had written out, then became every batch.)
     y = np.arange(1, 9, dtype=np.int64)
     with Prefetcher(_Labels(y), capacity=3, workers=2) as pf:
-        assert [int(b) for b in pf] == list(range(1, 9))
-    with OnDemandPrefetcher(_Labels(y), capacity=3, workers=1) as od:
-        assert [int(od.get(i)) for i in range(8)] == list(range(1, 9))
+        with pytest.raises(TypeError, match=r"item 0: fetch_into returned .* for a 0-d batch write the value"):
+            next(pf)
+    with OnDemandPrefetcher(_Labels(y), capacity=3, workers=1, predict=None) as od:
+        with pytest.raises(TypeError, match="for a 0-d batch write the value into out"):
+            od.get(3)
 
-    class WritesAndCounts(_Labels):
+    class WritesAndReturns(_Labels):
+        def __init__(self, labels, count):
+            super().__init__(labels)
+            self.count = count
+
         def fetch_into(self, i, out):
             out[...] = self.y[i]
-            return np.int32(1)  # a count, not the batch: not int64
+            return self.count(self.y[i])
 
-    with Prefetcher(WritesAndCounts(y), capacity=3) as pf:
-        assert [int(b) for b in pf] == list(range(1, 9))
+    for count in (lambda v: v, lambda v: 1, lambda v: None):  # the value itself, a Python int count, nothing
+        with Prefetcher(WritesAndReturns(y, count), capacity=3) as pf:
+            assert [int(b) for b in pf] == list(range(1, 9))
+    # A numpy count (equal to label 1 only, so refused at item 1), and the label in another dtype (refused at 0).
+    for count, first_refused in ((lambda v: np.int64(1), 1), (lambda v: np.int32(v), 0)):
+        with Prefetcher(WritesAndReturns(y, count), capacity=3) as pf:
+            with pytest.raises(TypeError, match=f"item {first_refused}: fetch_into returned"):
+                list(pf)
 
 
 def _ragged(n: int):
@@ -463,3 +480,65 @@ def test_14_a_timeline_keeps_the_latest_records_only(monkeypatch):
         got = pf.timeline()
     assert 0 < len(got["spans"]) <= 50 and 0 < len(got["occupancy"]) <= 50
     assert all(a <= b for _th, _kind, a, b in got["spans"])
+
+
+class _PicklingPool(concurrent.futures.ThreadPoolExecutor):
+    """An executor of this process that isolates its calls by pickling them, as a process pool would."""
+
+    def submit(self, fn, /, *args, **kwargs):  # type: ignore[override]
+        fn, args, kwargs = pickle.loads(pickle.dumps((fn, args, kwargs)))
+        return super().submit(fn, *args, **kwargs)
+
+
+class _FetchIntoOnly:
+    def __len__(self) -> int:
+        return 8
+
+    def fetch_into(self, i: int, out: np.ndarray) -> None:
+        out[...] = i
+
+
+def test_15_an_executor_of_this_process_that_pickles_its_calls_reads_into_its_own_array():
+    # The slot pickles as empty, and the fetch, in this process, took the first read's path: a fetch_into-only
+    # source failed every fetch ("'NoneType' object is not callable"; a dask Client(processes=False) too).
+    with _PicklingPool(2) as pool:
+        with Prefetcher(_FetchIntoOnly(), executor=pool, shape=(3,), dtype="i8") as pf:
+            assert [int(b[0]) for b in pf] == list(range(8))
+        with Prefetcher(np.arange(24).reshape(12, 2), executor=pool, capacity=2) as pf:
+            assert [int(b[0]) for b in pf] == list(range(0, 24, 2))
+
+
+def test_16_a_handler_closing_another_prefetcher_inside_the_install_keeps_the_wrapper(own_sigint_handler,
+                                                                                        monkeypatch):
+    # The lock ordering install and removal is an RLock (a handler on the main thread may close a prefetcher
+    # inside it): a handler that closed the last other prefetcher right after the install found nobody asking
+    # for the wrapper (the new one had not said so yet) and removed it.
+    import signal
+
+    from safeprefetch._runtime import interrupts
+
+    a = Prefetcher(np.zeros((4, 3)), capacity=2)
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: a.close())
+    real_install = interrupts.install
+
+    def install_then_handler():
+        got = real_install()
+        signal.raise_signal(signal.SIGUSR1)  # the handler runs here, on this thread, inside the install's lock
+        return got
+
+    try:
+        monkeypatch.setattr(interrupts, "install", install_then_handler)
+        with Prefetcher(np.zeros((4, 3)), capacity=2):
+            monkeypatch.setattr(interrupts, "install", real_install)
+            assert a._core.closed
+            assert _sigint_deferred_in_a_protected_frame()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def test_17_the_shape_caches_take_keywords_as_before():
+    from safeprefetch._prefetcher import machine
+
+    assert machine.transitions_for(2, 1, True, True, target=0, run=2) is machine.transitions_for(2, 1, True, True,
+                                                                                                  target=0, run=2)
+    assert machine.transitions_for.cache_info().currsize >= 1

@@ -38,8 +38,8 @@ def filename_for(tag: str) -> str:
 def register(filename: str, source: str, owner: Any) -> None:
     """Register ``source`` under ``filename`` for as long as ``owner`` (or another owner of the same name:
     the same shape generated again makes the same text) lives."""
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     _owners.setdefault(filename, []).append(weakref.ref(owner, functools.partial(_release, filename)))
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
 
 
 #: File name -> weak references to the objects owning a module of that name (their callbacks release it).

@@ -94,6 +94,9 @@ _sigint_lock = threading.RLock()
 def want_sigint(core: Any) -> None:
     """Install the SIGINT wrapper for a registered ``core`` and record whether it is in place (``core.sigint``)."""
     with _sigint_lock:
+        # Asked for before it is installed: a signal handler on this thread closing another prefetcher in
+        # between (the RLock lets it in) found nobody asking, and removed the wrapper just installed.
+        core.sigint = True
         core.sigint = _interrupts.install()
 
 

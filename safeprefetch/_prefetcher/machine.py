@@ -61,19 +61,20 @@ def compile_reference(capacity: int, workers: int, items: int, ordered: bool, si
 def _once_per_key(cached: Callable[..., Any]) -> Callable[..., Any]:
     """``cached`` (an ``lru_cache`` function), called by one thread at a time per key: the others wait, then
     find the result in its cache."""
-    busy: dict[Any, threading.Lock] = {}
+    busy: dict[Any, Any] = {}
     guard = [threading.Lock()]
 
     @functools.wraps(cached)
-    def call(*args: Any) -> Any:
+    def call(*args: Any, **kw: Any) -> Any:
+        key = (args, tuple(sorted(kw.items())))
         with guard[0]:
-            lock = busy.setdefault(args, threading.Lock())
+            lock = busy.setdefault(key, threading.RLock())  # (re-entered by a signal handler: it computes)
         with lock:
             try:
-                return cached(*args)
+                return cached(*args, **kw)
             finally:
                 with guard[0]:
-                    busy.pop(args, None)
+                    busy.pop(key, None)
 
     def after_fork_in_child() -> None:  # a thread the child has not may have held one
         busy.clear()
@@ -81,7 +82,7 @@ def _once_per_key(cached: Callable[..., Any]) -> Callable[..., Any]:
 
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=after_fork_in_child)
-    call.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
+    call.cache_clear, call.cache_info = cached.cache_clear, cached.cache_info  # type: ignore[attr-defined]
     return call
 
 

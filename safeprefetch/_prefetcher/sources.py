@@ -165,8 +165,8 @@ def fill_into(fetch_into: Callable[[int, np.ndarray], Any], index: int, slot: np
       shape and dtype is copied into the slot (a source written as if it were ``__getitem__`` left ``out``
       as it was, and the slot's old bytes were delivered; one that wrote ``out`` and returns what it wrote
       pays one more copy). A 0-d or empty one (a count) is ignored, but where the batch is 0-d: there a
-      numpy scalar or 0-d array of the batch's dtype is the batch, and copied; any other array is refused,
-      as a batch of the wrong shape or dtype would be.
+      numpy 0-d value is refused unless ``out`` holds that same value (the batch, or a count, cannot be told
+      apart); any other array is refused, as a batch of the wrong shape or dtype would be.
 
     The hot path of every fetch: a view, the call, an identity test and a type test (a view shares its
     base's dtype object until someone sets its dtype).
@@ -179,11 +179,13 @@ def fill_into(fetch_into: Callable[[int, np.ndarray], Any], index: int, slot: np
     if returned is None:
         return None
     if slot.ndim == 0 and isinstance(returned, (np.generic, np.ndarray)) and returned.ndim == 0:
-        # A 0-d batch (a label stream): a numpy scalar or 0-d array of the batch's dtype returned is the batch
-        # (written like __getitem__, ``return self.y[i]``, it left out as it was, and every label was 0).
-        if returned.dtype == slot.dtype:
-            np.copyto(slot, returned, casting="no")
-        return None
+        # A 0-d batch (a label stream): a numpy 0-d value returned is the batch (``return self.y[i]``, written
+        # like __getitem__, left out as it was: every label was 0) or a count (out written): which, no test can
+        # tell. Equal to what out holds, it is either; otherwise it is refused, never guessed.
+        if _same_value(returned, slot):
+            return None
+        return (f"fetch_into returned {returned!r} where out holds {slot[()]!r}: for a 0-d batch write the value "
+                "into out (out[...] = value) and return None (or a Python int)")
     if not isinstance(returned, np.ndarray) or returned.ndim == 0 or returned.size == 0:
         return None
     if np.shares_memory(returned, slot):
@@ -193,6 +195,13 @@ def fill_into(fetch_into: Callable[[int, np.ndarray], Any], index: int, slot: np
         return None
     return (f"fetch_into returned an array of shape {returned.shape} dtype {returned.dtype}, neither out nor a "
             f"batch (shape {slot.shape} dtype {slot.dtype}): fill out in place (out[...] = batch)")
+
+
+def _same_value(a: Any, b: np.ndarray) -> bool:
+    try:
+        return bool(np.asarray(a).dtype == b.dtype and a == b[()])
+    except Exception:  # noqa: BLE001 - values numpy cannot compare are not the same
+        return False
 
 
 def remote_item(source: Any, index: int, shape: tuple[int, ...] | None, dtype: np.dtype | None,
@@ -212,8 +221,10 @@ def remote_item(source: Any, index: int, shape: tuple[int, ...] | None, dtype: n
     try:
         EXECUTING[me] = (*outer, token)
         try:
-            if slot is not None and token[0] == os.getpid():
+            if slot is not None and token[0] == os.getpid() and (slot.array is not None or shape is None):
                 return _remote_fill(source, index, slot.array)
+            # Another process, or this one through an executor that pickles what it runs (the slot came empty):
+            # what it reads is its own.
             return _remote_read(source, index, shape, dtype)
         except BaseException as e:
             if token[0] != os.getpid():  # in an executor's process: what it raises travels back pickled
