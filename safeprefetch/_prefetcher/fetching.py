@@ -23,7 +23,8 @@ from .._dsl.model import DONE
 from .._runtime.interrupts import protected
 from .._runtime.kernel import LiveError
 from ..models import _protocol as P
-from .sources import FILLED, LocalSlot, SourceBox, batch_problem, check_future, fill_into, remote_item, stop_iteration_error
+from .sources import (FILLED, LocalSlot, SourceBox, batch_problem, check_future, fill_into, remote_item,
+                      stop_iteration_error)
 from .waits import SOURCE_BUSY, first_driver, left, start_threads, wait_gate
 
 __all__ = ["FetchSide", "worker_main"]
@@ -123,6 +124,8 @@ class FetchSide:
         return f"item {pos}" if index == pos else f"item {pos} (source index {index})"
 
     def _check(self, pos: int, item: Any) -> None:
+        if type(item) is np.ndarray and item.shape == self.shape and item.dtype == self.dtype and self.pool is not None:
+            return  # the hot path: a plain batch of the pool's shape and dtype
         bad = batch_problem(item, self.shape if self.pool is not None else None, self.dtype)
         if bad is not None:
             raise bad[0](f"{self._where(pos)}: {bad[1]}")
