@@ -242,7 +242,9 @@ def test_the_profile_names_each_line_for_both_runtimes_and_adds_up():
     # What compiling would buy: the kernel's share and the transitions', measured in the same run.
     ceiling = json.loads(p.stdout)["ceiling"]
     us = ceiling["us_per_item"]
-    assert us["K0"] > us["K1"] > 0 and ceiling["kernel_share_us"] == round(us["K0"] - us["K1"], 3)
+    # Both timed, and the share their difference. Not their order: two timings of a loaded machine (CI failed
+    # once on 9.24 > 10.21 µs with another process running callgrind); the instruction counts order them.
+    assert us["K0"] > 0 and us["K1"] > 0 and ceiling["kernel_share_us"] == round(us["K0"] - us["K1"], 3)
     assert us["queue.Queue put + get"] > 0 and us["SimpleQueue floor"] > 0
     assert ceiling["K3"].startswith("skipped in --quick")
     from _cython import cython_here

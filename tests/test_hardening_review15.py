@@ -542,3 +542,105 @@ def test_17_the_shape_caches_take_keywords_as_before():
     assert machine.transitions_for(2, 1, True, True, target=0, run=2) is machine.transitions_for(2, 1, True, True,
                                                                                                   target=0, run=2)
     assert machine.transitions_for.cache_info().currsize >= 1
+
+
+# -- NpyFiles, write_npy_batches and the demo (the fifth review) ----------------------------------------------
+
+_SHRINK_WHILE_COPIED = r"""
+import os, sys, numpy as np
+from safeprefetch import NpyFiles, Prefetcher
+d = sys.argv[1]
+paths = []
+for i in range(2):
+    p = os.path.join(d, f"b{i}.npy")
+    np.save(p, np.asfortranarray(np.full((256, 256), i, np.float32)))
+    paths.append(p)
+real = np.copyto
+def copyto(dst, src, *a, **k):  # the shard rewritten in place (np.save truncates first) while it is copied
+    if isinstance(src, np.memmap) and getattr(src, "filename", None) == os.path.abspath(paths[1]):
+        os.truncate(paths[1], 128)
+    return real(dst, src, *a, **k)
+np.copyto = copyto
+with Prefetcher(NpyFiles(paths), capacity=2, workers=1, timeout=30) as pf:
+    print(len(list(pf)))
+"""
+
+
+def test_18_npy_files_never_maps_a_file_a_writer_may_shrink(tmp_path):
+    # A Fortran-order (or v3.0) file was copied from a memory map: shrunk meanwhile, the process died of SIGBUS.
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", _SHRINK_WHILE_COPIED, str(tmp_path)], capture_output=True,
+                       text=True, timeout=50)
+    assert p.returncode == 0, (p.returncode, p.stderr[-500:])
+    assert p.stdout.strip() == "2"
+
+
+def test_19_npy_files_errors_name_the_file_and_hold_nothing_open(tmp_path):
+    import os
+
+    good = write_npy_batches(tmp_path, 1, (4, 4))[0]
+    junk, empty, tail, short_f = (tmp_path / n for n in ("junk.npy", "empty.npy", "tail.npy", "short_f.npy"))
+    junk.write_bytes(b"not an npy file at all" * 4)
+    empty.write_bytes(b"")
+    tail.write_bytes(good.read_bytes() + b"\0" * 4000)  # more data than its header declares: not this batch
+    np.save(short_f, np.asfortranarray(np.zeros((4, 4), np.float32)))
+    short_f.write_bytes(short_f.read_bytes()[:-8])
+    src = NpyFiles([good, junk, empty, tail, short_f])
+    out = np.empty((4, 4), np.float32)
+    src.fetch_into(0, out)
+    fds = len(os.listdir("/proc/self/fd"))
+    kept = []
+    for i, path in enumerate(src.paths[1:], start=1):
+        for _ in range(20):
+            with pytest.raises(ValueError, match=str(path)) as err:
+                src.fetch_into(i, out)
+            kept.append(err.value)
+    with pytest.raises(ValueError, match="4000 bytes after"):
+        src.fetch_into(3, out)
+    assert len(os.listdir("/proc/self/fd")) <= fds + 2  # a kept error held its file's descriptor and mapping
+    with pytest.raises(ValueError, match=str(junk)):
+        src[1]
+
+
+def test_20_npy_files_refuses_one_path_and_bad_latencies(tmp_path):
+    path = write_npy_batches(tmp_path, 1, (2,))[0]
+    with pytest.raises(TypeError, match="wrap it in a list"):
+        NpyFiles(str(path))  # was 40-odd one-character paths, failing later with IsADirectoryError: '/'
+    with pytest.raises(TypeError, match="wrap it in a list"):
+        NpyFiles(path)
+    for bad in (-1, float("nan"), float("inf"), None):
+        with pytest.raises((ValueError, TypeError), match="latency"):
+            NpyFiles([path], latency=bad)
+    assert NpyFiles([path], latency=np.float32(0.0)).latency == 0.0
+
+
+def test_21_write_npy_batches_refuses_values_the_dtype_would_change(tmp_path):
+    # np.full casts unsafely: 1000 was stored as -24 in int8, 0.7 as 0 in int32, 1e6 as inf in float16.
+    for dtype, value in (("i1", 1000), ("i4", 0.7), ("f2", 1e6)):
+        with pytest.raises(ValueError, match=f"fill value {value!r} does not fit dtype"):
+            write_npy_batches(tmp_path / dtype, 1, (2,), dtype=dtype, fill=lambda i: value)
+    with pytest.raises(ValueError, match="n must be an int >= 0"):
+        write_npy_batches(tmp_path, -5, (2,))
+    nan = write_npy_batches(tmp_path / "nan", 1, (2,), dtype="f4", fill=lambda i: float("nan"))
+    assert np.isnan(np.load(nan[0])).all()
+    exact = write_npy_batches(tmp_path / "ok", 2, (3,), dtype="u1", fill=lambda i: np.arange(3) + i)
+    assert np.load(exact[1]).tolist() == [1, 2, 3]
+
+
+def test_22_the_demo_rewrites_a_truncated_shard_and_names_its_own_errors(tmp_path, capsys):
+    # make_shards reused any shard whose header matched, a truncated one too; and the CLI blamed "the model".
+    from safeprefetch._cli.main import main
+    from safeprefetch._harness.demo import DemoConfig, make_shards
+
+    cfg = DemoConfig(batches=3, batch_size=4, features=8)
+    paths = make_shards(tmp_path / "d", cfg)
+    paths[1].write_bytes(paths[1].read_bytes()[:-16])
+    again = make_shards(tmp_path / "d", cfg)
+    assert all(np.load(p).shape == (4, 8) for p in again)
+    plain = tmp_path / "plainfile"
+    plain.write_text("x")
+    assert main(["demo", "--small", "--dir", str(plain)]) == 2
+    err = capsys.readouterr().err
+    assert "error: demo raised" in err and "the model" not in err

@@ -411,8 +411,13 @@ def build_parser() -> argparse.ArgumentParser:
 COMMANDS = {"list": _cmd_list, "check": _cmd_check, "replay": _cmd_replay}
 
 
+#: The commands whose uncaught errors come from model (or test) code, the user's or the catalog's.
+_MODEL_COMMANDS = {"check", "replay", "explain", "play", "crosscheck", "run", "check-code", "main"}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    args = None
     try:
         args = parser.parse_args(argv)
         if args.command is None:
@@ -439,7 +444,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("SAFEPREFETCH_TRACEBACK"):
             raise
         where = _user_frame(e)
-        print(f"error: the model raised {type(e).__name__}: {e}{where} "
+        command = getattr(args, "command", None)
+        who = "the model" if command in _MODEL_COMMANDS else f"{command or 'the command'}"  # (demo: its files)
+        print(f"error: {who} raised {type(e).__name__}: {e}{where} "
               "(set SAFEPREFETCH_TRACEBACK=1 for the traceback)", file=sys.stderr)
         return 2
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -92,14 +93,25 @@ def make_shards(directory: Path, cfg: DemoConfig) -> list[Path]:
     paths = []
     for i in range(cfg.batches):
         p = directory / f"shard{i:05d}.npy"
-        if p.exists():
-            head = np.load(p, mmap_mode="r")
-            if head.shape == (cfg.batch_size, cfg.features) and head.dtype == np.float32:
-                paths.append(p)
-                continue
+        if _whole_shard(p, (cfg.batch_size, cfg.features)):
+            paths.append(p)
+            continue
         np.save(p, rng.standard_normal((cfg.batch_size, cfg.features), dtype=np.float32))
         paths.append(p)
     return paths
+
+
+def _whole_shard(path: Path, shape: tuple[int, int]) -> bool:
+    """Whether ``path`` is a whole float32 shard of ``shape`` to reuse (a truncated one is written again)."""
+    try:
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+            got, fortran, dtype = read[version](f)
+            return (tuple(got) == shape and dtype == np.float32 and not fortran
+                    and os.fstat(f.fileno()).st_size == f.tell() + 4 * shape[0] * shape[1])
+    except (OSError, ValueError, KeyError):
+        return False
 
 
 class _Model:

@@ -21,6 +21,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .args import as_seconds
+
 __all__ = ["NpyFiles", "write_npy_batches"]
 
 
@@ -32,8 +34,14 @@ class NpyFiles:
     """
 
     def __init__(self, paths: Sequence[str | os.PathLike], latency: float = 0.0):
+        if isinstance(paths, (str, bytes, os.PathLike)):  # one path would be read as its characters' paths
+            raise TypeError(f"paths must be a sequence of paths, not one {type(paths).__name__} ({paths!r}); "
+                            "wrap it in a list")
         self.paths = [os.fspath(p) for p in paths]
-        self.latency = float(latency)
+        seconds = as_seconds("latency", latency)
+        if seconds is None:  # (None and inf)
+            raise ValueError(f"latency must be a finite number of seconds (0 for none), not {latency!r}")
+        self.latency = seconds
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -41,18 +49,32 @@ class NpyFiles:
     def __getitem__(self, i: int) -> np.ndarray:
         if self.latency:
             time.sleep(self.latency)
-        return np.load(self.paths[i])
+        path = self.paths[i]
+        try:
+            return np.load(path, allow_pickle=False)
+        except (ValueError, EOFError) as e:  # (an OSError names its file already)
+            raise ValueError(f"{path}: {e}") from e
 
     def fetch_into(self, i: int, out: np.ndarray) -> None:
         """Read file ``i`` into ``out``: its header, then its data straight into ``out`` with one ``readinto``.
 
         No array is allocated and no page is mapped: the bytes go from the
-        file into the slot. Falls back to a memory map and a copy when the
-        layout needs one (Fortran order, a non-contiguous ``out``).
+        file into the slot. Falls back to ``np.load`` and a copy when the
+        layout needs one (Fortran order, a newer format, a non-contiguous ``out``).
+        Every error names the file.
         """
         if self.latency:
             time.sleep(self.latency)
         path = self.paths[i]
+        try:
+            self._read_into(path, out)
+        except (ValueError, EOFError) as e:  # (an OSError names its file already)
+            if str(e).startswith(f"{path}: "):
+                raise
+            raise ValueError(f"{path}: {e}") from e  # (numpy's own message names no file)
+
+    @staticmethod
+    def _read_into(path: str, out: np.ndarray) -> None:
         with open(path, "rb", buffering=0) as f:
             version = np.lib.format.read_magic(f)
             if version == (1, 0):
@@ -64,6 +86,10 @@ class NpyFiles:
             if shape is not None and (tuple(shape) != out.shape or dtype != out.dtype):
                 raise ValueError(f"{path}: expected shape {out.shape} dtype {out.dtype}, "
                                  f"got shape {tuple(shape)} dtype {dtype}")
+            if shape is not None:
+                extra = os.fstat(f.fileno()).st_size - f.tell() - out.nbytes
+                if extra > 0:  # np.load ignores them; a file with more data than its header says is not this batch
+                    raise ValueError(f"{path}: {extra} bytes after the {out.nbytes} data bytes its header declares")
             if shape is not None and not fortran and out.flags.c_contiguous and not dtype.hasobject:
                 view = memoryview(out.reshape(-1).view(np.uint8))  # (memoryview(out) refuses datetime64)
                 got = 0
@@ -75,7 +101,9 @@ class NpyFiles:
                         raise ValueError(f"{path}: file ends after {got} of {out.nbytes} data bytes")
                     got += n
                 return
-        data = np.load(path, mmap_mode="r")
+        # Read, not memory-mapped: a mapped file that shrinks while it is copied (np.save over it truncates it
+        # first) kills the process with SIGBUS; a read raises.
+        data = np.load(path, allow_pickle=False)
         if data.shape != out.shape or data.dtype != out.dtype:
             raise ValueError(f"{path}: expected shape {out.shape} dtype {out.dtype}, "
                              f"got shape {data.shape} dtype {data.dtype}")
@@ -89,13 +117,36 @@ def write_npy_batches(directory: str | os.PathLike, n: int, shape: Sequence[int]
                       fill: Callable[[int], Any] | None = None, prefix: str = "batch") -> list[Path]:
     """Write ``n`` batches as ``directory/{prefix}{i:06d}.npy``; batch ``i`` is filled with ``fill(i)`` (default ``i``).
 
-    Returns the paths, in order.
+    Returns the paths, in order. A value the dtype cannot hold exactly (1000 as int8, 0.7 as an int, 1e6 as
+    float16) is an error naming it: ``np.full`` would store another value, silently.
     """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"n must be an int >= 0, not {n!r}")
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     paths = []
     for i in range(n):
         p = d / f"{prefix}{i:06d}.npy"
-        np.save(p, np.full(tuple(shape), i if fill is None else fill(i), dtype=dtype))
+        value = i if fill is None else fill(i)
+        try:
+            with np.errstate(all="ignore"):  # (what it would store is checked, and named, just below)
+                batch = np.full(tuple(shape), value, dtype=dtype)
+        except OverflowError as e:  # (numpy 2 refuses a Python int out of range itself)
+            raise ValueError(f"batch {i}: fill value {value!r} does not fit dtype {np.dtype(dtype)}: {e}") from None
+        _check_stored(batch, value, i)
+        np.save(p, batch)
         paths.append(p)
     return paths
+
+
+def _check_stored(batch: np.ndarray, value: Any, i: int) -> None:
+    """Refuse ``batch`` unless it holds ``value`` exactly, as far as numpy can convert it back to compare."""
+    src = np.asarray(value)
+    try:
+        same = np.array_equal(batch.astype(src.dtype), np.broadcast_to(src, batch.shape),
+                              equal_nan=src.dtype.kind in "fc")
+    except (TypeError, ValueError):
+        return  # values numpy cannot convert back (strings into numbers, say): numpy's own conversion stands
+    if not same:
+        stored = batch.flat[0] if batch.size else batch
+        raise ValueError(f"batch {i}: fill value {value!r} does not fit dtype {batch.dtype} (stored as {stored!r})")
