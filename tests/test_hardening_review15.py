@@ -320,10 +320,16 @@ def test_10_a_close_on_another_thread_cannot_drop_the_wrapper_a_new_prefetcher_j
     lock = lifecycle.__dict__.get("_sigint_lock")
 
     class Announcing:
-        def __enter__(self):
+        def acquire(self, *how):
             if threading.current_thread() is not threading.main_thread():
                 reached.set()
-            return lock.__enter__()
+            return lock.acquire(*how)
+
+        def release(self):
+            return lock.release()
+
+        def __enter__(self):
+            return self.acquire()
 
         def __exit__(self, *exc):
             return lock.__exit__(*exc)
@@ -619,8 +625,14 @@ def test_20_npy_files_refuses_one_path_and_bad_latencies(tmp_path):
 def test_21_write_npy_batches_refuses_values_the_dtype_would_change(tmp_path):
     # np.full casts unsafely: 1000 was stored as -24 in int8, 0.7 as 0 in int32, 1e6 as inf in float16.
     for dtype, value in (("i1", 1000), ("i4", 0.7), ("f2", 1e6)):
-        with pytest.raises(ValueError, match=f"fill value {value!r} does not fit dtype"):
+        with pytest.raises(ValueError, match=f"fill value .*{value!r}.* does not fit dtype"):
             write_npy_batches(tmp_path / dtype, 1, (2,), dtype=dtype, fill=lambda i: value)
+    with pytest.raises(ValueError, match=r"fill value np.float64\(2.5\) does not fit dtype int32 .*int32\(2\)"):
+        write_npy_batches(tmp_path / "arr", 1, (2,), dtype="i4", fill=lambda i: np.array([1, 2.5]))  # names it
+    # Rounding is what floats do (0.1 into float32, the review of the first version of this check), and NaT
+    # is a time's NaN: both stored as before.
+    for dtype, value in (("f4", 0.1), ("f2", 1 / 3), ("M8[s]", np.datetime64("NaT")), ("m8[s]", np.timedelta64("NaT"))):
+        write_npy_batches(tmp_path / "fine", 1, (2,), dtype=dtype, fill=lambda i: value)
     with pytest.raises(ValueError, match="n must be an int >= 0"):
         write_npy_batches(tmp_path, -5, (2,))
     nan = write_npy_batches(tmp_path / "nan", 1, (2,), dtype="f4", fill=lambda i: float("nan"))
@@ -644,3 +656,65 @@ def test_22_the_demo_rewrites_a_truncated_shard_and_names_its_own_errors(tmp_pat
     assert main(["demo", "--small", "--dir", str(plain)]) == 2
     err = capsys.readouterr().err
     assert "error: demo raised" in err and "the model" not in err
+
+
+def test_23_a_close_never_waits_for_the_wrapper_lock_a_handler_may_be_holding(own_sigint_handler, monkeypatch):
+    # drop_sigint waited for the lock while its close held the prefetcher's close lock. A signal handler on the
+    # main thread, inside a constructor's install (so holding that lock), closing the same prefetcher waited
+    # for the close lock: a deadlock, for ever with close_timeout=inf. A busy lock now hands the decision to
+    # the reaper. Forced: the other thread's close reaches the lock while the handler runs inside the install.
+    import signal
+    import time
+
+    from safeprefetch._prefetcher import lifecycle
+    from safeprefetch._runtime import interrupts
+
+    x = Prefetcher(np.zeros((4, 3)), capacity=2, close_timeout=float("inf"))
+    reached, done = threading.Event(), threading.Event()
+    lock = lifecycle._sigint_lock
+
+    class Announcing:
+        def acquire(self, *how):
+            if threading.current_thread() is not threading.main_thread():
+                reached.set()  # the other thread's close is at the lock, holding x's close lock
+            return lock.acquire(*how)
+
+        def release(self):
+            return lock.release()
+
+        def __enter__(self):
+            return self.acquire()
+
+        def __exit__(self, *exc):
+            return lock.__exit__(*exc)
+
+    monkeypatch.setattr(lifecycle, "_sigint_lock", Announcing())
+    closer = threading.Thread(target=lambda: (x.close(), done.set()))
+    took = []
+
+    def handler(signum, frame):
+        t0 = time.monotonic()
+        x.close(timeout=10)  # without the fix: waits the whole 10 s for the close lock, then gives up
+        took.append(time.monotonic() - t0)
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    real_install = interrupts.install
+
+    def install_with_a_close_racing():
+        got = real_install()
+        if threading.current_thread() is threading.main_thread() and not closer.is_alive() and not took:
+            closer.start()
+            assert reached.wait(30)
+            signal.raise_signal(signal.SIGUSR1)
+        return got
+
+    try:
+        monkeypatch.setattr(interrupts, "install", install_with_a_close_racing)
+        with Prefetcher(np.zeros((4, 3)), capacity=2):
+            monkeypatch.setattr(interrupts, "install", real_install)
+            assert done.wait(30) and x._core.closed
+            assert took and took[0] < 5, took
+            assert _sigint_deferred_in_a_protected_frame()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        closer.join(30)

@@ -412,7 +412,7 @@ COMMANDS = {"list": _cmd_list, "check": _cmd_check, "replay": _cmd_replay}
 
 
 #: The commands whose uncaught errors come from model (or test) code, the user's or the catalog's.
-_MODEL_COMMANDS = {"check", "replay", "explain", "play", "crosscheck", "run", "check-code", "main"}
+_MODEL_COMMANDS = {"check", "replay", "explain", "play", "crosscheck", "run", "check-code", "docs", "main"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

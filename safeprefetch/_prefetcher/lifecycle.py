@@ -101,11 +101,37 @@ def want_sigint(core: Any) -> None:
 
 
 def drop_sigint(core: Any) -> None:
-    """Unregister a closed ``core``; remove the SIGINT wrapper if it asked for it and no open prefetcher does."""
+    """Unregister a closed ``core``; remove the SIGINT wrapper if it asked for it and no open prefetcher does.
+
+    Off the main thread the decision is the reaper's (where a handler cannot be changed anyway, removing the
+    wrapper only marks it stale): a close there holds its close lock here, and waiting for this lock could
+    wait for a signal handler on the main thread, inside a constructor's install, that is closing that same
+    prefetcher and waits for that close lock (for ever with ``close_timeout=inf``). The reaper thread holds
+    no other lock. The main thread decides at once, so a close there removes the wrapper before it returns.
+    """
+    unregister(core)
+    if not core.sigint:
+        return
+    if threading.current_thread() is not threading.main_thread():
+        reaper.request(SIGINT_CHECK)
+        return
     with _sigint_lock:
-        unregister(core)
-        if core.sigint and not any(c.sigint for c in open_cores()):
-            _interrupts.uninstall()
+        _drop_if_unwanted()
+
+
+def _check_sigint() -> None:
+    """The reaper's deferred decision (``SIGINT_CHECK``), under the lock."""
+    with _sigint_lock:
+        _drop_if_unwanted()
+
+
+def _drop_if_unwanted() -> None:
+    if not any(c.sigint for c in open_cores()):
+        _interrupts.uninstall()
+
+
+#: A reaper request: decide, under the lock, whether the SIGINT wrapper is still wanted.
+SIGINT_CHECK: Any = type("_SigintCheck", (), {"__repr__": lambda self: "<SIGINT wrapper check>"})()
 
 
 def open_cores() -> list[Any]:
@@ -156,6 +182,11 @@ class _Reaper:
                     batch.append(requests.get_nowait())
                 except queue.Empty:
                     break
+            if any(r is SIGINT_CHECK for r in batch):  # decided here: a closer thread would be one for nothing
+                batch = [r for r in batch if r is not SIGINT_CHECK]
+                _check_sigint()
+            if not batch:
+                continue
             try:
                 threading.Thread(target=_close_all, args=(batch,), name=CLOSER_THREAD, daemon=True).start()
             except BaseException:  # noqa: BLE001 - no thread to be had (or shutting down): close them here

@@ -86,7 +86,7 @@ class NpyFiles:
             if shape is not None and (tuple(shape) != out.shape or dtype != out.dtype):
                 raise ValueError(f"{path}: expected shape {out.shape} dtype {out.dtype}, "
                                  f"got shape {tuple(shape)} dtype {dtype}")
-            if shape is not None:
+            if shape is not None and not dtype.hasobject:  # (a pickled array's size is not its nbytes)
                 extra = os.fstat(f.fileno()).st_size - f.tell() - out.nbytes
                 if extra > 0:  # np.load ignores them; a file with more data than its header says is not this batch
                     raise ValueError(f"{path}: {extra} bytes after the {out.nbytes} data bytes its header declares")
@@ -140,13 +140,19 @@ def write_npy_batches(directory: str | os.PathLike, n: int, shape: Sequence[int]
 
 
 def _check_stored(batch: np.ndarray, value: Any, i: int) -> None:
-    """Refuse ``batch`` unless it holds ``value`` exactly, as far as numpy can convert it back to compare."""
-    src = np.asarray(value)
+    """Refuse ``batch`` unless it holds ``value``: exactly for integer, bool and time dtypes; for floating and
+    complex ones, rounding is what they do, and only a finite value that became inf or NaN is refused."""
+    src = np.broadcast_to(np.asarray(value), batch.shape)
     try:
-        same = np.array_equal(batch.astype(src.dtype), np.broadcast_to(src, batch.shape),
-                              equal_nan=src.dtype.kind in "fc")
+        if batch.dtype.kind in "fc":
+            bad = np.isfinite(src) & ~np.isfinite(batch)
+        else:
+            back = batch.astype(src.dtype)
+            bad = ~((back == src) | ((back != back) & (src != src)) if src.dtype.kind in "fcmM" else (back == src))
     except (TypeError, ValueError):
         return  # values numpy cannot convert back (strings into numbers, say): numpy's own conversion stands
-    if not same:
-        stored = batch.flat[0] if batch.size else batch
-        raise ValueError(f"batch {i}: fill value {value!r} does not fit dtype {batch.dtype} (stored as {stored!r})")
+    bad = np.asarray(bad)
+    if bad.any():
+        at = np.unravel_index(int(np.argmax(bad)), bad.shape) if bad.ndim else ()
+        raise ValueError(f"batch {i}: fill value {src[at]!r} does not fit dtype {batch.dtype} "
+                         f"(stored as {batch[at]!r})")
