@@ -302,6 +302,27 @@ def test_9_a_prefetcher_opened_after_the_callers_handler_replaced_a_stale_wrappe
         assert _sigint_deferred_in_a_protected_frame()
 
 
+class _Announcing:
+    """The SIGINT wrapper's lock, saying (``reached``) when a thread other than the main one goes for it."""
+
+    def __init__(self, lock, reached: threading.Event):
+        self.lock, self.reached = lock, reached
+
+    def acquire(self, *how):
+        if threading.current_thread() is not threading.main_thread():
+            self.reached.set()
+        return self.lock.acquire(*how)
+
+    def release(self):
+        return self.lock.release()
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc):
+        return self.lock.__exit__(*exc)
+
+
 def test_10_a_close_on_another_thread_cannot_drop_the_wrapper_a_new_prefetcher_just_installed(
         own_sigint_handler, monkeypatch):
     # A constructor installed the wrapper, then stored that it had; a close on another thread deciding in
@@ -319,23 +340,8 @@ def test_10_a_close_on_another_thread_cannot_drop_the_wrapper_a_new_prefetcher_j
     reached = threading.Event()  # the close has run, or is about to wait for the constructor to finish
     lock = lifecycle.__dict__.get("_sigint_lock")
 
-    class Announcing:
-        def acquire(self, *how):
-            if threading.current_thread() is not threading.main_thread():
-                reached.set()
-            return lock.acquire(*how)
-
-        def release(self):
-            return lock.release()
-
-        def __enter__(self):
-            return self.acquire()
-
-        def __exit__(self, *exc):
-            return lock.__exit__(*exc)
-
     if lock is not None:
-        monkeypatch.setattr(lifecycle, "_sigint_lock", Announcing())
+        monkeypatch.setattr(lifecycle, "_sigint_lock", _Announcing(lock, reached))
     real_install = interrupts.install
     closer = threading.Thread(target=lambda: (holder["b"].close(), reached.set()))
 
@@ -673,22 +679,7 @@ def test_23_a_close_never_waits_for_the_wrapper_lock_a_handler_may_be_holding(ow
     reached, done = threading.Event(), threading.Event()
     lock = lifecycle._sigint_lock
 
-    class Announcing:
-        def acquire(self, *how):
-            if threading.current_thread() is not threading.main_thread():
-                reached.set()  # the other thread's close is at the lock, holding x's close lock
-            return lock.acquire(*how)
-
-        def release(self):
-            return lock.release()
-
-        def __enter__(self):
-            return self.acquire()
-
-        def __exit__(self, *exc):
-            return lock.__exit__(*exc)
-
-    monkeypatch.setattr(lifecycle, "_sigint_lock", Announcing())
+    monkeypatch.setattr(lifecycle, "_sigint_lock", _Announcing(lock, reached))
     closer = threading.Thread(target=lambda: (x.close(), done.set()))
     took = []
 
