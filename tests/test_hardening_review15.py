@@ -337,29 +337,37 @@ def test_10_a_close_on_another_thread_cannot_drop_the_wrapper_a_new_prefetcher_j
     opener.start()
     opener.join()
     a.close()  # b, opened off the main thread while it was installed, keeps asking for it
-    reached = threading.Event()  # the close has run, or is about to wait for the constructor to finish
-    lock = lifecycle.__dict__.get("_sigint_lock")
-
-    if lock is not None:
-        monkeypatch.setattr(lifecycle, "_sigint_lock", _Announcing(lock, reached))
     real_install = interrupts.install
-    closer = threading.Thread(target=lambda: (holder["b"].close(), reached.set()))
+    closer = threading.Thread(target=holder["b"].close)
 
     def install_then_close_elsewhere():
         got = real_install()
         if threading.current_thread() is threading.main_thread() and not closer.is_alive():
             closer.start()
-            assert reached.wait(30)
+            closer.join(30)  # the whole close, between the install and the constructor saying it asked
         return got
 
     monkeypatch.setattr(interrupts, "install", install_then_close_elsewhere)
     p = Prefetcher(_Src(), capacity=2)
-    closer.join(30)
     try:
         assert not closer.is_alive()
         assert _sigint_deferred_in_a_protected_frame()
     finally:
         p.close()
+
+
+def test_10_a_stale_mark_a_racing_close_made_is_undone_while_a_prefetcher_asks(own_sigint_handler):
+    # A close off the main thread decides without a lock (item 25) and may mark the wrapper stale just after a
+    # new prefetcher asked for it: the wrapper asks again before it steps aside. Here the mark is made so.
+    from safeprefetch._runtime import interrupts
+
+    with Prefetcher(_Src(), capacity=2):
+        marker = threading.Thread(target=interrupts.uninstall)  # what that close does off the main thread
+        marker.start()
+        marker.join()
+        assert interrupts._guard.stale
+        assert _sigint_deferred_in_a_protected_frame()
+        assert not interrupts._guard.stale
 
 
 class _Stuck:
@@ -679,7 +687,16 @@ def test_23_a_close_never_waits_for_the_wrapper_lock_a_handler_may_be_holding(ow
     reached, done = threading.Event(), threading.Event()
     lock = lifecycle._sigint_lock
 
-    monkeypatch.setattr(lifecycle, "_sigint_lock", _Announcing(lock, reached))
+    monkeypatch.setattr(lifecycle, "_sigint_lock", _Announcing(lock, reached))  # (where a close waited for it)
+    real_wanted = lifecycle.__dict__.get("_wanted")
+
+    def announcing_wanted():  # where it decides without the lock now
+        if threading.current_thread() is not threading.main_thread():
+            reached.set()
+        return real_wanted()
+
+    if real_wanted is not None:
+        monkeypatch.setattr(lifecycle, "_wanted", announcing_wanted)
     closer = threading.Thread(target=lambda: (x.close(), done.set()))
     took = []
 

@@ -18,6 +18,14 @@ from safeprefetch import interleavings
 pytestmark = pytest.mark.timeout(240)
 
 
+def _together(*threads: threading.Thread) -> None:
+    """Start the threads in order, then join them in order."""
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+
+
 def test_is_alive_of_a_thread_not_yet_started_races_with_its_start():
     # is_alive() of a Thread this run has not started was no scheduling point: the first schedule's answer
     # (False) was the only one, and the start racing it was never ordered first.
@@ -70,10 +78,7 @@ def test_join_of_a_thread_not_yet_started_races_with_its_start():
                 caught.append(True)
 
         j = threading.Thread(target=joiner, name="j")
-        j.start()
-        t.start()
-        j.join()
-        t.join()
+        _together(j, t)
         outcomes.append(caught[0])
 
     interleavings.check(body)
@@ -117,15 +122,9 @@ def test_a_barriers_state_read_races_with_an_abort(read):
                 pass
             saw.append(getattr(bar, read))
 
-        def waiter_then_abort():
-            bar.abort()
-
         r = threading.Thread(target=reader, name="reader")
-        a = threading.Thread(target=waiter_then_abort, name="aborter")
-        r.start()
-        a.start()
-        r.join()
-        a.join()
+        a = threading.Thread(target=bar.abort, name="aborter")
+        _together(r, a)
         outcomes.append(saw[0])
 
     interleavings.check(body)
@@ -156,10 +155,7 @@ def test_a_barriers_waiting_count_read_races_with_an_arrival():
 
         r = threading.Thread(target=reader, name="reader")
         w = threading.Thread(target=waiter, name="waiter")
-        r.start()
-        w.start()
-        r.join()
-        w.join()
+        _together(r, w)
         outcomes.append(saw[0])
 
     interleavings.check(body)

@@ -38,6 +38,7 @@ GIL from any thread and in a forked child.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import queue
 import threading
@@ -103,35 +104,27 @@ def want_sigint(core: Any) -> None:
 def drop_sigint(core: Any) -> None:
     """Unregister a closed ``core``; remove the SIGINT wrapper if it asked for it and no open prefetcher does.
 
-    Off the main thread the decision is the reaper's (where a handler cannot be changed anyway, removing the
-    wrapper only marks it stale): a close there holds its close lock here, and waiting for this lock could
-    wait for a signal handler on the main thread, inside a constructor's install, that is closing that same
-    prefetcher and waits for that close lock (for ever with ``close_timeout=inf``). The reaper thread holds
-    no other lock. The main thread decides at once, so a close there removes the wrapper before it returns.
+    Off the main thread without the lock: a close there holds its close lock here, and waiting for this lock
+    could wait for a signal handler on the main thread, inside a constructor's install, that is closing that
+    same prefetcher and waits for that close lock (for ever with ``close_timeout=inf``). There removing the
+    wrapper only marks it stale, and a stale wrapper asks again (``_wanted``) before it steps aside, so a
+    constructor racing the decision keeps it. On the main thread, under the lock, as constructors install.
     """
     unregister(core)
     if not core.sigint:
         return
     if threading.current_thread() is not threading.main_thread():
-        reaper.request(SIGINT_CHECK)
+        if not _wanted():
+            _interrupts.uninstall()
         return
     with _sigint_lock:
-        _drop_if_unwanted()
+        if not _wanted():
+            _interrupts.uninstall()
 
 
-def _check_sigint() -> None:
-    """The reaper's deferred decision (``SIGINT_CHECK``), under the lock."""
-    with _sigint_lock:
-        _drop_if_unwanted()
-
-
-def _drop_if_unwanted() -> None:
-    if not any(c.sigint for c in open_cores()):
-        _interrupts.uninstall()
-
-
-#: A reaper request: decide, under the lock, whether the SIGINT wrapper is still wanted.
-SIGINT_CHECK: Any = type("_SigintCheck", (), {"__repr__": lambda self: "<SIGINT wrapper check>"})()
+def _wanted() -> bool:
+    """Whether an open prefetcher asked for the SIGINT wrapper."""
+    return any(c.sigint for c in open_cores())
 
 
 def open_cores() -> list[Any]:
@@ -182,11 +175,6 @@ class _Reaper:
                     batch.append(requests.get_nowait())
                 except queue.Empty:
                     break
-            if any(r is SIGINT_CHECK for r in batch):  # decided here: a closer thread would be one for nothing
-                batch = [r for r in batch if r is not SIGINT_CHECK]
-                _check_sigint()
-            if not batch:
-                continue
             try:
                 threading.Thread(target=_close_all, args=(batch,), name=CLOSER_THREAD, daemon=True).start()
             except BaseException:  # noqa: BLE001 - no thread to be had (or shutting down): close them here
@@ -200,6 +188,7 @@ class _Reaper:
 
 
 reaper = _Reaper()
+_interrupts.set_still_wanted(_wanted)
 
 
 def _close_all(batch: list) -> None:
@@ -225,13 +214,10 @@ def _close_each(cores: list, deadlines: list) -> None:
 
 
 def _finish_and_let_go(cores: list, i: int, deadline: float | None) -> None:
-    # Both branches return: an except body that falls through ends in a back-edge on 3.12, where a Ctrl-C is
-    # caught by that same handler again (lowlevel.escaping_back_edges).
-    try:
+    # A function of its own: in the loop, an except body falling through to the back-edge is where 3.12 catches
+    # a Ctrl-C with that same handler again (lowlevel.escaping_back_edges).
+    with contextlib.suppress(BaseException):  # one close's failure keeps none of the others open
         cores[i].finish_close(deadline)
-    except BaseException:  # noqa: BLE001
-        cores[i] = None
-        return
     cores[i] = None
 
 

@@ -169,8 +169,26 @@ class _Guard:
 _guard = _Guard()
 
 
+#: Whether an open prefetcher asks for the wrapper (set by the prefetcher layer). A stale mark is made off the
+#: main thread without a lock (a close there must not wait: docs/hardening.md, fifteenth round, 25), so it
+#: can race a constructor that asked meanwhile: it is asked again before the wrapper steps aside.
+_still_wanted: list[Callable[[], bool]] = [lambda: False]
+
+
+def set_still_wanted(fn: Callable[[], bool]) -> None:
+    _still_wanted[0] = fn
+
+
+def _step_aside() -> bool:
+    """Whether a stale wrapper steps aside now; a mark that a prefetcher opened since made wrong is cleared."""
+    if _still_wanted[0]():
+        _guard.stale = False
+        return False
+    return True
+
+
 def _on_sigint(signum: int, frame: FrameType | None) -> Any:
-    if _guard.stale:  # let go off the main thread: step aside now (a handler runs on the main thread)
+    if _guard.stale and _step_aside():  # let go off the main thread: step aside now (a handler runs on main)
         uninstall()
         previous = _guard.previous
         if previous is None:
