@@ -1,4 +1,5 @@
-"""The bare model (``_harness/live_bare.py``): the measurement beside ours must hand over what ours hands over.
+"""The bare model (``_harness/live_bare.py``) and the slot-pool floor: the measurements beside ours must hand
+over what ours hands over.
 
 A figure that compares ours with a stripped runtime is only worth reading
 if the stripped runtime does the same work: every item once, in order,
@@ -14,6 +15,7 @@ import pytest
 
 from safeprefetch._dsl.model import DONE
 from safeprefetch._harness.live_bare import TRANSITIONS, bare_run
+from safeprefetch._harness.live_common import slot_pool_run
 from safeprefetch._prefetcher.machine import machine_for
 
 pytestmark = pytest.mark.timeout(60)
@@ -116,3 +118,52 @@ def test_a_given_pool_and_out_are_the_ones_used():
 def test_a_pool_of_the_wrong_shape_is_refused():
     with pytest.raises(ValueError, match="pool: 2 arrays of shape"):
         bare_run(lambda i, slot: None, 4, 2, (2,), np.int64, lambda out: None, pool=[np.zeros((3,), np.int64)] * 2)
+
+
+# The slot-pool floor (``live_common.slot_pool_run``): the contract with no model, over C queues. It is the
+# floor the figures set ours and the bare model against, so it must do the same work: every item fetched on
+# another thread into a slot, copied out whole, in order, and a slot refilled only after it was copied out.
+
+
+@pytest.mark.parametrize("capacity", [1, 2, 8])
+def test_slot_pool_floor_hands_over_every_item_once_in_order_untorn(capacity):
+    n = 300
+    seen: list[int] = []
+    fetched: list[int] = []
+    torn: list[int] = []
+    workers: set[int] = set()
+
+    def fetch_into(i: int, slot: np.ndarray) -> None:
+        workers.add(threading.get_ident())
+        fetched.append(i)
+        slot[:] = i
+
+    def consume(out: np.ndarray) -> None:
+        if not (out == out[0]).all():
+            torn.append(int(out[0]))
+        seen.append(int(out[0]))
+
+    slot_pool_run(fetch_into, n, capacity, (2048,), np.int64, consume)
+    assert seen == list(range(n)) and fetched == list(range(n)) and torn == []
+    assert workers and threading.get_ident() not in workers
+
+
+def test_slot_pool_floor_raises_a_failing_fetch_and_uses_the_given_pool():
+    def failing(i: int, slot: np.ndarray) -> None:
+        if i == 3:
+            raise OSError("disk gone")
+
+    with pytest.raises(OSError, match="disk gone"):
+        slot_pool_run(failing, 10, 2, (2,), np.int64, lambda out: None)
+    pool = [np.full((3,), -1, np.int64) for _ in range(2)]
+    out = np.zeros((3,), np.int64)
+    used: set[int] = set()
+
+    def fetch_into(i: int, slot: np.ndarray) -> None:
+        used.add(next(k for k, a in enumerate(pool) if a is slot))
+        slot[:] = i
+
+    slot_pool_run(fetch_into, 5, 2, (3,), np.int64, lambda o: None, pool=pool, out=out)
+    assert used == {0, 1} and int(out[0]) == 4
+    with pytest.raises(ValueError, match="pool: 2 arrays of shape"):
+        slot_pool_run(fetch_into, 4, 2, (2,), np.int64, lambda o: None, pool=[np.zeros((3,), np.int64)] * 2)

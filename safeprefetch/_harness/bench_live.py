@@ -17,6 +17,11 @@ The baselines
   items over one C ``queue.SimpleQueue``, ``depth`` credits back over
   another; no Python runs inside a put or a get, so what it costs is the
   interpreter's calls and the machine waking threads.
+* **slot-pool floor** -- the floor of the contract: ``depth`` slots filled in
+  place by ``fetch_into`` and copied out with ``np.copyto``, the free and the
+  filled slot numbers over two C ``SimpleQueue``s, no model. What a runtime
+  of this contract written in C could reach. In the ``handoff``, ``overlap``
+  and ``copy_bandwidth`` figures.
 * **bare model** (``live_bare.py``) -- not a baseline but ours stripped: the
   same checked model's generated transitions and the same copies, on two
   threads with one ``threading.Condition`` and nothing else (no interrupt
@@ -240,17 +245,20 @@ def format_report(result: dict[str, Any]) -> str:
             lines.append(f"{'':38} CPU us/item: ours {cpu['ours']:.2f}, queue.Queue {cpu['queue.Queue']:.2f} "
                          f"(ratio {f['extra']['cpu_ratio']:.2f}); BackgroundGenerator-style "
                          f"{f['baselines']['BackgroundGenerator-style']} us/item; SimpleQueue floor "
-                         f"{f['baselines']['SimpleQueue floor']} us/item; bare model "
+                         f"{f['baselines']['SimpleQueue floor']} us/item; slot-pool floor "
+                         f"{f['baselines'].get('slot-pool floor', '-')} us/item; bare model "
                          f"{f['baselines'].get('bare model', '-')} us/item")
         if f["figure"] == "overlap" and "ours_autotune_percent" in f["extra"]:
             e = f["extra"]
             lines.append(f"{'':38} ours at capacity+1 {e['ours_capacity_plus_1_percent']}%, autotune "
                          f"{e['ours_autotune_percent']}%, 2 workers {e['ours_2_workers_percent']}%; SimpleQueue floor "
-                         f"{f['baselines']['SimpleQueue floor']}%; bare model {f['baselines'].get('bare model', '-')}%")
+                         f"{f['baselines']['SimpleQueue floor']}%; slot-pool floor "
+                         f"{f['baselines'].get('slot-pool floor', '-')}%; bare model {f['baselines'].get('bare model', '-')}%")
         if f["figure"] == "copy_bandwidth" and "python_after_copy_slowdown" in f["extra"]:
             e = f["extra"]
             lines.append(f"{'':38} fixed cost us/batch: ours {e['overhead_us_per_batch']}, queue.Queue "
                          f"{e['queue_overhead_us_per_batch']}, SimpleQueue floor {e['floor_overhead_us_per_batch']}, "
+                         f"slot-pool floor ratio {e.get('slot_pool_ratio', '-')}, "
                          f"bare model {e.get('bare_overhead_us_per_batch', '-')} (ratio {e.get('bare_ratio', '-')}); "
                          f"Python after the copy runs {e['python_after_copy_slowdown']}x slower")
         if f["figure"] == "call_after_idle":

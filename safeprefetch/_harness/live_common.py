@@ -21,6 +21,15 @@ The baselines, written here for the bench
   most ``depth`` items ahead as with ``queue.Queue(depth)``. What is left of
   its per-item cost is the interpreter and the machine: a call into C per
   side and waking the other thread.
+* **slot-pool floor** (:func:`slot_pool_run`) -- the floor of the
+  *contract*, not of a queue: ``capacity`` slots allocated once, the
+  producer filling a free slot with ``fetch_into`` and the consumer copying
+  it out with ``np.copyto`` before giving it back, as ``copy_prefetched``
+  does, with the free and the filled slot numbers passed over two C
+  ``SimpleQueue``s. No model, no lock of ours, no Python beyond the loop: a
+  runtime of this contract written in C could reach it, none can go below
+  it. It separates what the contract costs (slots, fetch into, copy out)
+  from what stepping the checked model per item costs.
 * **torchdata** ``nodes.Prefetcher`` (:func:`torchdata_run`) -- only when
   ``torchdata`` is importable; otherwise the figure says so
   (``TORCHDATA_SKIP``).
@@ -42,9 +51,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["BASELINES", "TORCHDATA_SKIP", "Background", "Figure", "Sleepy", "Trivial", "background_run", "median",
-           "one_thread_queue_loops", "python_slowdown_after", "queue_run", "simplequeue_run", "torchdata_available",
-           "torchdata_run"]
+__all__ = ["BASELINES", "SLOT_POOL", "TORCHDATA_SKIP", "Background", "Figure", "Sleepy", "Trivial", "background_run",
+           "median", "one_thread_queue_loops", "python_slowdown_after", "queue_run", "simplequeue_run", "slot_pool_run",
+           "torchdata_available", "torchdata_run"]
 
 TORCHDATA_SKIP = "skipped: torchdata not installed"
 
@@ -161,6 +170,53 @@ def simplequeue_run(produce: Callable[[int], Any], n: int, depth: int, consume: 
         give(None)
         consume(item)
     th.join()
+
+
+#: The figures' name for :func:`slot_pool_run`, beside the baselines.
+SLOT_POOL = "slot-pool floor"
+
+
+def slot_pool_run(fetch_into: Callable[[int, np.ndarray], Any], n: int, capacity: int, shape: tuple[int, ...],
+                  dtype: Any, consume: Callable[[np.ndarray], None], pool: list[np.ndarray] | None = None,
+                  out: np.ndarray | None = None) -> None:
+    """The contract's floor: ``capacity`` slots, filled in place and copied out, free and filled slot
+    numbers over two C ``SimpleQueue``s. ``fetch_into(i, slot)`` fills a slot with item ``i`` on the
+    producer thread; ``consume(out)`` sees each item copied into one ``out`` array, after its slot went
+    back (as ``copy_prefetched`` gives a slot back before returning). ``pool`` and ``out`` as in
+    ``bare_run``."""
+    if pool is None:
+        pool = [np.empty(shape, dtype) for _ in range(capacity)]
+    if len(pool) != capacity or any(a.shape != tuple(shape) or a.dtype != dtype for a in pool):
+        raise ValueError(f"pool: {capacity} arrays of shape {shape} and dtype {dtype} expected")
+    if out is None:
+        out = np.empty(shape, dtype)
+    free: queue.SimpleQueue = queue.SimpleQueue()
+    filled: queue.SimpleQueue = queue.SimpleQueue()
+    for k in range(capacity):
+        free.put(k)
+    failure: list[BaseException] = []
+
+    def producer() -> None:
+        take, put = free.get, filled.put
+        try:
+            for i in range(n):
+                k = take()
+                fetch_into(i, pool[k])
+                put(k)
+        except BaseException as e:  # noqa: BLE001 - raised on the consumer's side
+            failure.append(e)
+        put(-1)
+
+    th = threading.Thread(target=producer, name="slot-pool floor producer", daemon=True)
+    th.start()
+    get, give, copyto = filled.get, free.put, np.copyto
+    while (k := get()) >= 0:
+        copyto(out, pool[k], casting="no")
+        give(k)
+        consume(out)
+    th.join()
+    if failure:
+        raise failure[0]
 
 
 def one_thread_queue_loops(items: int, depth: int) -> dict[str, Callable[[], None]]:

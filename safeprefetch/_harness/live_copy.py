@@ -22,7 +22,8 @@ import numpy as np
 
 from .._prefetcher.api import Prefetcher
 from .live_bare import BARE, bare_run
-from .live_common import Figure, Trivial, median, python_slowdown_after, queue_run, simplequeue_run
+from .live_common import (SLOT_POOL, Figure, Trivial, median, python_slowdown_after, queue_run, simplequeue_run,
+                          slot_pool_run)
 
 __all__ = ["bench_copy"]
 
@@ -79,7 +80,7 @@ def bench_copy(sizes_mib: list[float], batches: int, repeats: int, capacity: int
         nb = min(n, 16)
         out = np.empty(shape, np.float32)
         pool = np.ones((capacity, *shape), np.float32)
-        ours, base, queued, floor, bare, buffered, spread = [], [], [], [], [], [], []
+        ours, base, queued, floor, pooled, bare, buffered, spread = [], [], [], [], [], [], [], []
         for _ in range(repeats):
             with Prefetcher(_TouchFirst(n + capacity, shape, capacity), capacity=capacity, shape=shape,
                             dtype=np.float32) as pf:
@@ -99,6 +100,9 @@ def bench_copy(sizes_mib: list[float], batches: int, repeats: int, capacity: int
             t0 = time.perf_counter()
             simplequeue_run(lambda i: pool[i % capacity], n, capacity, lambda a: np.copyto(out, a))
             floor.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()  # the contract over C queues, over the same touched pool and out
+            slot_pool_run(_leave, n, capacity, shape, np.float32, _ignore, pool=list(pool), out=out)
+            pooled.append(time.perf_counter() - t0)
             t0 = time.perf_counter()  # over np.copyto's touched pool (its fetch leaves a slot as it is) and out
             bare_run(_leave, n, capacity, shape, np.float32, _ignore, pool=list(pool), out=out)
             bare.append(time.perf_counter() - t0)
@@ -121,20 +125,21 @@ def bench_copy(sizes_mib: list[float], batches: int, repeats: int, capacity: int
         slowdown = python_slowdown_after(lambda i, src=pool: np.copyto(out, src[i % len(src)]), 400)
         del pool
         t_ours, t_base, t_queue, t_floor = median(ours), median(base), median(queued), median(floor)
-        t_bare = median(bare)
+        t_bare, t_pooled = median(bare), median(pooled)
         t_buf, t_spread = median(buffered), median(spread)
         ratio = t_base / t_ours
         figs.append(Figure("copy_bandwidth", {"batch_mib": mib, "batches": n, "capacity": capacity},
                            "GB/s", round(gb / t_ours, 3), "np.copyto",
                            {"np.copyto": round(gb / t_base, 3), "queue.Queue + np.copyto": round(gb / t_queue, 3),
                             "SimpleQueue floor + np.copyto": round(gb / t_floor, 3),
-                            BARE: round(gb / t_bare, 3)},
+                            SLOT_POOL: round(gb / t_pooled, 3), BARE: round(gb / t_bare, 3)},
                            round(ratio, 3), "ratio >= 0.9", ratio >= 0.9,
                            {"overhead_us_per_batch": round((t_ours - t_base) / n * 1e6, 1),
                             "queue_ratio": round(t_base / t_queue, 3),
                             "queue_overhead_us_per_batch": round((t_queue - t_base) / n * 1e6, 1),
                             "floor_ratio": round(t_base / t_floor, 3),
                             "floor_overhead_us_per_batch": round((t_floor - t_base) / n * 1e6, 1),
+                            "slot_pool_ratio": round(t_base / t_pooled, 3),
                             "bare_ratio": round(t_base / t_bare, 3),
                             "bare_overhead_us_per_batch": round((t_bare - t_base) / n * 1e6, 1),
                             "python_after_copy_slowdown": round(slowdown, 2),

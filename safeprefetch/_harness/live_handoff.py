@@ -28,8 +28,8 @@ import numpy as np
 
 from .._prefetcher.api import Prefetcher
 from .live_bare import BARE, bare_run
-from .live_common import (BASELINES, TORCHDATA_SKIP, Figure, Trivial, median, one_thread_queue_loops, torchdata_available,
-                          torchdata_run)
+from .live_common import (BASELINES, SLOT_POOL, TORCHDATA_SKIP, Figure, Trivial, median, one_thread_queue_loops,
+                          slot_pool_run, torchdata_available, torchdata_run)
 
 __all__ = ["bench_handoff", "bench_protocol_cpu"]
 
@@ -68,6 +68,9 @@ def _handoff_baseline(kind: str, n: int, depth: int) -> tuple[float, float]:
     if kind == BARE:  # the model and the copies with no runtime around them, taking runs as ours does here
         return _time_loop(lambda: bare_run(src.fetch_into, n, depth, src.item.shape, src.item.dtype,
                                            lambda out: None, run=depth))
+    if kind == SLOT_POOL:  # the contract (slots filled in place, copied out) over C queues, with no model
+        return _time_loop(lambda: slot_pool_run(src.fetch_into, n, depth, src.item.shape, src.item.dtype,
+                                                lambda out: None))
     runner = BASELINES[kind] if kind != "torchdata" else torchdata_run
 
     def consume(item: Any) -> None:
@@ -82,7 +85,7 @@ def bench_handoff(n: int, repeats: int, depths: tuple[int, ...]) -> list[Figure]
     for depth in depths:
         runs: dict[str, list[tuple[float, float]]] = {"ours": [], "queue.Queue": [],
                                                        "BackgroundGenerator-style": [], "SimpleQueue floor": [],
-                                                       BARE: []}
+                                                       SLOT_POOL: [], BARE: []}
         if torchdata_available():
             runs["torchdata"] = []
         inflight: list[tuple[float, float]] = []

@@ -24,7 +24,8 @@ import numpy as np
 
 from .._prefetcher.api import Prefetcher
 from .live_bare import BARE, bare_run
-from .live_common import BASELINES, TORCHDATA_SKIP, Figure, Sleepy, median, torchdata_available, torchdata_run
+from .live_common import (BASELINES, SLOT_POOL, TORCHDATA_SKIP, Figure, Sleepy, median, slot_pool_run, torchdata_available,
+                          torchdata_run)
 
 __all__ = ["bench_autotune", "bench_overlap"]
 
@@ -62,6 +63,8 @@ def _overlap_once(kind: str, ptimes: list[float], consumer: float, capacity: int
                 compute()
     elif kind == BARE:  # the same model and copies with no runtime around them: one batch per take, as ours here
         bare_run(src.fetch_into, n, capacity, src.item.shape, src.item.dtype, lambda out: compute())
+    elif kind == SLOT_POOL:  # the contract over C queues, with no model
+        slot_pool_run(src.fetch_into, n, capacity, src.item.shape, src.item.dtype, lambda out: compute())
     else:
         runner = BASELINES[kind] if kind != "torchdata" else torchdata_run
         runner(src.__getitem__, n, capacity, lambda item: compute())
@@ -71,7 +74,7 @@ def _overlap_once(kind: str, ptimes: list[float], consumer: float, capacity: int
 
 def bench_overlap(n: int, repeats: int, pairs: list[tuple[float, float]], capacity: int = 2) -> list[Figure]:
     figs = []
-    kinds = (["ours", "queue.Queue", "BackgroundGenerator-style", "SimpleQueue floor", BARE]
+    kinds = (["ours", "queue.Queue", "BackgroundGenerator-style", "SimpleQueue floor", SLOT_POOL, BARE]
              + (["torchdata"] if torchdata_available() else []))
     for k in kinds:  # warm-up, untimed: first-use costs (thread start-up paths, imports) are not overlap
         _overlap_once(k, [0.0005] * 8, 0.0005, capacity)
