@@ -19,7 +19,9 @@ two-thread count would measure valgrind's scheduling, not the GIL's. The
 measurements:
 
 * the queues' one-thread cost (``queue.Queue`` put + get, the SimpleQueue
-  floor) and what every ``copy_prefetched`` call includes by contract: one
+  floor), the slot-pool floor (the contract over two C queues: a free slot
+  taken, a no-op ``fetch_into`` called on it, its number put and got, the
+  batch copied out, the slot given back) and what every ``copy_prefetched`` call includes by contract: one
   ``np.copyto`` of the batch (``float32[4]``, the handoff figure's item);
   and two yardsticks: a call of an empty Python function, and a ``with``
   block on an ``RLock``;
@@ -56,6 +58,8 @@ __all__ = ["CEILING", "MEASUREMENTS", "format_instructions", "instructions_repor
 MEASUREMENTS: dict[str, tuple[str, int]] = {
     "queue.Queue put + get": ("queue.Queue(8) put + get, one thread", 1),
     "SimpleQueue floor": ("SimpleQueue floor: a credit taken, an item put and got, the credit given back", 1),
+    "slot-pool floor": ("slot-pool floor: a free slot taken, filled by fetch_into, put and got, copied out, given "
+                        "back: the contract, no model", 1),
     "np.copyto": ("np.copyto of one float32[4] batch (every copy_prefetched makes one)", 1),
     "python call": ("a call of an empty Python function (yardstick)", 1),
     "with RLock": ("a with block on a threading.RLock (yardstick)", 1),
@@ -95,6 +99,15 @@ elif name == "SimpleQueue floor":
     back.put(None)
     def step():
         back.get(); fw.put(1); fw.get(); back.put(None)
+elif name == "slot-pool floor":
+    free, filled = queue.SimpleQueue(), queue.SimpleQueue()
+    free.put(0)
+    slots, out = [np.zeros(4, np.float32)], np.empty(4, np.float32)
+    def fetch_into(i, slot):
+        pass
+    def step():
+        s = free.get(); fetch_into(0, slots[s]); filled.put(s)
+        s = filled.get(); np.copyto(out, slots[s], casting="no"); free.put(s)
 elif name == "np.copyto":
     a, out = np.zeros(4, np.float32), np.empty(4, np.float32)
     step = lambda: np.copyto(out, a, casting="no")
