@@ -78,6 +78,15 @@ def _hashable(what: str, name: str, value: Any, max_len: int | None = None) -> N
         raise ModelError(f"{what} {name!r}: its initial value {value!r} is not hashable ({e}); a state holds "
                          "tuples and frozensets, not lists, dicts or sets") from None
 
+
+def _variable_name(name: str) -> None:
+    """Refuse a name no state variable can have: not an identifier, a keyword, or a ``__dunder__`` (the
+    state's views are classes with one attribute per variable: ``__slots__`` or ``__init__`` would be theirs)."""
+    if not name.isidentifier() or keyword.iskeyword(name):
+        raise ModelError(f"{name!r} is not a valid variable name")
+    if name.startswith("__") and name.endswith("__"):
+        raise ModelError(f"{name!r} is not a valid variable name: names that begin and end with '__' are reserved")
+
 class Builder:
     """Collects the shared variables, primitives, threads and checks of a model."""
 
@@ -103,8 +112,7 @@ class Builder:
         self.symmetry: list[tuple[str, ...]] = []
 
     def _name(self, name: str) -> str:
-        if not name.isidentifier() or keyword.iskeyword(name):
-            raise ModelError(f"{name!r} is not a valid variable name")
+        _variable_name(name)
         if name in self._all_names():
             raise ModelError(f"name {name!r} is declared twice")
         return name
@@ -142,6 +150,7 @@ class Builder:
         if role in self.programs:
             raise ModelError(f"program {role!r} declared twice")
         for name, value in locals.items():
+            _variable_name(name)
             _hashable(f"program {role!r}: local", name, value, self.max_value_len)
         p = Program(role, locals)
         self.programs[role] = p

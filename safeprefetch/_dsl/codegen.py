@@ -59,7 +59,8 @@ from .gensource import filename_for as _filename, register
 from .graph import went_elsewhere
 from .machine import Machine
 from .program import DONE
-from .violations import ModelError, StepViolation, exited
+from .violations import ModelError, StepViolation, exited, truth
+from .predicate_ast import truth_test
 from .inline import Binder, NotInlinable, clone, fold, inline, simple_constant, tail_returns, terminates
 
 __all__ = ["Broken", "CompiledMachine", "GeneratedStep", "compile_transitions"]
@@ -204,7 +205,13 @@ class _Generator:
             return [], set()
         g = self._inline(spec.guard, t, 2 if spec.branches is None else 3, branch)
         body = tail_returns(g.body)
-        return _GuardReturns(enabled_fn, self.binder.namespace).rewrite(body), g.reads | g.writes
+        what = f"the guard of thread {self.m.thread_names[t]!r}'s step {spec.label!r}"
+        return (_GuardReturns(enabled_fn, self.binder.namespace, self._truth(what)).rewrite(body),
+                g.reads | g.writes)
+
+    def _truth(self, what: str) -> Callable[[ast.expr], ast.expr]:
+        """How a predicate's value is tested (``predicate_ast.truth_test``)."""
+        return truth_test(self.binder.bind("truth", truth), self.binder.namespace, what)
 
     def _next_stmts(self, spec: Any, t: int, site: dict) -> list[ast.stmt]:
         """What ``N__`` becomes when the effect returns nothing: the fixed next, or the ``next`` function's label."""
@@ -272,7 +279,8 @@ class _Generator:
         for name, kind, expr, reads in self.invariants or ():
             if reads & writes:
                 msg = f"invariant {name!r} fails"
-                out.append(ast.If(test=ast.UnaryOp(op=ast.Not(), operand=clone(expr)), body=[ast.Return(
+                out.append(ast.If(test=ast.UnaryOp(op=ast.Not(), operand=self._truth(f"invariant {name!r}")(
+                    clone(expr))), body=[ast.Return(
                     value=_call("Broken", ast.Constant(kind), ast.Constant(msg), ast.Name(id="nxt__",
                                                                                           ctx=ast.Load())))],
                     orelse=[]))
@@ -454,20 +462,20 @@ def _known(value: ast.expr | None, values: Mapping[str, Any]) -> ast.expr | None
 class _GuardReturns(_Tails):
     """A guard's ``return E``: fall through when E holds, else ``return None`` (or ``return E``: the test alone)."""
 
-    def __init__(self, value: bool, values: Mapping[str, Any]):
-        self.value, self.values = value, values
+    def __init__(self, value: bool, values: Mapping[str, Any], test: Callable[[ast.expr], ast.expr]):
+        self.value, self.values, self.test = value, values, test
 
     def at(self, value: ast.expr | None) -> list[ast.stmt]:
         if not self.value:
             value = _known(value, self.values)
         if self.value:
-            return [ast.Return(value=value if value is not None else ast.Constant(None))]
+            return [ast.Return(value=self.test(value) if value is not None else ast.Constant(None))]
         if value is None or (isinstance(value, ast.Constant) and not value.value):
             return [ast.Return(value=ast.Constant(None))]
         if isinstance(value, ast.Constant):
             return []  # a truthy constant: enabled
-        return [ast.If(test=ast.UnaryOp(op=ast.Not(), operand=value), body=[ast.Return(value=ast.Constant(None))],
-                       orelse=[])]
+        return [ast.If(test=ast.UnaryOp(op=ast.Not(), operand=self.test(value)),
+                       body=[ast.Return(value=ast.Constant(None))], orelse=[])]
 
 
 class _EffectReturns(_Tails):

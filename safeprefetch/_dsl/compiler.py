@@ -35,7 +35,7 @@ from .primitives import PRIMITIVES
 from .program import ASLEEP, NOT_STARTED
 from .views import make_threads_view
 from .user_steps import compile_user_step
-from .violations import ModelError
+from .violations import ModelError, truth
 
 __all__ = ["STEP_KINDS", "builder_graph", "compile_model"]
 
@@ -102,7 +102,7 @@ def compile_model(name: str, config: dict[str, Any], b: Builder, strict: bool = 
         mutex_index=lay.mutex_index,
         invariants=invariants,
         end_checks=tuple(_with_threads(check, threads_view) for check in b.end_checks),
-        shutdown_pred=b.shutdown_pred,
+        shutdown_pred=None if b.shutdown_pred is None else _shutdown_pred(b.shutdown_pred),
         waits=waits,
         view=lay.view,
         local_views=lay.local_views,
@@ -176,3 +176,10 @@ def _progress(b: Builder) -> frozenset[str]:
         if label not in labels:
             raise ModelError(f"progress: no program has a step {label!r}" + did_you_mean(label, sorted(labels)))
     return frozenset(b.progress_labels)
+
+
+def _shutdown_pred(pred: Callable) -> Callable:
+    """``shutdown_when``'s predicate, its result's truth checked (``violations.truth``)."""
+    def shutdown_requested(s: Any) -> bool:
+        return truth(pred(s), "shutdown_when's predicate")
+    return shutdown_requested

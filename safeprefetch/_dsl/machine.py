@@ -32,7 +32,7 @@ from . import specialize as _specialize
 from .graph import GraphStep
 from .program import DONE, NOT_STARTED
 from .usererror import check_error
-from .violations import USER_ERRORS, ModelError
+from .violations import USER_ERRORS, ModelError, truth
 
 __all__ = ["Machine", "StepInfo"]
 
@@ -190,13 +190,13 @@ class Machine:
         try:
             for name, kind, pred, raw in fast:
                 if raw:
-                    if pred(state):
-                        continue
+                    holds = pred(state)
                 else:
                     if s is None:
                         s = self.view(state)
-                    if pred(s):
-                        continue
+                    holds = pred(s)
+                if holds is True or truth(holds, f"invariant {name!r}"):
+                    continue
                 return kind, f"invariant {name!r} fails"
         except ModelError:
             raise

@@ -67,7 +67,7 @@ from .layout import Layout, Site
 from .machine import StepInfo
 from .graph import did_you_mean
 from .program import ASLEEP, NOT_STARTED, TIMED_OUT, WOKEN
-from .violations import USER_ERRORS, ModelError, StepViolation
+from .violations import USER_ERRORS, ModelError, StepViolation, truth
 
 __all__ = ["PRIMITIVES"]
 
@@ -242,9 +242,11 @@ def _timed_sleep(lay: Layout, site: Site, ci: int) -> tuple:
     else:
         holds, fp = (lambda state: False), (frozenset(), frozenset())
 
+    what = f"the until of thread {site.thread_name!r}'s wait {label!r}"
+
     def fire(state):
         try:
-            if holds(state):
+            if (h := holds(state)) is True or (h is not False and truth(h, what)):
                 return []
         except ModelError:
             raise

@@ -40,7 +40,7 @@ from functools import partial
 from typing import Callable
 
 from .layout import Layout, Site, union_fp
-from .violations import USER_ERRORS, ModelError, StepViolation
+from .violations import USER_ERRORS, ModelError, StepViolation, truth
 
 __all__ = ["compile_user_step"]
 
@@ -75,16 +75,19 @@ def _attempt(site: Site, p: _Parts) -> Callable:
     checked_guard = guard is not None and not raw_guard
     my_pc, static_next, allowed = site.my_pc, site.static_next, site.allowed
     resolve = site.resolver()
+    what = _guard_what(site)
 
     def attempt(choices, state):
         out = []
         try:
             for b, bi in choices:
-                if raw_guard and not (guard(state, None) if b is None else guard(state, None, b)):
+                if raw_guard and (ok := guard(state, None) if b is None else guard(state, None, b)) is not True \
+                        and (ok is False or not truth(ok, what)):
                     continue
                 s = mk(state)
                 me = lview(s) if need_me else None
-                if checked_guard and not (guard(s, me) if b is None else guard(s, me, b)):
+                if checked_guard and (ok := guard(s, me) if b is None else guard(s, me, b)) is not True \
+                        and (ok is False or not truth(ok, what)):
                     continue
                 try:
                     ret = None if fn is None else fn(s, me) if b is None else fn(s, me, b)
@@ -111,12 +114,13 @@ def _attempt(site: Site, p: _Parts) -> Callable:
 def _enabled(site: Site, p: _Parts) -> Callable:
     """``enabled(b, state)``: step 1 of the path alone (the guard), with no successor built."""
     guard, mk, lview, need_me, raw_guard = p.guard, p.mk, p.lview, p.need_me, p.raw_guard
+    what = _guard_what(site)
 
     def enabled(b, state):
         if guard is None:
             return True
-        # The bool() (a C call) stays outside the ``try``: the interrupt-injection harness can only be
-        # exact where no C call ends a handler's body (tests/test_interrupts.py).
+        # The truth test stays outside the ``try``: the interrupt-injection harness can only be exact
+        # where no C call ends a handler's body (tests/test_interrupts.py).
         try:
             if raw_guard:
                 ok = guard(state, None) if b is None else guard(state, None, b)
@@ -128,8 +132,13 @@ def _enabled(site: Site, p: _Parts) -> Callable:
             raise
         except USER_ERRORS as e:  # the model's own guard raised: point at it
             raise site.user_error(e, state) from e
-        return bool(ok)
+        return ok is True or (ok is not False and truth(ok, what))
     return enabled
+
+
+def _guard_what(site: Site) -> str:
+    """How an error names this step's guard."""
+    return f"the guard of thread {site.thread_name!r}'s step {site.label!r}"
 
 
 def compile_user_step(lay: Layout, site: Site) -> list:

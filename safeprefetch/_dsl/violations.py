@@ -20,11 +20,15 @@ This module is a leaf: every other DSL module imports it, it imports none.
 from __future__ import annotations
 
 import pickle
+import types
+from collections.abc import AsyncIterator, Awaitable
+from collections.abc import Iterator as _Iterator
 from contextlib import contextmanager
 
 from typing import Any, Iterator, Sequence
 
-__all__ = ["USER_ERRORS", "VIOLATION_KINDS", "CheckError", "ModelError", "StepError", "StepViolation", "delivery_violation", "violate"]
+__all__ = ["USER_ERRORS", "VIOLATION_KINDS", "CheckError", "ModelError", "StepError", "StepViolation", "delivery_violation", "truth",
+           "violate"]
 
 #: Stable names of every violation kind (part of the CLI contract).
 VIOLATION_KINDS = (
@@ -132,6 +136,30 @@ def exited(who: str) -> Iterator[None]:
         yield
     except SystemExit as e:
         raise ModelError(f"{who} called sys.exit({e.code!r}), which a model's code may not do") from None
+
+
+#: What a predicate may not return: each is true whatever it would produce, so a guard of this kind is
+#: always enabled and an invariant of it never fails (``lambda s: (v < 2 for v in s.vals)`` written for
+#: ``all(...)``, a ``map(...)``, an ``async def`` guard).
+_LAZY = (_Iterator, AsyncIterator, Awaitable)
+
+
+def truth(value: Any, what: str) -> bool:
+    """``bool(value)`` for what a guard, an invariant, an ``until`` or a ``shutdown_when`` returned.
+
+    An iterator or an awaitable is refused with a :class:`ModelError` naming ``what``: its truth says
+    nothing, and taking it would make the check pass in every state.
+    """
+    if value is True:
+        return True
+    if isinstance(value, _LAZY):
+        if isinstance(value, (types.GeneratorType, types.CoroutineType)):
+            value.close()  # a coroutine never awaited would warn about it at its collection
+        kind = "an awaitable (a predicate cannot be async)" if isinstance(value, Awaitable) else \
+            "an iterator (did you mean all(...) or any(...)?)"
+        raise ModelError(f"{what} returned {type(value).__name__!r}, {kind}: it is true whatever it would produce; "
+                         f"a predicate must return a bool")
+    return bool(value)
 
 
 def violate(kind: str, message: str) -> None:

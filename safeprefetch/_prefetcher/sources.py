@@ -167,6 +167,9 @@ def fill_into(fetch_into: Callable[[int, np.ndarray], Any], index: int, slot: np
       pays one more copy). A 0-d or empty one (a count) is ignored, but where the batch is 0-d: there a
       numpy 0-d value is refused unless ``out`` holds that same value (the batch, or a count, cannot be told
       apart); any other array is refused, as a batch of the wrong shape or dtype would be.
+    * Anything else but a number (a list, a ``memoryview``, an ``array.array``, a tensor) is a batch returned
+      where ``out`` was to be filled: refused (its values were never copied: the slot's old bytes would be
+      delivered). A Python or numpy number is a count or a status, and ignored.
 
     The hot path of every fetch: a view, the call, an identity test and a type test (a view shares its
     base's dtype object until someone sets its dtype).
@@ -186,7 +189,13 @@ def fill_into(fetch_into: Callable[[int, np.ndarray], Any], index: int, slot: np
             return None
         return (f"fetch_into returned {returned!r} where out holds {slot[()]!r}: for a 0-d batch write the value "
                 "into out (out[...] = value) and return None (or a Python int)")
-    if not isinstance(returned, np.ndarray) or returned.ndim == 0 or returned.size == 0:
+    if not isinstance(returned, np.ndarray):
+        if isinstance(returned, (int, float, np.generic)):
+            return None  # a count (readinto's way), or a status
+        # A list, a memoryview, an array.array, a tensor: a batch returned, out left as it was.
+        return (f"fetch_into returned a {type(returned).__name__}, not None: fill out in place (out[...] = batch) "
+                "and return None (or a count, as an int)")
+    if returned.ndim == 0 or returned.size == 0:
         return None
     if np.shares_memory(returned, slot):
         return None  # out, or a view of it

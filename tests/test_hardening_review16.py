@@ -1,0 +1,423 @@
+"""The sixteenth hardening round (docs/hardening.md): what two adversarial reviews found, each fix's test.
+
+Every test here failed on the code before its fix (run against a worktree of the previous commit):
+
+1. A guard, invariant, ``until`` or ``shutdown_when`` that returned an iterator or an awaitable (a generator
+   expression written for ``all(...)``, a ``map``, an ``async def``) was taken as true: the invariant never
+   failed ("ok, exhaustive" on a broken model), the guard always held. Now a ModelError, on every engine.
+2. A shared variable or program local named like ``__slots__`` passed the name check and died later with an
+   unrelated TypeError.
+3. A ``fetch_into`` that returned the batch as a list, a memoryview or an ``array.array`` (written as if it
+   were ``__getitem__``) delivered the slot's old bytes, silently.
+4. A signal handler building a prefetcher while the same thread was inside the shape cache's guard (every
+   construction goes through it) deadlocked for good: the guard was a plain lock.
+"""
+
+from __future__ import annotations
+
+import array
+import functools
+import subprocess
+import sys
+import textwrap
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from safeprefetch import Prefetcher, check
+from safeprefetch.model import DONE, Model, ModelError
+
+pytestmark = pytest.mark.timeout(120)
+
+ENGINES = ["plain", "generated"]
+
+
+# -- 1. a predicate's value that says nothing ----------------------------------------------------------------
+
+
+def _bumps(m) -> None:
+    """Two threads each add one to vals[0] once: vals[0] reaches 2."""
+    m.shared(vals=(0, 0))
+    p = m.program("p")
+
+    def bump(s, me):
+        s.vals = (s.vals[0] + 1, s.vals[1])
+    p.step("bump", bump, next=DONE)
+    m.thread("t0", p)
+    m.thread("t1", p)
+
+
+class GeneratorInvariant(Model):
+    """The everyday slip: ``all(...)`` forgotten, a generator expression is always true."""
+
+    name = "generator_invariant"
+
+    def build(self, m):
+        _bumps(m)
+        m.invariant("every value < 2", lambda s: (v < 2 for v in s.vals))
+
+
+class MapInvariant(Model):
+    name = "map_invariant"
+
+    def build(self, m):
+        _bumps(m)
+        m.invariant("every value < 2", lambda s: map(lambda v: v < 2, s.vals))
+
+
+class AsyncInvariant(Model):
+    name = "async_invariant"
+
+    def build(self, m):
+        _bumps(m)
+
+        async def small(s):
+            return s.vals[0] < 2
+        m.invariant("vals[0] < 2", small)
+
+
+class LazyGuard(Model):
+    """A guard that should never hold, written as a generator expression: the step ran."""
+
+    name = "lazy_guard"
+
+    def build(self, m):
+        m.shared(x=0)
+        p = m.program("p")
+
+        def inc(s, me):
+            s.x += 1
+        p.step("inc", inc, guard=lambda s, me: (v for v in () if v), next=DONE)
+        q = m.program("q")
+        q.step("noop", None, next=DONE)
+        m.thread("t0", p)
+        m.thread("t1", q)
+        m.invariant("x == 0", lambda s: s.x == 0)
+
+
+class AsyncGuard(Model):
+    name = "async_guard"
+
+    def build(self, m):
+        m.shared(x=0)
+        p = m.program("p")
+
+        async def never(s, me):
+            return False
+
+        def inc(s, me):
+            s.x += 1
+        p.step("inc", inc, guard=never, next=DONE)
+        m.thread("t0", p)
+        m.invariant("x == 0", lambda s: s.x == 0)
+
+
+class LazyUntil(Model):
+    """A timed wait whose ``until`` is a generator expression: it looked as if what it waits for held."""
+
+    name = "lazy_until"
+
+    def build(self, m):
+        m.shared(ready=False)
+        m.mutex("lock")
+        m.condvar("cv")
+        w = m.program("waiter")
+        w.acquire("lock", "lock", next="wait")
+        w.wait("wait", "cv", "lock", next="unlock", timeout=True, until=lambda s, me: (x for x in (s.ready,)))
+        w.release("unlock", "lock", next=DONE)
+        m.thread("w", w)
+
+
+class LazyShutdown(Model):
+    """``shutdown_when`` as a generator expression: every hang would have been called a shutdown hang."""
+
+    name = "lazy_shutdown"
+
+    def build(self, m):
+        m.shared(x=0)
+        m.mutex("a")
+        p = m.program("p")
+        p.acquire("take", "a", next="again")
+        p.acquire("again", "a", next=DONE)
+        m.thread("t0", p)
+        m.shutdown_when(lambda s: (v for v in (s.x,)))
+
+
+LAZY = {GeneratorInvariant: "invariant 'every value < 2' returned 'generator'",
+        MapInvariant: "invariant 'every value < 2' returned 'map'",
+        AsyncInvariant: "invariant 'vals[0] < 2' returned 'coroutine'",
+        LazyGuard: "the guard of thread 't0''s step 'inc' returned 'generator'",
+        AsyncGuard: "the guard of thread 't0''s step 'inc' returned 'coroutine'",
+        LazyUntil: "the until of thread 'w''s wait 'wait' returned 'generator'",
+        LazyShutdown: "shutdown_when's predicate returned 'generator'"}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("model", list(LAZY), ids=lambda m: m.name)
+def test_a_predicate_returning_an_iterator_or_awaitable_is_refused_not_taken_as_true(model, engine):
+    with _no_never_awaited_warning():
+        with pytest.raises(ModelError, match="a predicate must return a bool") as got:
+            check(model, engine=engine)
+    assert LAZY[model] in str(got.value)
+
+
+class _no_never_awaited_warning:
+    """A refused coroutine is closed: no 'coroutine ... was never awaited' warning at its collection."""
+
+    def __enter__(self):
+        import warnings
+        self._w = warnings.catch_warnings(record=True)
+        self.caught = self._w.__enter__()
+        warnings.simplefilter("always")
+        return self
+
+    def __exit__(self, *exc):
+        import gc
+        gc.collect()
+        self._w.__exit__(None, None, None)
+        assert not [w for w in self.caught if "never awaited" in str(w.message)]
+        return False
+
+
+class TruthyValues(Model):
+    """Guards and invariants that return plain truthy values (a tuple, a number, a numpy bool) still work."""
+
+    name = "truthy_values"
+
+    def build(self, m):
+        m.shared(items=(1,), n=0)
+        p = m.program("p")
+
+        def take(s, me):
+            s.items = s.items[1:]
+            s.n += 1
+        p.step("take", take, guard=lambda s, me: s.items, next="again")
+        p.step("again", None, guard=lambda s, me: np.bool_(s.n < 5), next=DONE)
+        m.thread("t0", p)
+        m.invariant("n small", lambda s: 3 - s.n)  # 0 (false) once n reaches 3
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_truthy_non_bool_predicates_keep_their_meaning(engine):
+    r = check(TruthyValues, engine=engine)
+    assert r.verdict == "ok" and r.exhaustive  # n reaches 1 only: the tuple guard is false once empty
+
+
+def test_the_cli_says_it_in_one_line_and_exits_2(tmp_path):
+    f = tmp_path / "lazy_model.py"
+    f.write_text(textwrap.dedent('''
+        from safeprefetch.model import DONE, Model
+        class M(Model):
+            name = "lazy"
+            def build(self, m):
+                m.shared(vals=(0,))
+                p = m.program("p")
+                def bump(s, me):
+                    s.vals = (s.vals[0] + 1,)
+                p.step("bump", bump, next=DONE)
+                m.thread("t0", p)
+                m.invariant("small", lambda s: (v < 1 for v in s.vals))
+    '''))
+    r = subprocess.run([sys.executable, "-m", "safeprefetch", "check", str(f)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2, r.stdout + r.stderr
+    out = (r.stdout + r.stderr).strip()
+    assert len(out.splitlines()) == 1 and "invariant 'small' returned 'generator'" in out
+
+
+# -- 2. names the views reserve -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["shared", "program local"])
+@pytest.mark.parametrize("name", ["__slots__", "__init__", "__class__"])
+def test_dunder_variable_names_are_refused_by_name(where, name):
+    class Dunder(Model):
+        def build(self, m):
+            if where == "shared":
+                m.shared(**{name: 0})
+                p = m.program("p")
+            else:
+                m.shared(x=0)
+                p = m.program("p", **{name: 0})
+            p.step("a", None, next=DONE)
+            m.thread("t0", p)
+
+    with pytest.raises(ModelError, match=rf"'{name}' is not a valid variable name: names that begin and end"):
+        check(Dunder)
+
+
+# -- 3. fetch_into returning the batch as something else than an array ---------------------------------------
+
+
+class _ReturnsBatch:
+    """fetch_into written as if it were __getitem__: out left as it was, the batch returned as ``kind``."""
+
+    def __init__(self, kind):
+        self.kind = kind
+
+    def __len__(self):
+        return 6
+
+    def fetch_into(self, i, out):
+        values = [i + 1] * 4
+        return {"list": lambda: values, "tuple": lambda: tuple(values),
+                "memoryview": lambda: memoryview(np.array(values, np.int64)),
+                "array.array": lambda: array.array("q", values)}[self.kind]()
+
+
+@pytest.mark.parametrize("executor", [False, True])
+@pytest.mark.parametrize("kind", ["list", "tuple", "memoryview", "array.array"])
+def test_a_batch_returned_by_fetch_into_is_refused_not_replaced_by_old_bytes(kind, executor):
+    pool = ThreadPoolExecutor(2) if executor else None
+    try:
+        with Prefetcher(_ReturnsBatch(kind), shape=(4,), dtype=np.int64, executor=pool, timeout=30) as pf:
+            with pytest.raises(TypeError, match=rf"item (at source index )?0: fetch_into returned a {kind.split('.')[-1]}"):
+                next(iter(pf))
+    finally:
+        if pool is not None:
+            pool.shutdown()
+
+
+class _Counts:
+    """fetch_into as readinto: fills out, returns how much it wrote (a Python int, or a numpy one)."""
+
+    def __len__(self):
+        return 9
+
+    def fetch_into(self, i, out):
+        out[...] = i
+        return out.nbytes if i % 2 else np.int64(out.size)
+
+
+def test_a_count_returned_by_fetch_into_is_still_fine():
+    with Prefetcher(_Counts(), shape=(4,), dtype=np.int64, timeout=30) as pf:
+        assert [int(b[0]) for b in pf] == list(range(9))
+
+
+# -- 4. the shape cache re-entered by a signal handler, at any line ------------------------------------------
+
+
+def _reentered_at(line: int, same_key: bool) -> tuple[list, threading.Thread]:
+    """Call a fresh ``_once_per_key`` function; at ``line`` of its wrapper (a trace hook, as a signal handler
+    could run there), call it again on the same thread. Returns (results, the thread that ran it)."""
+    from safeprefetch._prefetcher.machine import _once_per_key
+
+    f = _once_per_key(functools.lru_cache(maxsize=8)(lambda x: x * 10))
+    results: list = []
+    fired: list[int] = []
+
+    def local(frame, event, arg):
+        if event == "line" and frame.f_lineno == line and not fired:
+            fired.append(line)
+            results.append(("nested", f(1 if same_key else 2)))
+        return local
+
+    def hook(frame, event, arg):
+        return local if frame.f_code is f.__code__ else None
+
+    def run():
+        sys.settrace(hook)
+        try:
+            results.append(("outer", f(1)))
+        finally:
+            sys.settrace(None)
+
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    th.join(10)
+    return results, th
+
+
+def test_a_handler_reentering_the_shape_cache_at_any_line_does_not_deadlock():
+    from safeprefetch._prefetcher.machine import _once_per_key
+
+    code = _once_per_key(functools.lru_cache()(lambda x: x)).__code__
+    lines = sorted({ln for _s, _e, ln in code.co_lines() if ln is not None and ln > code.co_firstlineno})
+    assert len(lines) >= 6
+    for line in lines:
+        for same_key in (True, False):
+            results, th = _reentered_at(line, same_key)
+            assert not th.is_alive(), f"deadlocked: re-entered at line {line} (same key: {same_key})"
+            assert ("outer", 10) in results and len(results) == 2, (line, results)
+
+
+def test_a_prefetcher_built_inside_another_ones_shape_cache_guard_is_built():
+    # The reviewer's reproduction without a timer: a prefetcher is built (and drained) at every line of the
+    # shape cache's wrapper while the same thread's own construction is inside it, as a handler would.
+    from safeprefetch._prefetcher import machine as M
+
+    call_code = M.transitions_for.__code__
+    lines = sorted({ln for _s, _e, ln in call_code.co_lines() if ln is not None and ln > call_code.co_firstlineno})
+    src = np.arange(12, dtype=np.int64).reshape(3, 4)
+    for line in lines:
+        fired: list[int] = []
+        got: list = []
+
+        def local(frame, event, arg, line=line, fired=fired, got=got):
+            if event == "line" and frame.f_lineno == line and not fired:
+                fired.append(line)
+                with Prefetcher(src, capacity=1, timeout=30) as inner:
+                    got.append([int(b[0]) for b in inner])
+            return local
+
+        def hook(frame, event, arg, local=local):
+            return local if frame.f_code is call_code else None
+
+        def run(got=got):
+            sys.settrace(hook)
+            try:
+                with Prefetcher(src, capacity=2, timeout=30) as outer:
+                    got.append([int(b[0]) for b in outer])
+            finally:
+                sys.settrace(None)
+
+        th = threading.Thread(target=run, daemon=True)
+        th.start()
+        th.join(30)
+        assert not th.is_alive(), f"deadlocked: a prefetcher built at line {line} of the shape cache"
+        assert got == [[0, 4, 8], [0, 4, 8]], (line, got)
+
+
+# -- the generated code's shortcut, checked against evaluation ----------------------------------------------
+
+
+@pytest.mark.parametrize("expr", [
+    "a < b", "not a", "a == b and c != d", "a < b or not c", "(a < b) if c < d else (b < a)", "all(x)", "any(x)",
+    "isinstance(a, int)", "True", "0", "None", "'text'",
+    # forms that may carry an iterator out: never taken as bools
+    "a", "a and b", "a or b", "f(a)", "(v for v in x)", "b if c < d else a", "x[0]", "all(x) and a"])
+def test_a_form_called_boolean_never_yields_an_iterator(expr):
+    """``predicate_ast.is_boolean`` skips the truth check: every form it accepts must give a bool or a constant
+    in every environment, iterators among the values; and a form that can give an iterator must be refused."""
+    import ast
+    import itertools
+
+    from safeprefetch._dsl.predicate_ast import is_boolean
+
+    node = ast.parse(expr, mode="eval").body
+    said = is_boolean(node, {})
+    values = [True, False, 0, 3, (1,), iter(()), (v for v in ())]
+    gave_lazy = False
+    for a, b, c, d in itertools.product(values, repeat=4):
+        env = {"a": a, "b": b, "c": c, "d": d, "x": (a, b), "f": lambda v: map(int, ())}
+        try:
+            got = eval(compile(ast.Expression(node), "<expr>", "eval"), env)
+        except TypeError:
+            continue  # an order between an iterator and a number: not a value at all
+        if said:
+            assert isinstance(got, (bool, int, str, type(None))), (expr, a, b, c, d, got)
+        gave_lazy |= hasattr(got, "__next__")
+    assert said or gave_lazy, f"{expr!r} can never give an iterator: it could be called boolean"
+    assert not (said and gave_lazy)
+
+
+def test_a_shadowed_builtin_is_not_taken_for_a_bool():
+    import ast
+
+    from safeprefetch._dsl.predicate_ast import is_boolean
+
+    node = ast.parse("all(x)", mode="eval").body
+    assert is_boolean(node, {}) and is_boolean(node, {"all": all})
+    assert not is_boolean(node, {"all": lambda x: iter(x)})  # the model's module rebinds all
