@@ -8,7 +8,7 @@ Every test here failed on the code before its fix (run against a worktree of the
 2. A shared variable or program local named like ``__slots__`` passed the name check and died later with an
    unrelated TypeError.
 3. A ``fetch_into`` that returned the batch as a list, a memoryview or an ``array.array`` (written as if it
-   were ``__getitem__``) delivered the slot's old bytes, silently.
+   were ``__getitem__``), or a 0-d batch's label as a Python float, delivered the slot's old bytes, silently.
 4. A signal handler building a prefetcher while the same thread was inside the shape cache's guard (every
    construction goes through it) deadlocked for good: the guard was a plain lock.
 """
@@ -252,32 +252,91 @@ def test_dunder_variable_names_are_refused_by_name(where, name):
 
 
 class _ReturnsBatch:
-    """fetch_into written as if it were __getitem__: out left as it was, the batch returned as ``kind``."""
+    """fetch_into written as if it were __getitem__: out left as it was, the batch returned as ``kind``, its
+    values in ``dtype``."""
 
-    def __init__(self, kind):
-        self.kind = kind
+    def __init__(self, kind, dtype):
+        self.kind, self.dtype = kind, dtype
 
     def __len__(self):
         return 6
 
     def fetch_into(self, i, out):
-        values = [i + 1] * 4
-        return {"list": lambda: values, "tuple": lambda: tuple(values),
-                "memoryview": lambda: memoryview(np.array(values, np.int64)),
-                "array.array": lambda: array.array("q", values)}[self.kind]()
+        values = np.full(4, i + 1, self.dtype)
+        return {"list": values.tolist, "tuple": lambda: tuple(values.tolist()), "memoryview": lambda: memoryview(
+            values), "array.array": lambda: array.array(values.dtype.char, values)}[self.kind]()
+
+
+KINDS = ["list", "tuple", "memoryview", "array.array"]
 
 
 @pytest.mark.parametrize("executor", [False, True])
-@pytest.mark.parametrize("kind", ["list", "tuple", "memoryview", "array.array"])
-def test_a_batch_returned_by_fetch_into_is_refused_not_replaced_by_old_bytes(kind, executor):
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_batch_returned_by_fetch_into_is_the_batch_or_refused_never_old_bytes(kind, executor):
+    # Of the batch's dtype it is the batch, copied in (as a returned array of the batch's shape and dtype is);
+    # of another it is refused. Before: the slot's old bytes (zeros here), six of six, silently.
     pool = ThreadPoolExecutor(2) if executor else None
     try:
-        with Prefetcher(_ReturnsBatch(kind), shape=(4,), dtype=np.int64, executor=pool, timeout=30) as pf:
-            with pytest.raises(TypeError, match=rf"item (at source index )?0: fetch_into returned a {kind.split('.')[-1]}"):
+        with Prefetcher(_ReturnsBatch(kind, np.int64), shape=(4,), dtype=np.int64, executor=pool, timeout=30) as pf:
+            assert [b.tolist() for b in pf] == [[i + 1] * 4 for i in range(6)]
+        with Prefetcher(_ReturnsBatch(kind, np.float64), shape=(4,), dtype=np.int64, executor=pool,
+                        timeout=30) as pf:
+            with pytest.raises(TypeError, match=rf"item (at source index )?0: fetch_into returned an object of "
+                                                rf"type '{kind.split('.')[-1]}' of shape \(4,\) dtype float64"):
                 next(iter(pf))
     finally:
         if pool is not None:
             pool.shutdown()
+
+
+class _FillsAndReturns:
+    """fetch_into that fills out, then returns ``returns(out)``: a view of out, a count, a status."""
+
+    def __init__(self, returns):
+        self.returns = returns
+
+    def __len__(self):
+        return 5
+
+    def fetch_into(self, i, out):
+        out[...] = i
+        return self.returns(out)
+
+
+class _ArrayOver:
+    """A tensor-like object over an array (``__array__``), as ``torch.from_numpy(out).copy_(t)`` returns."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __array__(self, dtype=None, copy=None):
+        return self.a
+
+
+@pytest.mark.parametrize("returns", [
+    memoryview, lambda out: out.data, _ArrayOver, lambda out: out.nbytes, lambda out: np.int64(out.size),
+    lambda out: "ok", lambda out: {"bytes": out.nbytes}, lambda out: (out.nbytes, {"source": "disk"}),
+    lambda out: True], ids=["memoryview(out)", "out.data", "tensor over out", "int count", "numpy count", "status",
+                            "dict", "count and metadata", "bool"])
+def test_what_a_filling_fetch_into_returns_besides_the_batch_is_left_alone(returns):
+    with Prefetcher(_FillsAndReturns(returns), shape=(3,), dtype=np.int64, timeout=30) as pf:
+        assert [b.tolist() for b in pf] == [[i] * 3 for i in range(5)]
+
+
+class _FloatLabels:
+    """A 0-d label stream whose fetch_into returns its label as a Python float, out left as it was."""
+
+    def __len__(self):
+        return 4
+
+    def fetch_into(self, i, out):
+        return [1.5, 2.5, 3.5, 4.5][i]
+
+
+def test_a_float_label_returned_for_a_0d_batch_is_refused_not_zeros():
+    with Prefetcher(_FloatLabels(), shape=(), dtype=np.float64, timeout=30) as pf:
+        with pytest.raises(TypeError, match=r"item 0: fetch_into returned \S*1\.5\S* where out holds \S*0\.0\S*: for a 0-d batch"):
+            next(iter(pf))
 
 
 class _Counts:
@@ -384,8 +443,8 @@ def test_a_prefetcher_built_inside_another_ones_shape_cache_guard_is_built():
 
 
 @pytest.mark.parametrize("expr", [
-    "a < b", "not a", "a == b and c != d", "a < b or not c", "(a < b) if c < d else (b < a)", "all(x)", "any(x)",
-    "isinstance(a, int)", "True", "0", "None", "'text'",
+    "a in x", "not a", "a is b and c is not d", "a in x or not c", "(a is b) if c in x else (b in x)", "all(x)",
+    "any(x)", "isinstance(a, int)", "True", "0", "None", "'text'",
     # forms that may carry an iterator out: never taken as bools
     "a", "a and b", "a or b", "f(a)", "(v for v in x)", "b if c < d else a", "x[0]", "all(x) and a"])
 def test_a_form_called_boolean_never_yields_an_iterator(expr):
@@ -421,3 +480,170 @@ def test_a_shadowed_builtin_is_not_taken_for_a_bool():
     node = ast.parse("all(x)", mode="eval").body
     assert is_boolean(node, {}) and is_boolean(node, {"all": all})
     assert not is_boolean(node, {"all": lambda x: iter(x)})  # the model's module rebinds all
+
+
+def _cross_thread_at(line: int) -> tuple[list, threading.Thread, threading.Thread]:
+    """Thread B computes key 2 and waits; thread A calls key 1, and at ``line`` of the wrapper a "handler" on A
+    lets B finish and asks for key 2, which B holds. Returns (results, A, B)."""
+    from safeprefetch._prefetcher.machine import _once_per_key
+
+    started, release = threading.Event(), threading.Event()
+
+    def g(x):
+        if x == 2:
+            started.set()
+            release.wait(10)  # waits on observable state: the handler sets it
+        return x * 10
+
+    f = _once_per_key(functools.lru_cache(maxsize=8)(g))
+    results: list = []
+
+    def local(frame, event, arg):
+        if event == "line" and frame.f_lineno == line and "handler ran" not in results:
+            results.append("handler ran")
+            release.set()
+            results.append(("handler got", f(2)))
+        return local
+
+    def hook(frame, event, arg):
+        return local if frame.f_code is f.__code__ else None
+
+    def run_a():
+        started.wait(10)
+        sys.settrace(hook)
+        try:
+            results.append(("A got", f(1)))
+        finally:
+            sys.settrace(None)
+
+    b = threading.Thread(target=lambda: results.append(("B got", f(2))), daemon=True)
+    a = threading.Thread(target=run_a, daemon=True)
+    b.start()
+    a.start()
+    a.join(10)
+    b.join(10)
+    return results, a, b
+
+
+def test_a_handler_waiting_for_another_threads_key_at_any_line_does_not_deadlock():
+    # The reentrant guard of the round's first fix still deadlocked here: the handler, holding the guard once,
+    # waited for B's key; B, done, waited for the guard to pop it. The table has no lock now.
+    from safeprefetch._prefetcher.machine import _once_per_key
+
+    code = _once_per_key(functools.lru_cache()(lambda x: x)).__code__
+    for line in sorted({ln for _s, _e, ln in code.co_lines() if ln is not None and ln > code.co_firstlineno}):
+        results, a, b = _cross_thread_at(line)
+        assert not a.is_alive() and not b.is_alive(), f"deadlocked: the handler ran at line {line}"
+        assert {("A got", 10), ("B got", 20), ("handler got", 20)} <= set(results[1:]), (line, results)
+
+
+# -- what the round's review found the first fixes missed ----------------------------------------------------
+
+
+@pytest.mark.parametrize("model", [GeneratorInvariant, LazyGuard], ids=lambda m: m.name)
+def test_the_generated_transitions_refuse_by_themselves(model):
+    # The engine tests above pass on the model's own path alone (the search compares the two engines on its
+    # first states, and the model's path raises first): walk the generated transitions directly.
+    from safeprefetch._dsl.codegen import compile_transitions
+
+    m = model.compile()
+    cm = compile_transitions(m, model)
+    assert not cm.refused and cm.invariants_folded  # all generated: the refusal below is the generated code's
+    seen, todo = {m.init}, [m.init]
+    with pytest.raises(ModelError, match="a predicate must return a bool"):
+        while todo:
+            for _choice, nxt in cm.successors(todo.pop()):
+                if type(nxt) is tuple and nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+
+
+@pytest.mark.parametrize("model", [GeneratorInvariant, MapInvariant], ids=lambda m: m.name)
+def test_the_live_runtime_refuses_a_lazy_invariant(model):
+    # Its per-step check ran each invariant as `if not holds(state)`: a generator passed ("every thread
+    # finished") when every invariant was specialized to the state tuple.
+    from safeprefetch.lowlevel import run_live
+
+    r = run_live(model.compile(), seed=1, jitter=0)
+    assert r.verdict == "error" and "ModelError" in r.message and "a predicate must return a bool" in r.message
+
+
+class LazyUntilUntimed(Model):
+    """An untimed wait whose ``until`` is a generator expression, and nobody to notify: a deadlock. The verdict
+    asked the until whether the wait was a lost wakeup, and the generator said yes."""
+
+    name = "lazy_until_untimed"
+
+    def build(self, m):
+        m.shared(ready=False)
+        m.mutex("lock")
+        m.condvar("cv")
+        w = m.program("waiter")
+        w.acquire("lock", "lock", next="wait")
+        w.wait("wait", "cv", "lock", next="unlock", until=lambda s, me: (x for x in (s.ready,)))
+        w.release("unlock", "lock", next=DONE)
+        m.thread("w", w)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_untimed_waits_lazy_until_is_refused_not_a_lost_wakeup(engine):
+    with pytest.raises(ModelError, match="the until of thread 'w''s wait 'wait' returned 'generator'"):
+        check(LazyUntilUntimed, engine=engine)
+
+
+def test_a_rich_comparison_is_not_taken_for_a_bool():
+    # ``<`` and ``==`` call the operands' methods, which may return anything; ``in`` and ``is`` give a bool.
+    import ast
+
+    from safeprefetch._dsl.predicate_ast import is_boolean
+
+    for expr, boolean in (("a < b", False), ("a == b", False), ("a in b", True), ("a is not b", True),
+                          ("a in b and a is b", True), ("a in b or a < b", False)):
+        assert is_boolean(ast.parse(expr, mode="eval").body, {}) is boolean, expr
+
+
+def test_the_slot_pool_floor_lets_its_producer_go_when_the_consumer_raises():
+    from safeprefetch._harness.live_common import slot_pool_run
+
+    before = threading.active_count()
+
+    def consume(out):
+        raise OSError("consumer gone")
+
+    with pytest.raises(OSError, match="consumer gone"):
+        slot_pool_run(lambda i, slot: None, 50, 2, (2,), np.int64, consume)
+    assert threading.active_count() == before  # joined, not left blocked on a free slot
+
+
+# -- the CLI tools (a third review, of replay, check-code and the other commands) ----------------------------
+
+
+def test_check_code_on_a_file_that_exits_at_import_is_no_pass(tmp_path):
+    # It exited 0 with no verdict and an empty --json: a script read it as "every schedule passed".
+    f = tmp_path / "exits.py"
+    f.write_text("import sys\nsys.exit(0)\n\ndef t():\n    pass\n")
+    r = subprocess.run([sys.executable, "-m", "safeprefetch", "check-code", f"{f}::t", "--json"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip() == f"error: importing {str(f)!r} raised SystemExit(0): nothing was checked"
+
+
+def test_a_progress_bound_trace_cut_before_shutdown_does_not_reproduce(tmp_path):
+    # replay re-checked the bound over every state reachable from the trace's end, so any prefix of the trace
+    # (shutdown not yet requested at its end) "reproduced" the shutdown_hang.
+    import json
+
+    full = tmp_path / "full.json"
+    r = subprocess.run([sys.executable, "-m", "safeprefetch", "check", "channel", "--progress-bound", "0", "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1
+    full.write_text(r.stdout)
+    d = json.loads(r.stdout)
+    assert d["verdict"] == "shutdown_hang" and len(d["trace"]) > 2
+    replay = [sys.executable, "-m", "safeprefetch", "replay", "channel"]
+    assert subprocess.run(replay + [str(full)], capture_output=True, timeout=120).returncode == 1
+    for keep in (1, len(d["trace"]) - 2):
+        cut = tmp_path / f"cut{keep}.json"
+        cut.write_text(json.dumps({**d, "trace": d["trace"][:keep], "trace_length": keep}))
+        r = subprocess.run(replay + [str(cut)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and "at its end shutdown was not requested" in r.stderr, (keep, r.stderr)

@@ -189,6 +189,11 @@ def _late(machine: Machine, trace: Trace, bound: int, max_states: int) -> tuple[
     start = states[-1]
     if not isinstance(start, tuple):
         return None
+    if not machine.shutdown_pred(machine.view(start)):
+        # The check's trace ends where shutdown was requested and the worst case starts; from a state before
+        # that, some later state reaches any worst case at all, so a prefix would "reproduce" it.
+        raise NotReproduced("the trace does not reproduce its saved verdict 'shutdown_hang': at its end "
+                            "shutdown was not requested (the worst case is counted from there)")
     successors = Expander(machine).successors
     seen = {start}
     queue = deque([start])

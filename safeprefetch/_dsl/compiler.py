@@ -78,7 +78,8 @@ def compile_model(name: str, config: dict[str, Any], b: Builder, strict: bool = 
                     table[pc] = fire
                 info[pc] = si
             if spec.kind in WAITS:
-                waits[(ti, spec.label + ASLEEP)] = (spec.obj, spec.until)
+                waits[(ti, spec.label + ASLEEP)] = (spec.obj, None if spec.until is None else _checked_until(
+                    spec.until, f"the until of thread {t.name!r}'s wait {spec.label!r}"))
         if not t.start:  # no move of its own until a spawn starts it
             info[NOT_STARTED] = StepInfo(ti, NOT_STARTED, NOT_STARTED, "asleep")
         tables.append(table)
@@ -183,3 +184,10 @@ def _shutdown_pred(pred: Callable) -> Callable:
     def shutdown_requested(s: Any) -> bool:
         return truth(pred(s), "shutdown_when's predicate")
     return shutdown_requested
+
+
+def _checked_until(until: Callable, what: str) -> Callable:
+    """A wait's ``until`` as the verdict (is a hang a lost wakeup?) and the playground read it: checked."""
+    def holds(s: Any, me: Any) -> bool:
+        return truth(until(s, me), what)
+    return holds

@@ -8,7 +8,7 @@ generated code must give exactly the model's successors and errors
 (translation validation, ``_runtime/validation.py``), so it tests the same
 way, at the least cost the value's form allows:
 
-* a value that is a bool by its form (a comparison, a ``not``, a call of
+* a value that is a bool by its form (an ``in`` or ``is`` test, a ``not``, a call of
   ``all``, ``any``, ``isinstance`` and the like when the generated module's
   name is that builtin, ``and``/``or``/``if``-``else`` of those) or a
   constant is tested as it is: no iterator can come out of it;
@@ -25,6 +25,9 @@ from typing import Any, Callable, Mapping
 
 __all__ = ["is_boolean", "truth_test"]
 
+#: Comparisons whose result is a bool whatever the operands: membership and identity.
+_BOOL_OPS = (ast.In, ast.NotIn, ast.Is, ast.IsNot)
+
 #: Builtins whose result is a bool, when the generated module's name for them is the builtin itself.
 _BOOL_BUILTINS = {name: getattr(builtins, name) for name in ("all", "any", "bool", "callable", "hasattr",
                                                              "isinstance", "issubclass")}
@@ -32,9 +35,10 @@ _BOOL_BUILTINS = {name: getattr(builtins, name) for name in ("all", "any", "bool
 
 def is_boolean(value: ast.expr, namespace: Mapping[str, Any]) -> bool:
     """Whether ``value``'s form alone makes it a bool, or a constant (whose truth is its own)."""
-    if isinstance(value, (ast.Compare, ast.Constant)) or (isinstance(value, ast.UnaryOp)
-                                                         and isinstance(value.op, ast.Not)):
+    if isinstance(value, ast.Constant) or (isinstance(value, ast.UnaryOp) and isinstance(value.op, ast.Not)):
         return True
+    if isinstance(value, ast.Compare):  # ``<`` or ``==`` may return anything (a rich comparison); ``in``, ``is``
+        return all(isinstance(op, _BOOL_OPS) for op in value.ops)  # always give a bool
     if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in _BOOL_BUILTINS:
         return namespace.get(value.func.id, _BOOL_BUILTINS[value.func.id]) is _BOOL_BUILTINS[value.func.id]
     if isinstance(value, ast.BoolOp):

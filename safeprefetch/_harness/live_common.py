@@ -200,7 +200,8 @@ def slot_pool_run(fetch_into: Callable[[int, np.ndarray], Any], n: int, capacity
         take, put = free.get, filled.put
         try:
             for i in range(n):
-                k = take()
+                if (k := take()) < 0:
+                    return  # the consumer is gone
                 fetch_into(i, pool[k])
                 put(k)
         except BaseException as e:  # noqa: BLE001 - raised on the consumer's side
@@ -210,11 +211,16 @@ def slot_pool_run(fetch_into: Callable[[int, np.ndarray], Any], n: int, capacity
     th = threading.Thread(target=producer, name="slot-pool floor producer", daemon=True)
     th.start()
     get, give, copyto = filled.get, free.put, np.copyto
-    while (k := get()) >= 0:
-        copyto(out, pool[k], casting="no")
-        give(k)
-        consume(out)
-    th.join()
+    try:
+        while (k := get()) >= 0:
+            copyto(out, pool[k], casting="no")
+            give(k)
+            consume(out)
+    except BaseException:
+        free.put(-1)  # let a producer waiting for a free slot go
+        raise
+    finally:
+        th.join()
     if failure:
         raise failure[0]
 

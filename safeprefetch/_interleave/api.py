@@ -237,6 +237,8 @@ def _load_target(target: str, usage: type) -> tuple[Callable[[], Any], dict[str,
     try:
         sys.modules[modname] = module
         spec.loader.exec_module(module)
+    except SystemExit as e:  # not a pass: nothing was checked (exit 0 would read as "every schedule passed")
+        raise usage(f"importing {path_text!r} raised SystemExit({e.code!r}): nothing was checked") from None
     finally:
         sys.path.remove(str(path.resolve().parent))
     obj: Any = module

@@ -61,28 +61,24 @@ def compile_reference(capacity: int, workers: int, items: int, ordered: bool, si
 def _once_per_key(cached: Callable[..., Any]) -> Callable[..., Any]:
     """``cached`` (an ``lru_cache`` function), called by one thread at a time per key: the others wait, then
     find the result in its cache."""
+    # No lock around the table: ``setdefault`` and ``pop`` on a key of builtins are each one C call, atomic
+    # under the GIL (and under a free-threaded build's per-dict lock). A lock there was a second lock a signal
+    # handler (or a finalizer) building a prefetcher could take on a thread that already held it, or hold while
+    # it waited for another thread's key: both deadlocked. The per-key locks are reentrant for the same reason.
     busy: dict[Any, Any] = {}
-    # Reentrant, as the per-key locks are: a signal handler (or a finalizer) that builds a prefetcher may run
-    # at any line of the thread that holds it, and then takes it again on the same thread. What it guards is
-    # one dict operation, which a reentry between two bytecodes cannot split.
-    guard = [threading.RLock()]
 
     @functools.wraps(cached)
     def call(*args: Any, **kw: Any) -> Any:
         key = (args, tuple(sorted(kw.items())))
-        mine = threading.RLock()
-        with guard[0]:
-            lock = busy.setdefault(key, mine)  # (re-entered by a signal handler: it computes)
+        lock = busy.setdefault(key, threading.RLock())  # (re-entered by a signal handler: it computes)
         with lock:
             try:
                 return cached(*args, **kw)
             finally:
-                with guard[0]:
-                    busy.pop(key, None)
+                busy.pop(key, None)
 
     def after_fork_in_child() -> None:  # a thread the child has not may have held one
         busy.clear()
-        guard[0] = threading.RLock()
 
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=after_fork_in_child)

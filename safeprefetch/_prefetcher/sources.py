@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import array
 import itertools
 import os
 import pickle
@@ -167,9 +168,10 @@ def fill_into(fetch_into: Callable[[int, np.ndarray], Any], index: int, slot: np
       pays one more copy). A 0-d or empty one (a count) is ignored, but where the batch is 0-d: there a
       numpy 0-d value is refused unless ``out`` holds that same value (the batch, or a count, cannot be told
       apart); any other array is refused, as a batch of the wrong shape or dtype would be.
-    * Anything else but a number (a list, a ``memoryview``, an ``array.array``, a tensor) is a batch returned
-      where ``out`` was to be filled: refused (its values were never copied: the slot's old bytes would be
-      delivered). A Python or numpy number is a count or a status, and ignored.
+    * What numpy reads as an array (a list, a tuple or a ``memoryview`` of numbers, an ``array.array``, a
+      tensor, a float) is judged as that array: a view of ``out`` is fine, a batch is copied in, anything
+      else refused (a batch returned as a list, ``out`` left as it was, delivered the slot's old bytes).
+      A Python int is a count; a string, a dict, a tuple of mixed values a status: ignored.
 
     The hot path of every fetch: a view, the call, an identity test and a type test (a view shares its
     base's dtype object until someone sets its dtype).
@@ -181,29 +183,46 @@ def fill_into(fetch_into: Callable[[int, np.ndarray], Any], index: int, slot: np
                 "into out, in its own dtype")
     if returned is None:
         return None
-    if slot.ndim == 0 and isinstance(returned, (np.generic, np.ndarray)) and returned.ndim == 0:
-        # A 0-d batch (a label stream): a numpy 0-d value returned is the batch (``return self.y[i]``, written
-        # like __getitem__, left out as it was: every label was 0) or a count (out written): which, no test can
-        # tell. Equal to what out holds, it is either; otherwise it is refused, never guessed.
+    shown = "an array"
+    if not isinstance(returned, np.ndarray):
+        if isinstance(returned, int):  # bool included
+            return None  # a count (readinto's way), or a status
+        shown = f"an object of type {type(returned).__name__!r}"
+        returned = _array_like(returned)
+        if returned is None:
+            return None  # a status (a string, a dict, a tuple of mixed values): nothing that could be the batch
+    if slot.ndim == 0 and returned.ndim == 0:
+        # A 0-d batch (a label stream): a numpy 0-d value or a Python float returned is the batch (``return
+        # self.y[i]``, written like __getitem__, left out as it was: every label was 0) or a count (out
+        # written): which, no test can tell. Equal to what out holds, it is either; otherwise it is refused,
+        # never guessed.
         if _same_value(returned, slot):
             return None
-        return (f"fetch_into returned {returned!r} where out holds {slot[()]!r}: for a 0-d batch write the value "
-                "into out (out[...] = value) and return None (or a Python int)")
-    if not isinstance(returned, np.ndarray):
-        if isinstance(returned, (int, float, np.generic)):
-            return None  # a count (readinto's way), or a status
-        # A list, a memoryview, an array.array, a tensor: a batch returned, out left as it was.
-        return (f"fetch_into returned a {type(returned).__name__}, not None: fill out in place (out[...] = batch) "
-                "and return None (or a count, as an int)")
+        return (f"fetch_into returned {returned[()]!r} where out holds {slot[()]!r}: for a 0-d batch write the "
+                "value into out (out[...] = value) and return None (or a Python int)")
     if returned.ndim == 0 or returned.size == 0:
         return None
     if np.shares_memory(returned, slot):
-        return None  # out, or a view of it
+        return None  # out, or a view of it (a memoryview of out, a tensor over it)
     if returned.shape == slot.shape and returned.dtype == slot.dtype:
         np.copyto(slot, returned, casting="no")
         return None
-    return (f"fetch_into returned an array of shape {returned.shape} dtype {returned.dtype}, neither out nor a "
-            f"batch (shape {slot.shape} dtype {slot.dtype}): fill out in place (out[...] = batch)")
+    return (f"fetch_into returned {shown} of shape {returned.shape} dtype {returned.dtype}, neither out "
+            f"nor a batch (shape {slot.shape} dtype {slot.dtype}): fill out in place (out[...] = batch)")
+
+
+def _array_like(value: Any) -> np.ndarray | None:
+    """What a ``fetch_into`` returned, as an array, when it could be a batch: a float, a numpy scalar, a list
+    or tuple of numbers, anything with a buffer or ``__array__`` (a ``memoryview``, an ``array.array``, a
+    tensor; viewed, not copied). None for anything else, or for what numpy reads only as objects or text."""
+    if not isinstance(value, (float, complex, np.generic, list, tuple, memoryview, array.array)) \
+            and not hasattr(value, "__array__") and not hasattr(value, "__array_interface__"):
+        return None
+    try:
+        got = np.asarray(value)
+    except (ValueError, TypeError):  # ragged, or numpy cannot read it: not a batch
+        return None
+    return None if got.dtype.kind in "OUSV" else got
 
 
 def _same_value(a: Any, b: np.ndarray) -> bool:

@@ -280,7 +280,7 @@ class Runtime(Driving):
         # with the wakeups it owes, its count and its record.
         self._owed = owed; self._state = nxt; self.steps += 1; self._pos = pos; self.record is not None and self.record.append((t, b, nxt))  # noqa: E702,E501
         for holds in self._inv_preds:
-            if not holds(nxt):
+            if holds(nxt) is not True:  # false, or a value whose truth the full check judges (and may refuse)
                 bad = self._invariant_violation(nxt)  # names the invariant
                 if bad:
                     self._fail(LiveViolation(bad[0], bad[1], nxt, describe(self, nxt)))
