@@ -114,20 +114,26 @@ class AsyncGuard(Model):
         m.invariant("x == 0", lambda s: s.x == 0)
 
 
+def _lazy_waiter(m, timeout: bool) -> None:
+    """One thread waits on ``cv`` until ``ready``, the ``until`` a generator expression; nobody notifies."""
+    m.shared(ready=False)
+    m.mutex("lock")
+    m.condvar("cv")
+    w = m.program("waiter")
+    w.acquire("lock", "lock", next="wait")
+    w.wait("wait", "cv", "lock", next="unlock", timeout=timeout or None,
+           until=lambda s, me: (x for x in (s.ready,)))
+    w.release("unlock", "lock", next=DONE)
+    m.thread("w", w)
+
+
 class LazyUntil(Model):
     """A timed wait whose ``until`` is a generator expression: it looked as if what it waits for held."""
 
     name = "lazy_until"
 
     def build(self, m):
-        m.shared(ready=False)
-        m.mutex("lock")
-        m.condvar("cv")
-        w = m.program("waiter")
-        w.acquire("lock", "lock", next="wait")
-        w.wait("wait", "cv", "lock", next="unlock", timeout=True, until=lambda s, me: (x for x in (s.ready,)))
-        w.release("unlock", "lock", next=DONE)
-        m.thread("w", w)
+        _lazy_waiter(m, timeout=True)
 
 
 class LazyShutdown(Model):
@@ -575,14 +581,7 @@ class LazyUntilUntimed(Model):
     name = "lazy_until_untimed"
 
     def build(self, m):
-        m.shared(ready=False)
-        m.mutex("lock")
-        m.condvar("cv")
-        w = m.program("waiter")
-        w.acquire("lock", "lock", next="wait")
-        w.wait("wait", "cv", "lock", next="unlock", until=lambda s, me: (x for x in (s.ready,)))
-        w.release("unlock", "lock", next=DONE)
-        m.thread("w", w)
+        _lazy_waiter(m, timeout=False)
 
 
 @pytest.mark.parametrize("engine", ENGINES)
