@@ -11,6 +11,10 @@ Every test here failed on the code before its fix (run against a worktree of the
    were ``__getitem__``), or a 0-d batch's label as a Python float, delivered the slot's old bytes, silently.
 4. A signal handler building a prefetcher while the same thread was inside the shape cache's guard (every
    construction goes through it) deadlocked for good: the guard was a plain lock.
+5-8. The command-line tools: ``check-code`` on a file exiting at import passed; a progress-bound replay cut
+   short reproduced; errors of the command line were blamed on the model, and a verdict was lost to an SVG
+   path; ``check-code --replay`` took steps that never ran; ``explain``, ``play`` and ``run`` built models
+   without the build bound.
 """
 
 from __future__ import annotations
@@ -646,3 +650,93 @@ def test_a_progress_bound_trace_cut_before_shutdown_does_not_reproduce(tmp_path)
         cut.write_text(json.dumps({**d, "trace": d["trace"][:keep], "trace_length": keep}))
         r = subprocess.run(replay + [str(cut)], capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and "at its end shutdown was not requested" in r.stderr, (keep, r.stderr)
+
+
+def _cli(*argv: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "safeprefetch", *argv], capture_output=True, text=True,
+                          timeout=120, input=stdin)
+
+
+def test_a_trace_file_that_is_not_text_or_nests_too_deep_is_the_files_error(tmp_path):
+    # Both were "the model raised UnicodeDecodeError / RecursionError"; /dev/zero was read until memory ran out.
+    binary = tmp_path / "binary.json"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000)
+    wrong = tmp_path / "config_list.json"
+    wrong.write_text('{"trace": [["sender0", null]], "config": [1, 2]}')
+    for path, says in ((binary, "is not UTF-8 text"), (deep, "nests too deep"),
+                       ("/dev/zero", "is larger than 256 MiB"), (wrong, "its config must be an object")):
+        r = _cli("replay", "channel", str(path))
+        assert r.returncode == 2 and says in r.stderr and "the model raised" not in r.stderr, (path, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1
+
+
+LOST_WAKEUP = textwrap.dedent('''
+    import threading
+    def t():
+        cond, box = threading.Condition(), []
+        def get():
+            with cond:
+                cond.wait()  # no predicate: a notify before the wait is lost
+        c = threading.Thread(target=get)
+        c.start()
+        with cond:
+            box.append(42)
+            cond.notify()
+        c.join()
+''')
+
+
+def test_check_code_tests_the_svg_path_first_and_prints_the_verdict_before_writing(tmp_path):
+    f = tmp_path / "lost.py"
+    f.write_text(LOST_WAKEUP)
+    for svg, says in ((tmp_path, "it is a directory"), (tmp_path / "none" / "x.svg", "its directory does not exist")):
+        r = _cli("check-code", f"{f}::t", "--svg", str(svg))
+        assert r.returncode == 2 and f"cannot write --svg {str(svg)!r}: {says}" in r.stderr
+        assert r.stdout == ""  # refused before the search
+    r = _cli("check-code", f"{f}::t", "--svg", "/dev/full")  # the path passes, the write fails: verdict kept
+    assert r.returncode == 2 and "cannot write --svg '/dev/full'" in r.stderr and "verdict: " in r.stdout
+
+
+def test_run_refuses_a_timeout_that_is_no_duration_and_play_a_digit_that_is_no_number():
+    for bad in ("nan", "0", "-1"):
+        r = _cli("run", "monitor", "--timeout", bad)
+        assert r.returncode == 2 and "--timeout must be a positive number of seconds" in r.stderr, (bad, r.stderr)
+    r = _cli("run", "monitor", "--timeout", "1e308", "--attempts", "1", "--force", "never")
+    assert r.returncode == 0, r.stderr  # no limit, not an OverflowError
+    r = _cli("play", "channel", stdin="²\n" + "9" * 5000 + "\nq\n")
+    assert r.returncode == 0 and r.stdout.count("unknown command") == 2 and "raised" not in r.stderr
+
+
+def test_a_model_path_that_is_a_directory_says_so(tmp_path):
+    r = _cli("explain", str(tmp_path))
+    assert r.returncode == 2 and "is a directory, not a .py file" in r.stderr
+
+
+def test_check_code_replay_refuses_steps_that_never_ran(tmp_path):
+    # A trace with steps past the run's end (a made-up thread, a duplicated last step) replayed as if whole.
+    import json
+
+    f = tmp_path / "lost.py"
+    f.write_text(LOST_WAKEUP)
+    r = _cli("check-code", f"{f}::t", "--json")
+    assert r.returncode == 1
+    d = json.loads(r.stdout)
+    whole = tmp_path / "whole.json"
+    whole.write_text(json.dumps(d))
+    assert _cli("check-code", f"{f}::t", "--replay", str(whole)).returncode == 1
+    steps = d["trace"]
+    for extra in ([{**steps[-1], "thread": "ghost"}], [steps[-1]]):
+        longer = tmp_path / "longer.json"
+        longer.write_text(json.dumps({**d, "trace": steps + extra}))
+        r = _cli("check-code", f"{f}::t", "--replay", str(longer))
+        assert r.returncode == 2 and f"after {len(steps)} of the schedule's {len(steps) + 1} steps" in r.stderr \
+            and "never ran" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("command", ["explain", "play", "run"])
+def test_every_command_that_builds_a_model_bounds_its_build(command):
+    # check refused capacity=10**9 at once; explain, play and run allocated about 8 GB first.
+    r = _cli(command, "prefetcher", "--set", "capacity=1000000000", stdin="")
+    assert r.returncode == 2 and "building model 'prefetcher' ran out of memory" in r.stderr, r.stderr

@@ -17,6 +17,7 @@ loop over generated ``.npy`` shards without and with prefetching.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 __all__ = ["register"]
@@ -25,6 +26,7 @@ __all__ = ["register"]
 def _cmd_run(args) -> int:
     from .._tools.catalog import load_model
     from .._tools.cliargs import UsageError, parse_sets
+    from .._check.budget import bounded_build
     from .._check.explore import check
     from .._runtime.conformance import run_live
     from .._check.trace import format_table
@@ -33,8 +35,13 @@ def _cmd_run(args) -> int:
         raise UsageError("--attempts must be >= 0")
     if args.max_rows < 1:
         raise UsageError("--max-rows must be at least 1")
+    if not args.timeout > 0:  # nan, 0 (a correct model "timed out"), a negative
+        raise UsageError(f"--timeout must be a positive number of seconds, not {args.timeout}")
+    if args.timeout > 1e9:  # past what the clocks' arithmetic takes: no limit at all
+        args.timeout = math.inf
     model = load_model(args.model)
-    machine = model.compile(parse_sets(args.set or []))
+    with bounded_build(f"building model {model.name!r}"):
+        machine = model.compile(parse_sets(args.set or []))
     runs = []
     live = None
     for k in range(args.attempts):

@@ -42,7 +42,7 @@ from .._harness import bench_code as _bench_code_commands
 from .._interleave import api as _code_commands
 from .._tools import spin as _spin_commands
 from .._tools import teach as _teach_commands
-from .._tools.cliargs import UsageError, parse_sets
+from .._tools.cliargs import UsageError, parse_sets, read_json_file
 from . import cluster as _cluster_args
 from . import live as _live_commands
 from . import tour as _tour_commands
@@ -232,12 +232,6 @@ def _check_one(args, model) -> int:
     if machine.config == model.configure({}):
         from dataclasses import replace
         result = replace(result, expected=model.expected)
-    if args.svg:
-        from .._tools.svg import write_svg  # the swimlane renderer
-        try:
-            write_svg(machine, result, Path(args.svg))
-        except OSError as e:  # not the model's error: the file's
-            raise UsageError(f"cannot write --svg {args.svg!r}: {e.strerror or e}") from None
     if args.json:
         d = result.to_json()
         if args.progress_bound is not None:  # the check's claim, which replay holds the trace to
@@ -245,6 +239,12 @@ def _check_one(args, model) -> int:
         print(json.dumps(d, indent=2))
     else:
         print(render_result(result, machine))
+    if args.svg:  # after the verdict is out: a write that fails (a full disk) loses nothing but the picture
+        from .._tools.svg import write_svg  # the swimlane renderer
+        try:
+            write_svg(machine, result, Path(args.svg))
+        except OSError as e:  # not the model's error: the file's
+            raise UsageError(f"cannot write --svg {args.svg!r}: {e.strerror or e}") from None
     return exit_code(result, args.allow_partial)
 
 
@@ -311,16 +311,11 @@ def _check_all(args) -> int:
 def _cmd_replay(args) -> int:
     model = load_model(args.model)
     path = Path(args.trace)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise UsageError(f"cannot read trace {str(path)!r}: {e.strerror}") from None
-    value: Any
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise TraceError(f"trace {str(path)!r} is not valid JSON: {e}") from None
+    value: Any = read_json_file(path, "trace", TraceError)
     overrides = {}
+    if isinstance(value, dict) and value.get("config") is not None and not isinstance(value["config"], dict):
+        raise TraceError(f"trace {str(path)!r}: its config must be an object of NAME: VALUE, not "
+                         f"{type(value['config']).__name__}")
     if isinstance(value, dict) and isinstance(value.get("config"), dict):
         overrides = {k: v for k, v in value["config"].items()}
     overrides.update(parse_sets(args.set or []))
@@ -445,7 +440,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         where = _user_frame(e)
         command = getattr(args, "command", None)
-        who = "the model" if command in _MODEL_COMMANDS else f"{command or 'the command'}"  # (demo: its files)
+        who = ("the code under test" if command == "check-code" else "the model" if command in _MODEL_COMMANDS
+               else f"{command or 'the command'}")  # (demo: its files)
         print(f"error: {who} raised {type(e).__name__}: {e}{where} "
               "(set SAFEPREFETCH_TRACEBACK=1 for the traceback)", file=sys.stderr)
         return 2

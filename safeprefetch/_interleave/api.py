@@ -181,8 +181,13 @@ def register(sub: Any) -> dict[str, Callable[[Any], int]]:
 
 
 def _cmd_check_code(args: Any) -> int:
-    from .._tools.cliargs import UsageError
+    from .._tools.cliargs import UsageError, read_json_file
 
+    if args.svg:  # before the search, as ``check`` does: a bad path is known now
+        where = Path(args.svg)
+        if where.is_dir() or not where.parent.is_dir():
+            raise UsageError(f"cannot write --svg {args.svg!r}: "
+                             + ("it is a directory" if where.is_dir() else "its directory does not exist"))
     fn, options = _load_target(args.target, UsageError)
     for opt in ("strategy", "preemption_bound", "max_schedules", "seed", "notify", "spurious", "reduce",
                 "time_budget"):
@@ -194,16 +199,19 @@ def _cmd_check_code(args: Any) -> int:
     options.pop("expect", None)
     try:
         if args.replay:
-            trace = _read_json(args.replay, UsageError)
+            trace = read_json_file(args.replay, "trace")
             keep = {k: v for k, v in options.items() if k in _REPLAY_OPTIONS}
             result = replay(fn, trace, name=args.target, **keep)
         else:
             result = check(fn, name=args.target, **options)
     except (ValueError, TypeError) as e:
         raise UsageError(str(e)) from None
-    if args.svg and result.violation is not None:
-        write_svg(result, args.svg)
     print(json.dumps(result.to_json(), indent=2) if args.json else render_text(result))
+    if args.svg and result.violation is not None:  # after the verdict is out: a write that fails loses nothing
+        try:
+            write_svg(result, args.svg)
+        except OSError as e:
+            raise UsageError(f"cannot write --svg {args.svg!r}: {e.strerror or e}") from None
     if result.violation is not None:
         return 1
     if result.exhaustive or result.bound_covered or args.allow_partial or args.replay:
@@ -211,13 +219,6 @@ def _cmd_check_code(args: Any) -> int:
     return 3
 
 
-def _read_json(path: str, usage: type) -> Any:
-    try:
-        return json.loads(Path(path).read_text())
-    except OSError as e:
-        raise usage(f"cannot read {path!r}: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise usage(f"{path!r} is not valid JSON: {e}") from None
 
 
 def _load_target(target: str, usage: type) -> tuple[Callable[[], Any], dict[str, Any]]:

@@ -41,7 +41,7 @@ from typing import Any, Callable, Sequence
 from .._check.result import Trace, TraceStep, Violation
 from . import arguments
 from .arguments import whole
-from .explore import DFS, PCT, RandomWalk, Replay, Scripted, alt_text
+from .explore import DFS, PCT, Nondeterministic, RandomWalk, Replay, Scripted, alt_text
 from .patching import MISSING, controlled, patched
 from .report import CodeCheckResult, StepDetail
 from .runner import run_once
@@ -451,6 +451,11 @@ def replay_code(fn: Callable[[], Any], trace: Trace | Any, *, interrupts: Sequen
     with patched(patch_globals):
         warm_up(fn, settings, tuple(interrupts))
         ex = run_once(fn, Replay(trace), settings, tuple(interrupts))
+    if len(ex.events) < len(trace.steps):  # a run that ended early reproduced a prefix, not the trace
+        rest = trace.steps[len(ex.events)]
+        raise Nondeterministic(f"the run ended ({ex.outcome}) after {len(ex.events)} of the schedule's "
+                               f"{len(trace.steps)} steps: step {len(ex.events) + 1} ({rest.thread}, {rest.step}) "
+                               f"never ran")
     stats.add(ex)
     found = ex if ex.outcome not in ("ok", "pruned") else None
     return _result(name or getattr(fn, "__qualname__", repr(fn)), fn, "replay", None, 0, settings, "none", stats,

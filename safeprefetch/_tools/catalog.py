@@ -79,7 +79,8 @@ def load_model(spec: str) -> type[Model]:
 
 def _load_file(path: Path) -> type[Model]:
     if not path.is_file():
-        raise ModelError(f"model file {str(path)!r} does not exist")
+        raise ModelError(f"model file {str(path)!r} " + ("is a directory, not a .py file" if path.is_dir()
+                                                         else "does not exist"))
     modname = f"_safeprefetch_user_{abs(hash(str(path.resolve())))}"
     spec = importlib.util.spec_from_file_location(modname, path)
     if spec is None or spec.loader is None:

@@ -1,4 +1,5 @@
-"""What every command shares: the usage error (exit code 2, one line) and ``--set NAME=VALUE`` parsing.
+"""What every command shares: the usage error (exit code 2, one line), ``--set NAME=VALUE`` parsing, and
+reading a JSON file a user names (a trace): every way that can fail is the file's, said in one line.
 
 It sits low (the tools layer) so that the modules that add commands -- in
 tools and harnesses -- never import the CLI that registers them.
@@ -6,9 +7,15 @@ tools and harnesses -- never import the CLI that registers them.
 
 from __future__ import annotations
 
-from typing import Sequence
+import json
+from pathlib import Path
+from typing import Any, Sequence
 
-__all__ = ["UsageError", "parse_sets"]
+__all__ = ["JSON_FILE_LIMIT", "UsageError", "parse_sets", "read_json_file"]
+
+#: The largest JSON file a command reads (a trace of millions of steps is far smaller): ``/dev/zero`` or a
+#: wrong file is refused after this many bytes, not read until memory runs out.
+JSON_FILE_LIMIT = 256 * 2 ** 20
 
 
 class UsageError(Exception):
@@ -27,3 +34,26 @@ def parse_sets(items: Sequence[str]) -> dict[str, str]:
             raise UsageError(f"--set {name} given twice ({out[name]!r}, then {value.strip()!r}): give it once")
         out[name] = value.strip()
     return out
+
+
+def read_json_file(path: str | Path, what: str, error: type = UsageError) -> Any:
+    """The JSON value in the file at ``path``, or an error in one line naming ``what`` and the path: a
+    :class:`UsageError` for a file that cannot be read, ``error`` for one that is not text, is larger than
+    ``JSON_FILE_LIMIT``, is not JSON, or nests too deep."""
+    shown = str(path)
+    try:
+        with open(path, "rb") as f:
+            data = f.read(JSON_FILE_LIMIT + 1)
+    except OSError as e:
+        raise UsageError(f"cannot read {what} {shown!r}: {e.strerror or e}") from None
+    if len(data) > JSON_FILE_LIMIT:
+        raise error(f"{what} {shown!r} is larger than {JSON_FILE_LIMIT // 2 ** 20} MiB: not a file this command "
+                    f"wrote")
+    try:
+        return json.loads(data.decode("utf-8-sig"))
+    except UnicodeDecodeError:
+        raise error(f"{what} {shown!r} is not UTF-8 text: not a file this command wrote") from None
+    except json.JSONDecodeError as e:
+        raise error(f"{what} {shown!r} is not valid JSON: {e}") from None
+    except RecursionError:
+        raise error(f"{what} {shown!r} nests too deep to be a trace") from None

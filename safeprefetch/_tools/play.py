@@ -279,7 +279,7 @@ class Play:
                 for i, name in enumerate(m.field_names):
                     self._say(f"  {name} = {format_value(m, i, last[i])}")
                 continue
-            if cmd.isdigit():
+            if cmd.isascii() and cmd.isdigit() and len(cmd) < 10:  # not '²', nor a number int() refuses
                 n = int(cmd)
                 options = self.options()
                 if not options:

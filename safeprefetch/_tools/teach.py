@@ -52,16 +52,24 @@ __all__ = [
 def _cmd_explain(args) -> int:
     from .cliargs import parse_sets
 
+    from .._check.budget import bounded_build
+
     model = load_model(args.model)
-    sys.stdout.write(explain(model, parse_sets(args.set or []), diff=args.diff, spec=args.model))
+    overrides = parse_sets(args.set or [])
+    with bounded_build(f"building model {model.name!r}"):  # as ``check`` builds it: a size that fits, first
+        model.compile(overrides)
+    sys.stdout.write(explain(model, overrides, diff=args.diff, spec=args.model))
     return 0
 
 
 def _cmd_play(args) -> int:
     from .cliargs import UsageError, parse_sets
 
+    from .._check.budget import bounded_build
+
     model = load_model(args.model)
-    machine = model.compile(parse_sets(args.set or []))
+    with bounded_build(f"building model {model.name!r}"):
+        machine = model.compile(parse_sets(args.set or []))
     session = Play(machine, sys.stdin, sys.stdout, summary=model_doc(model).summary)
     code = session.run()
     if args.trace:
