@@ -345,7 +345,8 @@ class _FloatLabels:
 
 def test_a_float_label_returned_for_a_0d_batch_is_refused_not_zeros():
     with Prefetcher(_FloatLabels(), shape=(), dtype=np.float64, timeout=30) as pf:
-        with pytest.raises(TypeError, match=r"item 0: fetch_into returned \S*1\.5\S* where out holds \S*0\.0\S*: for a 0-d batch"):
+        with pytest.raises(TypeError, match=r"item 0: fetch_into returned \S*1\.5\S* where out holds \S*0\.0\S*: "
+                                            r"for a 0-d batch"):
             next(iter(pf))
 
 

@@ -27,8 +27,8 @@ from contextlib import contextmanager
 
 from typing import Any, Iterator, Sequence
 
-__all__ = ["USER_ERRORS", "VIOLATION_KINDS", "CheckError", "ModelError", "StepError", "StepViolation", "delivery_violation", "truth",
-           "violate"]
+__all__ = ["USER_ERRORS", "VIOLATION_KINDS", "CheckError", "ModelError", "StepError", "StepViolation",
+           "delivery_violation", "truth", "violate"]
 
 #: Stable names of every violation kind (part of the CLI contract).
 VIOLATION_KINDS = (

@@ -253,7 +253,8 @@ def format_report(result: dict[str, Any]) -> str:
             lines.append(f"{'':38} ours at capacity+1 {e['ours_capacity_plus_1_percent']}%, autotune "
                          f"{e['ours_autotune_percent']}%, 2 workers {e['ours_2_workers_percent']}%; SimpleQueue floor "
                          f"{f['baselines']['SimpleQueue floor']}%; slot-pool floor "
-                         f"{f['baselines'].get('slot-pool floor', '-')}%; bare model {f['baselines'].get('bare model', '-')}%")
+                         f"{f['baselines'].get('slot-pool floor', '-')}%; bare model "
+                         f"{f['baselines'].get('bare model', '-')}%")
         if f["figure"] == "copy_bandwidth" and "python_after_copy_slowdown" in f["extra"]:
             e = f["extra"]
             lines.append(f"{'':38} fixed cost us/batch: ours {e['overhead_us_per_batch']}, queue.Queue "

@@ -24,8 +24,8 @@ import numpy as np
 
 from .._prefetcher.api import Prefetcher
 from .live_bare import BARE, bare_run
-from .live_common import (BASELINES, SLOT_POOL, TORCHDATA_SKIP, Figure, Sleepy, median, slot_pool_run, torchdata_available,
-                          torchdata_run)
+from .live_common import (BASELINES, SLOT_POOL, TORCHDATA_SKIP, Figure, Sleepy, median, slot_pool_run,
+                          torchdata_available, torchdata_run)
 
 __all__ = ["bench_autotune", "bench_overlap"]
 

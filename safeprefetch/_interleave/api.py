@@ -219,8 +219,6 @@ def _cmd_check_code(args: Any) -> int:
     return 3
 
 
-
-
 def _load_target(target: str, usage: type) -> tuple[Callable[[], Any], dict[str, Any]]:
     """The function ``FILE::NAME`` names, and the options of its ``@test`` decorator (if any)."""
     path_text, sep, attr = target.partition("::")
