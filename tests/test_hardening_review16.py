@@ -741,3 +741,20 @@ def test_every_command_that_builds_a_model_bounds_its_build(command):
     # check refused capacity=10**9 at once; explain, play and run allocated about 8 GB first.
     r = _cli(command, "prefetcher", "--set", "capacity=1000000000", stdin="")
     assert r.returncode == 2 and "building model 'prefetcher' ran out of memory" in r.stderr, r.stderr
+
+
+def test_a_small_trace_is_read_under_a_tight_address_space_limit(tmp_path):
+    # The first reader asked for the whole 256 MiB limit in one read, which reserves it before reading: an
+    # 11-byte trace failed under `ulimit -v` ("the model raised MemoryError"). It reads in pieces now.
+    f = tmp_path / "small.json"
+    f.write_text('{"steps": []}')
+    script = textwrap.dedent(f'''
+        import os, resource
+        from safeprefetch._tools.cliargs import read_json_file
+        with open("/proc/self/statm") as s:
+            size = int(s.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        resource.setrlimit(resource.RLIMIT_AS, (size + 200 * 2 ** 20, resource.RLIM_INFINITY))
+        print(read_json_file({str(f)!r}, "trace"))
+    ''')
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "{'steps': []}", r.stderr

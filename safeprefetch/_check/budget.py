@@ -28,8 +28,8 @@ from typing import Iterator
 __all__ = ["BUILD_MEMORY", "DictGrowth", "MemoryBudget", "bounded_build", "format_bytes", "parse_memory",
            "resident_bytes"]
 
-#: What building one model may add to the process's address space (the CLI's ``check`` and
-#: ``replay``). A build is small -- every catalog model builds in a few MB -- but its size follows
+#: What building one model may add to the process's address space (the CLI's ``check``, ``replay``,
+#: ``play`` and ``run``; ``explain`` tests its build under it first). A build is small -- every catalog model builds in a few MB -- but its size follows
 #: its parameters, and ``--set capacity=1000000000`` makes the prefetcher model allocate an 8 GB
 #: tuple before anything can look at it (a minute of swapping, or the OOM killer). 2 GiB is some
 #: hundred times any real build, and fails such a build at once, with a MemoryError.

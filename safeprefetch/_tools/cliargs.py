@@ -13,9 +13,13 @@ from typing import Any, Sequence
 
 __all__ = ["JSON_FILE_LIMIT", "UsageError", "parse_sets", "read_json_file"]
 
-#: The largest JSON file a command reads (a trace of millions of steps is far smaller): ``/dev/zero`` or a
-#: wrong file is refused after this many bytes, not read until memory runs out.
+#: The largest JSON file a command reads (a trace of millions of steps is far smaller): at most this many
+#: bytes of ``/dev/zero`` or a wrong file are read before it is refused. (Parsing what is read takes more:
+#: a ``MemoryError`` there is the file's error too.)
 JSON_FILE_LIMIT = 256 * 2 ** 20
+
+#: How much one read takes.
+_CHUNK = 2 ** 20
 
 
 class UsageError(Exception):
@@ -41,11 +45,16 @@ def read_json_file(path: str | Path, what: str, error: type = UsageError) -> Any
     :class:`UsageError` for a file that cannot be read, ``error`` for one that is not text, is larger than
     ``JSON_FILE_LIMIT``, is not JSON, or nests too deep."""
     shown = str(path)
+    chunks: list[bytes] = []
+    total = 0
     try:
         with open(path, "rb") as f:
-            data = f.read(JSON_FILE_LIMIT + 1)
+            while total <= JSON_FILE_LIMIT and (chunk := f.read(_CHUNK)):  # (one read of the limit would
+                chunks.append(chunk)  # reserve all of it first, whatever the file's size)
+                total += len(chunk)
     except OSError as e:
         raise UsageError(f"cannot read {what} {shown!r}: {e.strerror or e}") from None
+    data = b"".join(chunks)
     if len(data) > JSON_FILE_LIMIT:
         raise error(f"{what} {shown!r} is larger than {JSON_FILE_LIMIT // 2 ** 20} MiB: not a file this command "
                     f"wrote")
@@ -57,3 +66,5 @@ def read_json_file(path: str | Path, what: str, error: type = UsageError) -> Any
         raise error(f"{what} {shown!r} is not valid JSON: {e}") from None
     except RecursionError:
         raise error(f"{what} {shown!r} nests too deep to be a trace") from None
+    except MemoryError:
+        raise error(f"{what} {shown!r} is too large to parse: not a file this command wrote") from None
