@@ -188,7 +188,7 @@ def fill_into(fetch_into: Callable[[int, np.ndarray], Any], index: int, slot: np
         if isinstance(returned, int):  # bool included
             return None  # a count (readinto's way), or a status
         shown = f"an object of type {type(returned).__name__!r}"
-        returned = _array_like(returned)
+        returned = _array_like(returned, slot.dtype)
         if returned is None:
             return None  # a status (a string, a dict, a tuple of mixed values): nothing that could be the batch
     if slot.ndim == 0 and returned.ndim == 0:
@@ -211,18 +211,22 @@ def fill_into(fetch_into: Callable[[int, np.ndarray], Any], index: int, slot: np
             f"nor a batch (shape {slot.shape} dtype {slot.dtype}): fill out in place (out[...] = batch)")
 
 
-def _array_like(value: Any) -> np.ndarray | None:
-    """What a ``fetch_into`` returned, as an array, when it could be a batch: a float, a numpy scalar, a list
-    or tuple of numbers, anything with a buffer or ``__array__`` (a ``memoryview``, an ``array.array``, a
-    tensor; viewed, not copied). None for anything else, or for what numpy reads only as objects or text."""
-    if not isinstance(value, (float, complex, np.generic, list, tuple, memoryview, array.array)) \
+def _array_like(value: Any, batch: np.dtype) -> np.ndarray | None:
+    """What a ``fetch_into`` returned, as an array, when it could be a batch of dtype ``batch``: a numpy
+    scalar, a float, a list or tuple of numbers, anything with a buffer or ``__array__`` (a ``memoryview``,
+    an ``array.array``, a tensor; viewed, not copied), and text where the batches are text. None for anything
+    else, or for what numpy reads only as objects, text or records where the batches are not of that kind."""
+    if isinstance(value, np.generic):
+        return np.asarray(value)  # a label of any dtype, judged as the 0-d case judges it
+    text = batch.kind in "US"
+    if not isinstance(value, (float, complex, list, tuple, memoryview, array.array) + ((str, bytes) if text else ())) \
             and not hasattr(value, "__array__") and not hasattr(value, "__array_interface__"):
         return None
     try:
         got = np.asarray(value)
     except (ValueError, TypeError):  # ragged, or numpy cannot read it: not a batch
         return None
-    return None if got.dtype.kind in "OUSV" else got
+    return None if got.dtype.kind in "OUSV" and got.dtype.kind != batch.kind else got
 
 
 def _same_value(a: Any, b: np.ndarray) -> bool:
