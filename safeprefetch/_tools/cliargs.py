@@ -45,16 +45,11 @@ def read_json_file(path: str | Path, what: str, error: type = UsageError) -> Any
     :class:`UsageError` for a file that cannot be read, ``error`` for one that is not text, is larger than
     ``JSON_FILE_LIMIT``, is not JSON, or nests too deep."""
     shown = str(path)
-    chunks: list[bytes] = []
-    total = 0
     try:
         with open(path, "rb") as f:
-            while total <= JSON_FILE_LIMIT and (chunk := f.read(_CHUNK)):  # (one read of the limit would
-                chunks.append(chunk)  # reserve all of it first, whatever the file's size)
-                total += len(chunk)
+            data = _read_at_most(f, JSON_FILE_LIMIT + 1)
     except OSError as e:
         raise UsageError(f"cannot read {what} {shown!r}: {e.strerror or e}") from None
-    data = b"".join(chunks)
     if len(data) > JSON_FILE_LIMIT:
         raise error(f"{what} {shown!r} is larger than {JSON_FILE_LIMIT // 2 ** 20} MiB: not a file this command "
                     f"wrote")
@@ -68,3 +63,14 @@ def read_json_file(path: str | Path, what: str, error: type = UsageError) -> Any
         raise error(f"{what} {shown!r} nests too deep to be a trace") from None
     except MemoryError:
         raise error(f"{what} {shown!r} is too large to parse: not a file this command wrote") from None
+
+
+def _read_at_most(f: Any, limit: int) -> bytes:
+    """About ``limit`` bytes of ``f`` at most, read in pieces: one read of ``limit`` would reserve all of it
+    first, whatever the file's size. (Its own function: no loop inside the caller's ``try``.)"""
+    chunks: list[bytes] = []
+    total = 0
+    while total < limit and (chunk := f.read(_CHUNK)):
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
