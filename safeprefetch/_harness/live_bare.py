@@ -36,6 +36,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .._dsl.model import DONE
+from .live_common import slots_and_out
 
 __all__ = ["BARE", "TRANSITIONS", "bare_run"]
 
@@ -147,12 +148,7 @@ def bare_run(fetch_into: Callable[[int, np.ndarray], Any], n: int, capacity: int
     faults in a timed run).
     """
     s = _Steps(n, capacity, run, transitions)
-    if pool is None:
-        pool = [np.empty(shape, dtype) for _ in range(capacity)]
-    if len(pool) != capacity or any(a.shape != shape or a.dtype != dtype for a in pool):
-        raise ValueError(f"pool: {capacity} arrays of shape {shape} and dtype {dtype} expected")
-    if out is None:
-        out = np.empty(shape, dtype)
+    pool, out = slots_and_out(capacity, shape, dtype, pool, out)
     cond = threading.Condition(threading.Lock())
     box = [s.init]
     failure: list[BaseException] = []

@@ -53,7 +53,7 @@ import numpy as np
 
 __all__ = ["BASELINES", "SLOT_POOL", "TORCHDATA_SKIP", "Background", "Figure", "Sleepy", "Trivial", "background_run",
            "median", "one_thread_queue_loops", "python_slowdown_after", "queue_run", "simplequeue_run", "slot_pool_run",
-           "torchdata_available", "torchdata_run"]
+           "slots_and_out", "torchdata_available", "torchdata_run"]
 
 TORCHDATA_SKIP = "skipped: torchdata not installed"
 
@@ -176,6 +176,17 @@ def simplequeue_run(produce: Callable[[int], Any], n: int, depth: int, consume: 
 SLOT_POOL = "slot-pool floor"
 
 
+def slots_and_out(capacity: int, shape: tuple[int, ...], dtype: Any, pool: list[np.ndarray] | None,
+                  out: np.ndarray | None) -> tuple[list[np.ndarray], np.ndarray]:
+    """The slots and the ``out`` array a run copies through: new ones, or the given ones checked (a pool of
+    ``capacity`` arrays of the batch's shape and dtype)."""
+    if pool is None:
+        pool = [np.empty(shape, dtype) for _ in range(capacity)]
+    if len(pool) != capacity or any(a.shape != tuple(shape) or a.dtype != dtype for a in pool):
+        raise ValueError(f"pool: {capacity} arrays of shape {shape} and dtype {dtype} expected")
+    return pool, np.empty(shape, dtype) if out is None else out
+
+
 def slot_pool_run(fetch_into: Callable[[int, np.ndarray], Any], n: int, capacity: int, shape: tuple[int, ...],
                   dtype: Any, consume: Callable[[np.ndarray], None], pool: list[np.ndarray] | None = None,
                   out: np.ndarray | None = None) -> None:
@@ -184,12 +195,7 @@ def slot_pool_run(fetch_into: Callable[[int, np.ndarray], Any], n: int, capacity
     producer thread; ``consume(out)`` sees each item copied into one ``out`` array, after its slot went
     back (as ``copy_prefetched`` gives a slot back before returning). ``pool`` and ``out`` as in
     ``bare_run``."""
-    if pool is None:
-        pool = [np.empty(shape, dtype) for _ in range(capacity)]
-    if len(pool) != capacity or any(a.shape != tuple(shape) or a.dtype != dtype for a in pool):
-        raise ValueError(f"pool: {capacity} arrays of shape {shape} and dtype {dtype} expected")
-    if out is None:
-        out = np.empty(shape, dtype)
+    pool, out = slots_and_out(capacity, shape, dtype, pool, out)
     free: queue.SimpleQueue = queue.SimpleQueue()
     filled: queue.SimpleQueue = queue.SimpleQueue()
     for k in range(capacity):
