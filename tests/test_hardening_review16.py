@@ -369,6 +369,24 @@ def test_a_count_returned_by_fetch_into_is_still_fine():
 # -- 4. the shape cache re-entered by a signal handler, at any line ------------------------------------------
 
 
+def _lines_reached(code, run) -> list[int]:
+    """The lines of ``code`` that ``run()`` runs, on this thread. (The shape cache's unguarded path, for a
+    thread that holds another key, is tested in test_hardening_review17.py.)"""
+    seen: set[int] = set()
+
+    def local(frame, event, arg):
+        if event == "line":
+            seen.add(frame.f_lineno)
+        return local
+
+    sys.settrace(lambda frame, event, arg: local if frame.f_code is code else None)
+    try:
+        run()
+    finally:
+        sys.settrace(None)
+    return sorted(seen)
+
+
 def _reentered_at(line: int, same_key: bool) -> tuple[list, threading.Thread]:
     """Call a fresh ``_once_per_key`` function; at ``line`` of its wrapper (a trace hook, as a signal handler
     could run there), call it again on the same thread. Returns (results, the thread that ran it)."""
@@ -403,8 +421,8 @@ def _reentered_at(line: int, same_key: bool) -> tuple[list, threading.Thread]:
 def test_a_handler_reentering_the_shape_cache_at_any_line_does_not_deadlock():
     from safeprefetch._prefetcher.machine import _once_per_key
 
-    code = _once_per_key(functools.lru_cache()(lambda x: x)).__code__
-    lines = sorted({ln for _s, _e, ln in code.co_lines() if ln is not None and ln > code.co_firstlineno})
+    f = _once_per_key(functools.lru_cache()(lambda x: x))
+    lines = _lines_reached(f.__code__, lambda: f(1))
     assert len(lines) >= 6
     for line in lines:
         for same_key in (True, False):
@@ -419,8 +437,10 @@ def test_a_prefetcher_built_inside_another_ones_shape_cache_guard_is_built():
     from safeprefetch._prefetcher import machine as M
 
     call_code = M.transitions_for.__code__
-    lines = sorted({ln for _s, _e, ln in call_code.co_lines() if ln is not None and ln > call_code.co_firstlineno})
     src = np.arange(12, dtype=np.int64).reshape(3, 4)
+    Prefetcher(src, capacity=2, timeout=30).close()  # the shape cached first: every run below takes one path
+    lines = _lines_reached(call_code, lambda: Prefetcher(src, capacity=2, timeout=30).close())
+    assert len(lines) >= 6
     for line in lines:
         fired: list[int] = []
         got: list = []
@@ -541,8 +561,8 @@ def test_a_handler_waiting_for_another_threads_key_at_any_line_does_not_deadlock
     # waited for B's key; B, done, waited for the guard to pop it. The table has no lock now.
     from safeprefetch._prefetcher.machine import _once_per_key
 
-    code = _once_per_key(functools.lru_cache()(lambda x: x)).__code__
-    for line in sorted({ln for _s, _e, ln in code.co_lines() if ln is not None and ln > code.co_firstlineno}):
+    f = _once_per_key(functools.lru_cache()(lambda x: x))
+    for line in _lines_reached(f.__code__, lambda: f(1)):
         results, a, b = _cross_thread_at(line)
         assert not a.is_alive() and not b.is_alive(), f"deadlocked: the handler ran at line {line}"
         assert {("A got", 10), ("B got", 20), ("handler got", 20)} <= set(results[1:]), (line, results)

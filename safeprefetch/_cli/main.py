@@ -33,7 +33,7 @@ from .._tools.catalog import catalog, load_model
 from .._check.explore import DEFAULT_MAX_STATES, DEFAULT_REDUCE, CheckResult, ReplayDivergence, Trace, TraceError, check, final_verdict
 from .._dsl.graph import format_graph, graph_json
 from .._dsl.model import ModelError
-from .._dsl.violations import StepError
+from .._dsl.violations import ProcessExit, StepError, exit_call, refusing_os_exit
 from .._check.reverify import ReverifyIncomplete, saved_claim, saved_verdict
 from .._check.trace import format_table, render_result
 from .._harness import bench as _bench_commands
@@ -421,12 +421,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_states = getattr(args, "max_states", None)
         if max_states is not None and max_states < 1:
             raise UsageError("--max-states must be at least 1")
-        return COMMANDS[args.command](args)
+        return _refusing_os_exit(COMMANDS[args.command], args)
     except (UsageError, ModelError, TraceError, ReplayDivergence) as e:
         print(f"error: {e}", file=sys.stderr)
         table = getattr(e, "table", None)  # a step that raised, a wrong symmetry: the schedule that got there
         if table:
             print(f"the trace that reached it:\n{table}", file=sys.stderr)
+        return 2
+    except ProcessExit as e:  # os._exit where nothing reported it (a fork's child ends by the real one)
+        print(f"error: {_whose(args)} called {exit_call(e)}: the process would have ended there, with no verdict",
+              file=sys.stderr)
         return 2
     except BrokenPipeError:
         return 0
@@ -439,12 +443,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("SAFEPREFETCH_TRACEBACK"):
             raise
         where = _user_frame(e)
-        command = getattr(args, "command", None)
-        who = ("the code under test" if command == "check-code" else "the model" if command in _MODEL_COMMANDS
-               else f"{command or 'the command'}")  # (demo: its files)
-        print(f"error: {who} raised {type(e).__name__}: {e}{where} "
+        print(f"error: {_whose(args)} raised {type(e).__name__}: {e}{where} "
               "(set SAFEPREFETCH_TRACEBACK=1 for the traceback)", file=sys.stderr)
         return 2
+
+
+def _whose(args: Any) -> str:
+    """Whose code raised, for an error message."""
+    command = getattr(args, "command", None)
+    return ("the code under test" if command == "check-code" else "the model" if command in _MODEL_COMMANDS
+            else f"{command or 'the command'}")  # (demo: its files)
+
+
+def _refusing_os_exit(command: Any, args: Any) -> int:
+    """``command(args)`` with ``os._exit`` refused in this process: a model's or checked code's
+    ``os._exit(0)`` ended the checker with status 0 and no verdict, a pass for a check that never ended."""
+    real = os._exit
+    os._exit = refusing_os_exit()
+    try:
+        return command(args)
+    finally:
+        os._exit = real
 
 
 def _user_frame(e: BaseException) -> str:

@@ -22,7 +22,7 @@ from typing import Any, Mapping
 
 from .graph import did_you_mean
 from .views import _LocalViewBase
-from .violations import CheckError, StepError
+from .violations import CheckError, StepError, exit_call
 
 __all__ = ["check_error", "step_error"]
 
@@ -52,7 +52,7 @@ def _user_frame(error: BaseException) -> str | None:
 
 def _detail(error: BaseException, state: tuple, shared: Mapping[str, int], local: Mapping[str, int]) -> str:
     if isinstance(error, SystemExit):
-        return f"the model called sys.exit({error.code!r}), which a model's code may not do"
+        return f"the model called {exit_call(error)}, which a model's code may not do"
     text = f"{type(error).__name__}: {error}"
     if isinstance(error, AttributeError) and isinstance(getattr(error, "name", None), str):
         obj: Any = getattr(error, "obj", None)

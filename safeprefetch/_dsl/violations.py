@@ -19,16 +19,18 @@ This module is a leaf: every other DSL module imports it, it imports none.
 
 from __future__ import annotations
 
+import os
 import pickle
+import sys
 import types
 from collections.abc import AsyncIterator, Awaitable
 from collections.abc import Iterator as _Iterator
 from contextlib import contextmanager
 
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
-__all__ = ["USER_ERRORS", "VIOLATION_KINDS", "CheckError", "ModelError", "StepError", "StepViolation",
-           "delivery_violation", "truth", "violate"]
+__all__ = ["USER_ERRORS", "VIOLATION_KINDS", "CheckError", "ModelError", "ProcessExit", "StepError", "StepViolation",
+           "delivery_violation", "exit_call", "refusing_os_exit", "truth", "violate"]
 
 #: Stable names of every violation kind (part of the CLI contract).
 VIOLATION_KINDS = (
@@ -128,14 +130,52 @@ class StepViolation(Exception):
         self.message = message
 
 
+class ProcessExit(SystemExit):
+    """``os._exit(code)`` called by a model or checked code inside the checker's process, stopped there.
+
+    ``os._exit`` ends the process at once, with the code's status and no output: ``os._exit(0)`` in a
+    step or a test body read as a pass. The command line (and a code check, for the threads it runs)
+    puts :func:`refusing_os_exit`'s stand-in in its place, which raises this instead; as a
+    ``SystemExit`` it takes the path a ``sys.exit`` does, and is reported as the model's error or a
+    violation. A forked child (``multiprocessing``, dask) still ends by the real one.
+    """
+
+    where = ""  # " at FILE:LINE" of the call
+
+    def __str__(self) -> str:
+        return f"os._exit({self.code!r}) was called: the process would have ended there, with no verdict"
+
+
+def exit_call(e: SystemExit) -> str:
+    """``sys.exit(0)`` or ``os._exit(0)``: what the code called that raised ``e``."""
+    return f"{'os._exit' if isinstance(e, ProcessExit) else 'sys.exit'}({e.code!r})"
+
+
+def refusing_os_exit(raises: Callable[[], bool] = lambda: True) -> Callable[[int], None]:
+    """A stand-in for ``os._exit``: in this process, where ``raises()`` is true, it raises
+    :class:`ProcessExit`; elsewhere (a forked child, a thread ``raises`` excludes) it is the real one."""
+    real, pid = os._exit, os.getpid()
+
+    def _exit(code: int) -> None:
+        if os.getpid() == pid and raises():
+            e = ProcessExit(code)
+            caller = sys._getframe(1)
+            e.where = f" at {os.path.basename(caller.f_code.co_filename)}:{caller.f_lineno}"
+            raise e
+        real(code)
+
+    _exit.real = real  # type: ignore[attr-defined]
+    return _exit
+
+
 @contextmanager
 def exited(who: str) -> Iterator[None]:
-    """Turn a ``SystemExit`` raised inside the block (model code called ``sys.exit``) into a
+    """Turn a ``SystemExit`` raised inside the block (model code called ``sys.exit`` or ``os._exit``) into a
     :class:`ModelError` naming ``who``; any other exception passes unchanged."""
     try:
         yield
     except SystemExit as e:
-        raise ModelError(f"{who} called sys.exit({e.code!r}), which a model's code may not do") from None
+        raise ModelError(f"{who} called {exit_call(e)}{getattr(e, 'where', '')}, which a model's code may not do") from None
 
 
 #: What a predicate may not return: each is true whatever it would produce, so a guard of this kind is

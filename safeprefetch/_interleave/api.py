@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .._check.result import Trace
+from .._dsl.violations import ProcessExit, exit_call
 from .arguments import runs_when_called
 from .check import Interrupt, check_code, replay_code, settings_of
 from .report import CodeCheckResult, render_text, write_svg
@@ -237,7 +238,8 @@ def _load_target(target: str, usage: type) -> tuple[Callable[[], Any], dict[str,
         sys.modules[modname] = module
         spec.loader.exec_module(module)
     except SystemExit as e:  # not a pass: nothing was checked (exit 0 would read as "every schedule passed")
-        raise usage(f"importing {path_text!r} raised SystemExit({e.code!r}): nothing was checked") from None
+        what = f"called {exit_call(e)}" if isinstance(e, ProcessExit) else f"raised SystemExit({e.code!r})"
+        raise usage(f"importing {path_text!r} {what}: nothing was checked") from None
     finally:
         sys.path.remove(str(path.resolve().parent))
     obj: Any = module

@@ -23,8 +23,10 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-__all__ = ["Aborted", "Choice", "Op", "SchedulerStuck", "Settings", "Step", "join_clock", "may_outlive",
-           "name_from_line", "raised_at", "where"]
+from .._dsl.violations import ProcessExit, exit_call
+
+__all__ = ["Aborted", "Choice", "Op", "SchedulerStuck", "Settings", "Step", "exit_finding", "join_clock",
+           "may_outlive", "name_from_line", "raised_at", "where"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _THREADING_FILE = os.path.abspath(sys.modules["threading"].__file__ or "")
@@ -183,6 +185,15 @@ def raised_at(e: BaseException) -> str:
     if last is None:
         return ""
     return f" at {os.path.basename(last.tb_frame.f_code.co_filename)}:{last.tb_lineno}"
+
+
+def exit_finding(e: SystemExit, who: str) -> str | None:
+    """What a ``SystemExit`` that ends a thread's run is as a finding, or None: a thread's ``sys.exit`` ends
+    that thread (as with real threads); the test body's, and ``os._exit`` anywhere (it ends the process), are
+    uncaught."""
+    if isinstance(e, ProcessExit):
+        return f"{who} called {exit_call(e)}: the process would have ended there{e.where}"
+    return f"{who} raised SystemExit" if who == "the test body" else None
 
 
 #: The suffix that tells apart threads given the same name (``closer#2``).

@@ -53,12 +53,14 @@ import concurrent.futures.thread as _pool
 import gc
 import logging
 import operator
+import os
 import queue as _queue
 import sys
 import threading
 import time as _time
 from typing import Any, Callable
 
+from .._dsl.violations import refusing_os_exit
 from .barrier import VBarrier
 from .belonging import until, unwaitable
 from .primitives import VBoundedSemaphore, VCondition, VEvent, VLock, VRLock, VSemaphore
@@ -246,6 +248,31 @@ def _is_alive(self: threading.Thread) -> bool:
     return not (target.finished or target.stopped)
 
 
+#: Thread objects given a handle of their OS thread for a fork, and the handle each had (the parent's to put back).
+_FORK_SAVED: list[tuple[threading.Thread, Any]] = []
+
+
+def _before_fork() -> None:
+    """3.13: a fork's child asserts that its current Thread object's handle is the OS thread's. A Thread the
+    scheduler runs has the handle of a thread that never started: it gets its OS thread's for the fork."""
+    ident = _thread.get_ident()
+    obj = threading._active.get(ident)  # type: ignore[attr-defined]
+    handle = getattr(obj, "_handle", None)
+    if handle is not None and handle.ident != ident:
+        _FORK_SAVED.append((obj, handle))
+        obj._handle = _thread._make_thread_handle(ident)  # type: ignore[attr-defined,union-attr]
+
+
+def _after_fork_in_parent() -> None:
+    while _FORK_SAVED:
+        obj, handle = _FORK_SAVED.pop()
+        obj._handle = handle  # type: ignore[attr-defined]
+
+
+if _THREAD_HANDLES and hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_FORK_SAVED.clear)
+
+
 def _make_enumerate(orig: Callable[[], list], counting: bool) -> Callable[[], Any]:
     """``threading.enumerate`` (``counting``: ``active_count``) as the body would see it run for real.
 
@@ -328,6 +355,8 @@ def _table() -> list[tuple[Any, str, Any]]:
         (_time, "sleep", _make_sleep(_time.sleep)),
         (threading, "enumerate", _make_enumerate(threading.enumerate, False)),
         (threading, "active_count", _make_enumerate(threading.active_count, True)),
+        # A controlled thread's os._exit would end the check's process with its status and no verdict.
+        (os, "_exit", refusing_os_exit(lambda: current() is not None)),
     ]
     if hasattr(threading, "activeCount"):  # the deprecated alias, until 3.12
         t.append((threading, "activeCount", _make_enumerate(threading.activeCount, True)))

@@ -68,7 +68,7 @@ import threading
 from typing import Any, Callable
 
 from .ops import Aborted, Choice, Op, SchedulerStuck, Settings, Step, join_clock, may_outlive, name_from_line, raised_at
-from .ops import where as where
+from .ops import exit_finding, where as where
 
 __all__ = ["ABORT_OPS", "ABORT_PATIENCE", "Aborted", "Choice", "Execution", "Op", "SchedulerStuck", "Settings", "Step",
            "VThread", "current", "where"]
@@ -250,9 +250,9 @@ class Execution:
             return
         except Aborted:
             raise
-        except SystemExit:
-            if vt.index == 0:
-                self.violation("uncaught_exception", "the test body raised SystemExit", vt)
+        except SystemExit as e:
+            if (finding := exit_finding(e, "the test body" if vt.index == 0 else f"thread {vt.name}")) is not None:
+                self.violation("uncaught_exception", finding, vt)
             return
         except BaseException as e:  # noqa: BLE001 - every exception of the code under test is a finding
             if vt.abort:  # raised by the code's own cleanup while the checker unwound it: not the code's
@@ -571,6 +571,8 @@ class _Started:
     def set(self) -> None:
         pass
 
+    _at_fork_reinit = set  # a fork's child resets every Thread's Event: this one stays set
+
 
 _STARTED = _Started()
 
@@ -584,11 +586,9 @@ def mark_started(obj: threading.Thread) -> None:
 def retire(obj: threading.Thread) -> None:
     """Make a Thread object the scheduler ran look finished to the real ``threading`` API.
 
-    Its run was virtual: the real Thread never started, so after the check a
-    real ``join`` (``concurrent.futures``' exit hook joins every executor
-    thread it saw) would raise "cannot join thread before it is started", and
-    ``is_alive`` would read the controlled Event its ``__init__`` made. The
-    thread did start and did end, under the scheduler; this says so.
+    Its run was virtual: the real Thread never started, so after the check a real ``join`` (``concurrent.futures``'
+    exit hook joins every executor thread it saw) would raise "cannot join thread before it is started", and
+    ``is_alive`` would read the controlled Event its ``__init__`` made. It did start and end, under the scheduler.
     """
     mark_started(obj)
     if hasattr(obj, "_handle"):  # 3.13: a thread handle, marked done

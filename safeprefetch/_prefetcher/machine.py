@@ -58,6 +58,18 @@ def compile_reference(capacity: int, workers: int, items: int, ordered: bool, si
     return Model.compile(config, bounded=False)  # a live run: Prefetcher(workers=300) is allowed
 
 
+#: Every per-key lock of every :func:`_once_per_key` function that a thread holds or is about to take.
+_BUSY: dict[Any, Any] = {}
+
+
+def _holds_another(lock: Any) -> bool:
+    """Whether the calling thread holds a per-key lock other than ``lock`` (of any table)."""
+    for other in list(_BUSY.values()):
+        if other is not lock and other._is_owned():
+            return True
+    return False
+
+
 def _once_per_key(cached: Callable[..., Any]) -> Callable[..., Any]:
     """``cached`` (an ``lru_cache`` function), called by one thread at a time per key: the others wait, then
     find the result in its cache."""
@@ -65,25 +77,33 @@ def _once_per_key(cached: Callable[..., Any]) -> Callable[..., Any]:
     # under the GIL (and under a free-threaded build's per-dict lock). A lock there was a second lock a signal
     # handler (or a finalizer) building a prefetcher could take on a thread that already held it, or hold while
     # it waited for another thread's key: both deadlocked. The per-key locks are reentrant for the same reason.
-    busy: dict[Any, Any] = {}
+    # And a thread that holds one key's lock never waits for another's: it computes unguarded instead (the
+    # cache takes either result). ``transitions_for`` holds its key while it asks ``_template`` for the same
+    # shape, and a handler on a thread inside ``_template`` may ask ``transitions_for``: taking both locks in
+    # opposite orders deadlocked. With no thread waiting while it holds, no cycle of waits can form.
 
     @functools.wraps(cached)
     def call(*args: Any, **kw: Any) -> Any:
-        key = (args, tuple(sorted(kw.items())))
-        lock = busy.setdefault(key, threading.RLock())  # (re-entered by a signal handler: it computes)
+        key = (cached, args, tuple(sorted(kw.items())))
+        lock = _BUSY.setdefault(key, threading.RLock())  # (re-entered by a signal handler: it computes)
+        if not lock._is_owned() and _holds_another(lock):
+            return cached(*args, **kw)
         with lock:
             try:
                 return cached(*args, **kw)
             finally:
-                busy.pop(key, None)
+                _BUSY.pop(key, None)
 
-    def after_fork_in_child() -> None:  # a thread the child has not may have held one
-        busy.clear()
-
-    if hasattr(os, "register_at_fork"):
-        os.register_at_fork(after_in_child=after_fork_in_child)
     call.cache_clear, call.cache_info = cached.cache_clear, cached.cache_info  # type: ignore[attr-defined]
     return call
+
+
+def _after_fork_in_child() -> None:  # a thread the child has not may have held one
+    _BUSY.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @_once_per_key
