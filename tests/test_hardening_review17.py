@@ -217,3 +217,71 @@ def test_the_command_line_puts_the_real_os_exit_back():
     real = os._exit
     assert main(["list"]) == 0
     assert os._exit is real
+
+
+# -- check-code --replay: the saved verdict and settings are read, not ignored ------------------------------------
+
+DEADLOCK = '''
+import threading
+
+
+def test_deadlock():
+    a, b = threading.Lock(), threading.Lock()
+
+    def other():
+        with a:
+            with b:
+                pass
+
+    th = threading.Thread(target=other)
+    th.start()
+    with b:
+        with a:
+            pass
+    th.join()
+'''
+
+
+@pytest.fixture
+def saved_deadlock(tmp_path):
+    import json
+
+    (tmp_path / "t_dl.py").write_text(DEADLOCK)
+    proc = _cli(tmp_path, "check-code", "t_dl.py::test_deadlock", "--json")
+    assert proc.returncode == 1, proc.stderr
+    saved = json.loads(proc.stdout)
+    assert saved["verdict"] == "deadlock"
+
+    def replay_with(change):
+        value = json.loads(json.dumps(saved))
+        change(value)
+        (tmp_path / "trace.json").write_text(json.dumps(value))
+        return _cli(tmp_path, "check-code", "t_dl.py::test_deadlock", "--replay", "trace.json")
+
+    return replay_with
+
+
+def test_a_replay_that_ends_in_another_verdict_than_the_saved_one_is_not_a_reproduction(saved_deadlock):
+    same = saved_deadlock(lambda d: None)
+    assert same.returncode == 1 and "deadlock" in same.stdout, (same.stdout, same.stderr)
+    other = saved_deadlock(lambda d: d.update(verdict="assertion"))
+    assert other.returncode == 2, (other.stdout, other.stderr)
+    assert "shows deadlock" in other.stderr and "saved with (assertion)" in other.stderr, other.stderr
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d.update(verdict=5), "saved verdict 5 is not one of ok, assertion"),
+    (lambda d: d.update(settings=5), "settings must be an object of NAME: VALUE, not int"),
+    (lambda d: d["settings"].update(interrupts=5), "the trace's settings: interrupts must be a list of names, not 5"),
+    (lambda d: d["settings"].update(time_limit="abc"), "the trace's settings: time_limit must be a number"),
+    (lambda d: d["settings"].update(notify=3), "the trace's settings: notify must be 'fifo' or 'any', not 3"),
+])
+def test_a_malformed_saved_result_is_refused_with_a_labelled_message(saved_deadlock, change, message):
+    proc = saved_deadlock(change)
+    assert proc.returncode == 2 and message in proc.stderr, (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_saved_infinite_time_limit_still_replays(saved_deadlock):
+    proc = saved_deadlock(lambda d: d["settings"].update(time_limit="inf"))
+    assert proc.returncode == 1 and "deadlock" in proc.stdout, (proc.stdout, proc.stderr)

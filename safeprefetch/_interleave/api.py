@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .._check.result import Trace
+from .._check.result import ReplayDivergence, Trace
 from .._dsl.violations import ProcessExit, exit_call
 from .arguments import runs_when_called
 from .check import Interrupt, check_code, replay_code, settings_of
@@ -91,12 +91,10 @@ def replay(fn: Callable[[], Any], trace: Trace | Any, *, interrupts: Sequence[In
     A result's JSON records the check's settings (``notify``, ``time_limit``, ...), and the replay uses
     them; a keyword given here overrides one. ``patch_globals`` and ``interrupts`` are code, so they are
     given again: replaying a result recorded with some, without them, is a ``ValueError`` naming them.
-    Raises ``ReplayDivergence`` when the code does something else under that schedule.
+    Raises ``ReplayDivergence`` when the code does something else under that schedule, or when a saved
+    result's run ends in another verdict than the one it was saved with.
     """
-    recorded = dict(trace.get("settings", {})) if isinstance(trace, dict) else {}
-    for key in ("time_limit", "wall_timeout"):  # recorded as JSON: an infinity as "inf"
-        if isinstance(recorded.get(key), str):
-            recorded[key] = float(recorded[key])
+    recorded, saved = _recorded(trace)
     given = {"notify": notify, "spurious": spurious, "lines": lines, "lock_release": lock_release,
              "allow_alive": allow_alive, "max_steps": max_steps, "time_limit": time_limit,
              "wall_timeout": wall_timeout}
@@ -106,7 +104,38 @@ def replay(fn: Callable[[], Any], trace: Trace | Any, *, interrupts: Sequence[In
             raise ValueError(f"the trace was recorded with {option} ({', '.join(recorded[option])}): pass the "
                              f"same {option}= to replay it")
     settings = settings_of(**chosen)
-    return replay_code(fn, trace, interrupts=interrupts, settings=settings, name=name, patch_globals=patch_globals)
+    result = replay_code(fn, trace, interrupts=interrupts, settings=settings, name=name, patch_globals=patch_globals)
+    shown = result.violation.kind if result.violation is not None else "ok"
+    if saved is not None and shown != saved:  # the same schedule, another ending: the code is not the one saved
+        raise ReplayDivergence(f"the run under the trace's schedule shows {shown}"
+                               f"{f': {result.violation.message}' if result.violation else ''}, not the verdict it "
+                               f"was saved with ({saved})")
+    return result
+
+
+def _recorded(trace: Any) -> tuple[dict[str, Any], str | None]:
+    """A saved result's settings (checked one by one, each error naming the trace) and its verdict, if any."""
+    if not isinstance(trace, dict):
+        return {}, None
+    saved, recorded = trace.get("verdict"), trace.get("settings", {})
+    if saved is not None and saved not in VERDICTS:
+        raise ValueError(f"the trace's saved verdict {saved!r} is not one of {', '.join(VERDICTS)}")
+    if not isinstance(recorded, dict):
+        raise ValueError(f"the trace's settings must be an object of NAME: VALUE, not {type(recorded).__name__}")
+    recorded = dict(recorded)
+    for key in ("time_limit", "wall_timeout"):  # recorded as JSON: an infinity as "inf"
+        if isinstance(recorded.get(key), str) and recorded[key] in ("inf", "Infinity"):
+            recorded[key] = float(recorded[key])
+    for key in ("interrupts", "patch_globals"):
+        value = recorded.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"the trace's settings: {key} must be a list of names, not {value!r}")
+    for key in set(recorded) & set(inspect.signature(settings_of).parameters):
+        try:
+            settings_of(**{key: recorded[key]})
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"the trace's settings: {e}") from None
+    return recorded, saved
 
 
 _CHECK_OPTIONS = set(inspect.signature(check).parameters) - {"fn"}
