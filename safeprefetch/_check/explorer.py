@@ -259,8 +259,11 @@ class Explorer:
                 if self.fast is not None:
                     self.fast.release()
                 self.fast, self.engine, self.engine_used = None, "plain", "plain"
-                self.engine_note = ("the generated expansion disagreed with the machine at a reachable state (does "
-                                    "the model's build read anything but its configuration?); searched again plain")
+                why = ("the model's build reads something besides its configuration, or Cython compiled a "
+                       "construct unlike Python" if self.engine == "compiled" else
+                       "the model's build reads something besides its configuration")
+                self.engine_note = (f"the {self.engine} expansion disagreed with the machine at a reachable state "
+                                    f"(perhaps {why}); searched again plain")
                 self._start()
                 found.clear()
                 exhaustive = self._bfs(found)

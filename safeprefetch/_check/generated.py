@@ -62,9 +62,13 @@ binds those names in a loaded instance that it alone holds, and gives it
 back when it is over (:mod:`.extension`): two searches at once, in
 threads, never compute with each other's values, even where the
 description cannot tell the values apart.
-Cython compiles Python's semantics, not a subset of them: the compiled
-module computes what the Python one does, which the differential tests
-check rather than assume.
+Cython compiles Python's semantics, with one exception found so far: ``x
+in (a, b)`` over a literal container is compiled to ``x == a or x == b``,
+with no identity test, so a NaN sentinel is not found in it. The module
+therefore hands every such container to ``in`` through a call that Cython
+cannot see into (:func:`_hide_literal_containers`). The differential tests
+check that the compiled module computes what the Python one does, rather
+than assume it.
 
 When it applies
 ---------------
@@ -265,6 +269,8 @@ class _Writer:
         helpers, bound = _helpers(self.generated_ns, copyable) if self.typed else ({}, {})
         for name, value in bound.items():
             self.bind(name, value)
+        if self.typed and _hide_literal_containers(transitions, helpers):
+            self.bind("X__opaque", _opaque)
         for name in list(helpers):  # called only directly, with its arity: a C function, called as one
             if _only_called(name, transitions, helpers[name]):
                 helpers[name] = _as_cdef(helpers[name])
@@ -489,6 +495,40 @@ def _helpers(ns: dict[str, Any], names: set[str]) -> tuple[dict[str, str], dict[
         out[name] = ast.unparse(node)
         bound.update(values)
     return out, bound
+
+
+def _opaque(value: Any) -> Any:
+    return value
+
+
+def _hide_literal_containers(transitions: list[ast.FunctionDef], helpers: dict[str, str]) -> bool:
+    """Wrap every literal container an ``in`` or ``not in`` tests (``x in (a, b)``) in a call to ``X__opaque``,
+    in the transitions and in the helpers' sources; whether any was found.
+
+    Cython compiles ``x in (a, b)`` as ``x == a or x == b``, without the identity test Python's ``in``
+    makes first: a NaN sentinel (``reading in (MISSING, None)``), or any value not equal to itself, was not
+    found, and the compiled search said "ok" where the plain one found a deadlock. Through a call Cython
+    cannot see into, the container is an object, and ``in`` is Python's.
+    """
+    found = False
+
+    def hide(tree: ast.AST) -> None:
+        nonlocal found
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare):
+                for i, (op, right) in enumerate(zip(node.ops, node.comparators)):
+                    if isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, (ast.Tuple, ast.List, ast.Set,
+                                                                                   ast.Dict)):
+                        node.comparators[i] = ast.Call(ast.Name("X__opaque", ast.Load()), [right], [])
+                        found = True
+
+    for fn in transitions:
+        hide(fn)
+    for name, source in helpers.items():
+        tree = ast.parse(source)
+        hide(tree)
+        helpers[name] = ast.unparse(tree)
+    return found
 
 
 def _only_called(name: str, fns: list[ast.FunctionDef], source: str) -> bool:
