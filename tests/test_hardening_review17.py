@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 
+import numpy as np
 import pytest
 
 pytestmark = pytest.mark.timeout(120)
@@ -351,3 +352,218 @@ def test_the_compiled_engine_finds_a_sentinel_not_equal_to_itself_in_a_literal_c
     assert (e.engine_used, e.engine_note) == ("compiled", ""), e.engine_note  # not caught by the audit, then redone
     assert (got.verdict, got.states, got.transitions, got.trace.to_json()) == \
         (plain.verdict, plain.states, plain.transitions, plain.trace.to_json())
+
+
+# -- a prefetcher's own signals raised by its source are not taken for its own ------------------------------------
+
+
+class _SignalAt:
+    """A map-style source whose item ``at`` raises ``signal`` (as a prefetcher it reads from would)."""
+
+    def __init__(self, n, at, signal):
+        self.n, self.at, self.signal = n, at, signal
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i == self.at:
+            raise self.signal
+        return np.full((4,), i, np.int64)
+
+
+def _drain(pf):
+    got = []
+    while True:
+        try:
+            got.append(int(pf.get()[0]))
+        except StopIteration:
+            return got, None
+        except BaseException as e:  # noqa: BLE001 - the test looks at what it is
+            return got, e
+
+
+def _signals():
+    from safeprefetch import LeaseHeld, PrefetcherClosed, PrefetcherExhausted, PrefetchTimeout
+
+    return [PrefetchTimeout("no batch within the timeout"), PrefetcherClosed("closed"),
+            PrefetcherExhausted("again"), LeaseHeld("held")]
+
+
+@pytest.mark.parametrize("at", [0, 5])
+@pytest.mark.parametrize("kind", ["map", "iterator", "executor"])
+def test_a_sources_prefetcher_signal_is_delivered_wrapped_not_as_the_outers_own(kind, at):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from safeprefetch import Prefetcher
+
+    for signal in _signals():
+        items = _SignalAt(12, at, signal)
+        src = (items[i] for i in range(12)) if kind == "iterator" else items
+        kw = {"executor": ThreadPoolExecutor(2)} if kind == "executor" else {}
+        with Prefetcher(src, capacity=2, workers=2 if kind != "iterator" else 1, **kw) as pf:
+            got, err = _drain(pf)
+        if kw:
+            kw["executor"].shutdown()
+        assert got == list(range(at)), (signal, got)
+        assert type(err) is RuntimeError and err.__cause__ is signal, (kind, signal, err)
+        assert f"item {at}: the source raised {type(signal).__name__}" in str(err)
+
+
+def test_an_on_demand_request_whose_source_times_out_is_not_the_requests_own_timeout():
+    from safeprefetch import OnDemandPrefetcher, PrefetchTimeout
+
+    signal = PrefetchTimeout("no batch within the timeout")
+    with OnDemandPrefetcher(_SignalAt(12, 3, signal), capacity=2, workers=1) as pf:
+        assert int(pf.get(1)[0]) == 1
+        with pytest.raises(RuntimeError) as caught:
+            pf.get(3)
+    assert caught.value.__cause__ is signal
+
+
+def test_a_closed_inner_prefetcher_does_not_make_the_outer_say_it_is_closed():
+    # The reviewer's nesting, without a timer: the inner is closed while the outer reads it.
+    from safeprefetch import Prefetcher, PrefetcherClosed
+
+    inner = Prefetcher(_SignalAt(100, -1, None), capacity=1)
+    outer = Prefetcher(inner, capacity=1)
+    assert int(outer.get()[0]) == 0
+    inner.close()
+    got, err = _drain(outer)
+    assert got == list(range(1, 1 + len(got))) and len(got) <= 3, got
+    assert type(err) is RuntimeError and isinstance(err.__cause__, PrefetcherClosed), err
+    assert not outer.closed
+    outer.close()
+
+
+# -- the compiled engine's cache: a damaged build is built again, never loaded -------------------------------------
+
+
+TICKER = '''
+from safeprefetch.model import DONE, Model
+
+
+class Ticker(Model):
+    name = "ticker"
+    params = {"n": 40}
+
+    def build(self, m, n):
+        m.shared(i=0)
+
+        def tick(s, me):
+            s.i += 1
+
+        p = m.program("ticker")
+        p.step("tick", tick, next=lambda s, me: "tick" if s.i < n else "stuck", to=["tick", "stuck"])
+        p.step("stuck", guard=lambda s, me: False, next=DONE)
+        m.thread("t", p)
+'''
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "no digest"])
+def test_a_damaged_cached_build_is_built_again_not_loaded(tmp_path, damage):
+    from _cython import cython_here
+    from safeprefetch._check.extension import intact
+
+    if not cython_here():
+        pytest.skip("the compiled engine needs Cython and a C compiler")
+    env = {**os.environ, "SAFEPREFETCH_CACHE": str(tmp_path / "cache")}
+    # Plain steps only: a model with primitives (locks, semaphores) describes some bound values by identity,
+    # so its cache key differs in every process, and a second process would not meet the damaged file.
+    (tmp_path / "ticker.py").write_text(TICKER)
+
+    def check():
+        return subprocess.run([sys.executable, "-m", "safeprefetch", "check", "ticker.py", "--reduce", "none",
+                               "--engine", "compiled"], capture_output=True, text=True, timeout=300, env=env,
+                              cwd=tmp_path)
+
+    first = check()
+    assert first.returncode == 1 and "verdict: deadlock" in first.stdout, first.stdout + first.stderr
+    [built] = [p for p in (tmp_path / "cache").iterdir() if p.suffix == ".so"]
+    whole = built.read_bytes()
+    if damage == "truncate":  # the reviewer's: cut to one page, and the next run died of SIGBUS
+        os.truncate(built, 4096)
+    elif damage == "garbage":
+        built.write_bytes(b"\x7fELF" + b"\0" * 200)
+    else:
+        os.unlink(str(built) + ".sha256")
+    again = check()
+    assert again.returncode == 1 and "verdict: deadlock" in again.stdout, (again.returncode, again.stdout,
+                                                                           again.stderr)
+    assert "compiled engine" in again.stdout
+    assert intact(built) and len(built.read_bytes()) > len(whole) // 2  # built again, whole
+
+
+# -- --cluster: an address that is not a dask scheduler is a clear error, in bounded time ----------------------
+
+
+@pytest.fixture
+def listener():
+    """A local TCP port that accepts connections; ``speak(b"...")`` makes it send those bytes to each."""
+    import socket
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    said: list[bytes] = []
+    conns: list = []
+
+    def serve():
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            conns.append(c)
+            if said:
+                c.sendall(said[0])
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield f"tcp://127.0.0.1:{srv.getsockname()[1]}", said.append
+    srv.close()
+    for c in conns:
+        c.close()
+
+
+def test_a_listener_that_never_speaks_dask_is_refused_in_bounded_time(listener, monkeypatch):
+    pytest.importorskip("distributed")
+    from safeprefetch._check import cluster
+    from safeprefetch.model import ModelError
+
+    address, _speak = listener
+    monkeypatch.setattr(cluster, "CONNECT_SECONDS", 3.0)
+    with pytest.raises(ModelError, match=r"cannot reach the dask scheduler at .*no dask handshake within 3 s"):
+        with cluster.open_cluster(address):
+            pass
+
+
+def test_another_services_banner_is_not_blamed_on_the_model(listener, tmp_path):
+    pytest.importorskip("distributed")
+    address, speak = listener
+    speak(b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n")
+    proc = _cli(tmp_path, "check", "check_then_set", "--cluster", address)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert proc.stderr.startswith(f"error: cannot reach the dask scheduler at {address}: "), proc.stderr
+    assert "the model raised" not in proc.stderr
+
+
+@pytest.mark.parametrize("address", ["inproc://x", "tcp://127.0.0.1:abc", "tcp://"])
+def test_an_unusable_scheduler_address_is_not_blamed_on_the_model(address, tmp_path):
+    pytest.importorskip("distributed")
+    proc = _cli(tmp_path, "check", "check_then_set", "--cluster", address)
+    assert proc.returncode == 2 and "cannot reach the dask scheduler" in proc.stderr, (proc.stdout, proc.stderr)
+    assert "the model raised" not in proc.stderr
+
+
+def test_a_cluster_failure_is_reported_as_the_clusters_not_the_models(monkeypatch, capsys):
+    from safeprefetch._check.cluster import ClusterError
+    from safeprefetch._cli import main as cli
+
+    def lost_worker(args):
+        raise ClusterError("worker tcp://127.0.0.1:40000 died with shard 1 of 2")
+
+    monkeypatch.setitem(cli.COMMANDS, "list", lost_worker)
+    assert cli.main(["list"]) == 2
+    err = capsys.readouterr().err
+    assert err == "error: the dask cluster failed under the search: worker tcp://127.0.0.1:40000 died with shard 1 " \
+                  "of 2\n", err

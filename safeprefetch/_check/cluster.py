@@ -146,12 +146,45 @@ def open_cluster(cluster: Any) -> Iterator[Any]:
         return
     if "://" not in cluster:
         raise ModelError(f"unknown cluster {cluster!r}: use local:N or a scheduler address such as tcp://HOST:PORT")
-    try:
-        client = distributed.Client(cluster, direct_to_workers=True, timeout=10)
-    except OSError as e:
-        raise ModelError(f"cannot reach the dask scheduler at {cluster}: {e}") from None
+    client = _connect(distributed, cluster)
     with client:
         yield client
+
+
+#: Seconds a scheduler address has to answer as a dask scheduler (dask's own timeout covers the connect only).
+CONNECT_SECONDS = 30.0
+
+
+def _connect(distributed: Any, address: str) -> Any:
+    """A Client of the scheduler at ``address``, or a :class:`ModelError` that says why not, within
+    :data:`CONNECT_SECONDS`.
+
+    A listener that accepts and never speaks dask (a web server on the dashboard's port) hung the search for
+    good: dask's ``timeout`` bounds the connect, not the handshake. Another service's bytes, or an address
+    of an unknown or unusable scheme, raised whatever dask's parsing met (a 2.8 EiB ``MemoryError`` for an
+    SSH banner), and it was blamed on the model. The Client is made on a thread of its own; one that does
+    not finish in time is left to end when the connection does.
+    """
+    box: list[Any] = []
+    done = threading.Event()
+
+    def make() -> None:
+        try:
+            box.append(("client", distributed.Client(address, direct_to_workers=True, timeout=10)))
+        except Exception as e:  # noqa: BLE001 - every failure to connect is reported as one
+            box.append(("error", e))
+        finally:
+            done.set()
+
+    threading.Thread(target=make, name="safeprefetch-cluster-connect", daemon=True).start()
+    if not done.wait(CONNECT_SECONDS):
+        raise ModelError(f"cannot reach the dask scheduler at {address}: no dask handshake within "
+                         f"{CONNECT_SECONDS:g} s (is a dask scheduler listening there?)")
+    kind, value = box[0]
+    if kind == "error":
+        text = str(value).strip() or type(value).__name__
+        raise ModelError(f"cannot reach the dask scheduler at {address}: {type(value).__name__}: {text[:300]}")
+    return value
 
 
 class ShardActor:

@@ -7,7 +7,10 @@ a C extension and keeps it in the cache (``SAFEPREFETCH_CACHE``, default
 ``~/.cache/safeprefetch``) under a hash of the source, a description of the
 values the module binds by name, Cython's and Python's versions and the C
 flags. A build is written beside its final place and renamed into it, so
-two processes building the same key at once leave one whole file.
+two processes building the same key at once leave one whole file. Beside
+it goes the SHA-256 of its bytes, and a file is loaded only when it still
+matches (:func:`intact`); otherwise it is built again, never mapped as it
+is (a cut-short file killed the process with SIGBUS).
 
 *One build per module, stopped whole.* A foreground build of a module that a
 background build (:func:`start`) is compiling already waits for that build
@@ -54,8 +57,8 @@ from pathlib import Path
 
 from .._dsl.model import ModelError
 
-__all__ = ["CFLAGS", "Build", "CompileUnavailable", "build", "cache_dir", "compiler", "cython_available", "release",
-           "run", "start"]
+__all__ = ["CFLAGS", "Build", "CompileUnavailable", "build", "cache_dir", "compiler", "cython_available", "intact",
+           "release", "run", "start"]
 
 #: How the extension is compiled (part of the cache key). No ``-march=native``: a cache directory may be
 #: shared by machines of different CPUs.
@@ -128,7 +131,7 @@ def _build_or_load(source: str, extra: str, build: bool) -> tuple[types.ModuleTy
     except IndexError:
         pass  # none loaded, or every one in use
     built = 0.0
-    if not target.exists():
+    if not intact(target):
         if not build:
             return None
         built = _compile(source, name, target.name[len(name):], target)
@@ -156,7 +159,7 @@ def _compile(source: str, name: str, suffix: str, target: Path) -> float:
 #: compiler, in a directory beside the cache's file, then an atomic rename into place. A failure prints
 #: which tool failed and the tail of its output, and exits 1.
 _CHILD = r"""
-import json, os, shutil, subprocess, sys
+import hashlib, json, os, shutil, subprocess, sys
 job = json.loads(sys.argv[1])
 try:
     for what, cmd in (("cython", job["cython"]), ("the C compiler", job["cc"])):
@@ -165,7 +168,14 @@ try:
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-12:]
             sys.stderr.write(what + " failed to build the compiled expansion:\n" + "\n".join(tail)[-8000:])
             sys.exit(1)
-    os.replace(job["so"], job["target"])  # atomic: a concurrent build of the same key writes the same bytes
+    with open(job["so"], "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    with open(job["so"] + ".sha256", "w") as f:
+        f.write(digest)
+    # Each atomic; a concurrent build of the same key writes the same bytes. The digest goes first: a file
+    # in place whose digest is not beside it yet reads as not built, and is built again.
+    os.replace(job["so"] + ".sha256", job["target"] + ".sha256")
+    os.replace(job["so"], job["target"])
 finally:
     shutil.rmtree(os.path.dirname(job["so"]), ignore_errors=True)  # the parent may be gone: clean up here
 """
@@ -201,7 +211,7 @@ class Build:
             err = self.proc.stderr.read() if self.proc.stderr is not None else ""
             if self.proc.stderr is not None:
                 self.proc.stderr.close()
-            if self.proc.returncode != 0 or not self.target.exists():
+            if self.proc.returncode != 0 or not intact(self.target):
                 self.error = err.strip() or f"the build exited with status {self.proc.returncode}"
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = ""
@@ -237,7 +247,7 @@ def start(source: str, extra: str) -> Build | None:
     polling runs to its end, so a later search finds it in the cache. Raises :class:`CompileUnavailable`
     without Cython or a C compiler."""
     name, target = _where(source, extra)
-    if target.exists():
+    if intact(target):
         return None
     running = _BACKGROUND.get(name)
     if running is not None and (not running.done() or running.error is not None):
@@ -248,6 +258,23 @@ def start(source: str, extra: str) -> Build | None:
         raise CompileUnavailable(f"the compiled expansion could not be built ({type(e).__name__}: {e})") from e
     _BACKGROUND[name] = job
     return job
+
+
+def intact(target: Path) -> bool:
+    """Whether the cache holds ``target`` whole: its bytes hash to the digest its build stored beside it.
+
+    A cached file cut short (a full disk, a copy interrupted, a hand-edited cache) was loaded as it was:
+    ``dlopen`` mapped it and the process died of SIGBUS with nothing printed, on every later run too, since
+    its name said it was built. A file that does not match its digest (or has none) is built again, and
+    the new build replaces it.
+    """
+    try:
+        with open(target, "rb") as f:
+            got = hashlib.sha256(f.read()).hexdigest()
+        with open(str(target) + ".sha256") as f:
+            return f.read().strip() == got
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def _where(source: str, extra: str) -> tuple[str, Path]:

@@ -34,6 +34,7 @@ from .._check.explore import DEFAULT_MAX_STATES, DEFAULT_REDUCE, CheckResult, Re
 from .._dsl.graph import format_graph, graph_json
 from .._dsl.model import ModelError
 from .._dsl.violations import ProcessExit, StepError, exit_call, refusing_os_exit
+from .._check.cluster import ClusterError
 from .._check.reverify import ReverifyIncomplete, saved_claim, saved_verdict
 from .._check.trace import format_table, render_result
 from .._harness import bench as _bench_commands
@@ -427,6 +428,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         table = getattr(e, "table", None)  # a step that raised, a wrong symmetry: the schedule that got there
         if table:
             print(f"the trace that reached it:\n{table}", file=sys.stderr)
+        return 2
+    except ClusterError as e:  # a worker died, an actor was lost: the cluster's failure, not the model's
+        print(f"error: the dask cluster failed under the search: {e}", file=sys.stderr)
         return 2
     except ProcessExit as e:  # os._exit where nothing reported it (a fork's child ends by the real one)
         print(f"error: {_whose(args)} called {exit_call(e)}: the process would have ended there, with no verdict",

@@ -23,6 +23,7 @@ from .._dsl.model import DONE
 from .._runtime.interrupts import protected
 from .._runtime.kernel import LiveError
 from ..models import _protocol as P
+from .errors import from_source
 from .sources import (FILLED, LocalSlot, SourceBox, batch_problem, check_future, fill_into, remote_item,
                       stop_iteration_error)
 from .waits import SOURCE_BUSY, first_driver, left, start_threads, wait_gate
@@ -79,7 +80,7 @@ class FetchSide:
                 box.errors[pos] = stop_iteration_error(self._where(pos), e)
             return "error"
         except BaseException as e:  # noqa: BLE001 - every error is delivered at its position
-            box.errors[pos] = e
+            box.errors[pos] = from_source(self._where(pos), e)
             return "error"
         finally:
             t1 = time.perf_counter()

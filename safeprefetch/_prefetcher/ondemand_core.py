@@ -54,6 +54,7 @@ from .fetching import FetchSide
 from .ondemand_serve import ServeSide
 from .ondemand_stats import OnDemandCounters, OnDemandStats
 from .predictors import Predictor, label
+from .errors import from_source
 from .sources import SourceBox, fill_into, new_token, stop_iteration_error
 from .waits import SOURCE_BUSY, SourceBusy, first_driver, left, new_gate, start_threads, wait_gate
 
@@ -232,7 +233,7 @@ class OnDemandCore(ServeSide, CloseSide):
     def _as_error(self, index: int, e: BaseException) -> BaseException:
         if isinstance(e, StopIteration):  # an indexed source has no end: PEP 479's rule, as in streaming
             return stop_iteration_error(self._where(index), e)
-        return e
+        return from_source(self._where(index), e)
 
     def _fill(self, box: SourceBox, index: int, k: int, deadline: float | None = None,
               speculative: bool = False) -> str:

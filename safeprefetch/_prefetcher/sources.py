@@ -36,7 +36,7 @@ from typing import Any, Callable
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from .errors import PrefetchTimeout, SourceErrorNotSent
+from .errors import PrefetchTimeout, SourceErrorNotSent, from_source
 from .waits import new_gate, wait_event
 
 __all__ = ["EXECUTING", "FILLED", "LocalSlot", "SourceBox", "batch_problem", "check_future", "executing",
@@ -382,7 +382,7 @@ def read_first(read: Callable[[], Any], timeout: float | None, name: str, map_st
                 return "error", stop_iteration_error("item 0", e)
             return "end", None
         except Exception as e:  # noqa: BLE001 - delivered at position 0, like any source error
-            return "error", e
+            return "error", from_source("item 0", e)
 
     if timeout is None:
         return attempt()
