@@ -567,3 +567,67 @@ def test_a_cluster_failure_is_reported_as_the_clusters_not_the_models(monkeypatc
     err = capsys.readouterr().err
     assert err == "error: the dask cluster failed under the search: worker tcp://127.0.0.1:40000 died with shard 1 " \
                   "of 2\n", err
+
+
+# -- thread_safe=False holds across prefetchers that share the source ---------------------------------------------
+
+
+class _Exclusive:
+    """A map-style source that records overlapping calls. Its first call after construction waits (bounded) for
+    a second one to enter, so an unserialized second prefetcher's call overlaps it for certain."""
+
+    def __init__(self, n):
+        self.n, self.active, self.overlaps, self.armed = n, 0, 0, False
+        self.first_in, self.second_in = threading.Event(), threading.Event()
+        self.count = threading.Lock()
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        with self.count:
+            self.active += 1
+            self.overlaps += self.active > 1
+        try:
+            if self.armed:
+                if not self.first_in.is_set():
+                    self.first_in.set()
+                    self.second_in.wait(2)  # observable state: set by an overlapping call (none, serialized)
+                else:
+                    self.second_in.set()
+            return np.full((4,), i, np.int64)
+        finally:
+            with self.count:
+                self.active -= 1
+
+
+@pytest.mark.parametrize("second", ["streaming", "on_demand"])
+def test_two_prefetchers_over_one_unsafe_source_never_call_it_at_once(second):
+    from safeprefetch import OnDemandPrefetcher, Prefetcher
+
+    src = _Exclusive(40)
+    a = Prefetcher(src, capacity=2, workers=2, thread_safe=False, shuffle=True, seed=3)
+    b = (Prefetcher(src, capacity=2, workers=2, thread_safe=False) if second == "streaming"
+         else OnDemandPrefetcher(src, capacity=2, workers=2, thread_safe=False))
+    src.armed = True
+    got_a: list = []
+    reader = threading.Thread(target=lambda: got_a.extend(int(x[0]) for x in a))
+    reader.start()
+    got_b = [int(x[0]) for x in b] if second == "streaming" else [int(b.get(i)[0]) for i in range(40)]
+    reader.join(60)
+    a.close()
+    b.close()
+    assert sorted(got_a) == list(range(40)) and got_b == list(range(40))
+    assert src.overlaps == 0, f"{src.overlaps} calls into a thread_safe=False source overlapped"
+
+
+def test_a_source_that_cannot_be_weakly_referenced_still_gets_a_gate():
+    from safeprefetch._prefetcher.sources import gate_of
+
+    class Slotted:
+        __slots__ = ("n",)
+
+    one, two = gate_of(Slotted()), gate_of(Slotted())
+    assert one is not None and two is not None and one is not two
+    held = Slotted.__new__(Slotted)
+    assert gate_of(held) is not gate_of(held)  # one per prefetcher, as before: nothing to key a shared one on

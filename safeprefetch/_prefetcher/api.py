@@ -28,7 +28,7 @@ from .lease import Lease, Leases, NotCopyable
 from .lifecycle import reaper, register, want_sigint
 from .machine import RUNTIMES, default_runtime, machine_for, transitions_for
 from .policy import DEFAULT_AUTOTUNE_MAX, MAX_RUN
-from .sources import SourceBox, executor_reader, index_plan, item_reader, plan_copy, read_first
+from .sources import SourceBox, executor_reader, gate_of, index_plan, item_reader, plan_copy, read_first, read_under
 from .stats import PrefetchStats
 
 __all__ = ["DEFAULT_CLOSE_TIMEOUT", "Prefetcher"]
@@ -139,7 +139,7 @@ class Prefetcher(NotCopyable):
             getitem=item_reader(source) if opened.map_style and opened.has_getitem else None,
             fetch_into=opened.fetch_into if opened.map_style else None, iterator=opened.iterator,
             source=source if cfg.executor is not None else None, preloaded=opened.preloaded,
-            thread_safe=cfg.thread_safe, executor=cfg.executor)
+            thread_safe=cfg.thread_safe, executor=cfg.executor, owner=source)
         capacity = min(cfg.capacity, slots)
         shape = (slots, workers, cfg.ordered, opened.sized, capacity if cfg.autotune else 0, min(slots, MAX_RUN))
         self._core = core = Core(
@@ -528,6 +528,7 @@ def _open_map(source: Any, cfg: _Config, opened: _Opened, want_first: bool) -> N
             raise ValueError("a fetch_into source without __getitem__ needs shape= and dtype= to size the slot pool")
         index = int(plan[0])
         read = item_reader(source) if cfg.executor is None else executor_reader(cfg.executor, source)
+        read = read_under(None if cfg.thread_safe else gate_of(source), read)  # another prefetcher's may be busy
         first = read_first(lambda: read(index), cfg.timeout, cfg.name, map_style=True)
         if ((not cfg.thread_safe or cfg.executor is not None) and first[0] == "item"
                 and isinstance(first[1], np.ndarray) and opened.fetch_into is None):  # (fetch_into: only sizes)

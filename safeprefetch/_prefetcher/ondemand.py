@@ -58,7 +58,7 @@ from .lifecycle import reaper, register, want_sigint
 from .ondemand_core import OnDemandCore
 from .ondemand_stats import OnDemandStats
 from .predictors import Predictor, label, make_predictor
-from .sources import SourceBox, batch_problem, item_reader, read_first
+from .sources import SourceBox, batch_problem, gate_of, item_reader, read_first, read_under
 
 __all__ = ["DEFAULT_CAPACITY", "OnDemandPrefetcher"]
 
@@ -114,7 +114,7 @@ class OnDemandPrefetcher(NotCopyable):
         length = _length(source)
         predictor = make_predictor(predict, length)
         if shape is None or dtype is None:
-            shape, dtype = _first_shape(source, length, shape, dtype, timeout, name)
+            shape, dtype = _first_shape(source, length, shape, dtype, timeout, name, thread_safe)
             check_batch_dtype(dtype, "source[0]")
         batch_bytes = math.prod(shape) * dtype.itemsize
         if budget is not None and batch_bytes:
@@ -127,7 +127,7 @@ class OnDemandPrefetcher(NotCopyable):
         self._source_box = box = SourceBox(
             getitem=item_reader(source),
             fetch_into=fetch_into if callable(fetch_into) else None, iterator=None, source=None, preloaded={},
-            thread_safe=thread_safe)
+            thread_safe=thread_safe, owner=source)
         ahead = capacity - 1 if depth is None else min(depth, capacity - 1)
         self._core = core = OnDemandCore(
             pool=np.zeros((capacity, *shape), dtype), workers=workers, box=box, predictor=predictor, length=length,
@@ -256,14 +256,14 @@ def _length(source: Any) -> int:
 
 
 def _first_shape(source: Any, length: int, shape: Any, dtype: Any, timeout: float | None,
-                 name: str) -> tuple[tuple[int, ...], np.dtype]:
+                 name: str, thread_safe: bool = True) -> tuple[tuple[int, ...], np.dtype]:
     """Read ``source[0]`` to size the pool (the shape and dtype not given)."""
     if not length:
         raise ValueError("the source is empty: give shape= and dtype= to size the pool")
     if not hasattr(source, "__getitem__"):
         raise ValueError("a fetch_into source without __getitem__ needs shape= and dtype= (the slot pool cannot "
                          "be sized otherwise)")
-    read = item_reader(source)
+    read = read_under(None if thread_safe else gate_of(source), item_reader(source))
     kind, first = read_first(lambda: read(0), timeout, name, map_style=True)
     if kind == "error":
         raise ValueError(f"reading source[0] to size the slot pool failed ({type(first).__name__}: {first}); "
