@@ -631,3 +631,31 @@ def test_a_source_that_cannot_be_weakly_referenced_still_gets_a_gate():
     assert one is not None and two is not None and one is not two
     held = Slotted.__new__(Slotted)
     assert gate_of(held) is not gate_of(held)  # one per prefetcher, as before: nothing to key a shared one on
+
+
+# -- close() gives an iterator source back: a generator's cleanup runs then, not at garbage collection ------------
+
+
+def test_close_lets_a_generator_source_clean_up_while_the_prefetcher_is_kept():
+    from safeprefetch import Prefetcher
+
+    cleaned: list[bool] = []
+    inner_threads: list = []
+
+    def stream():
+        try:
+            with Prefetcher(_SignalAt(10**6, -1, None), capacity=2, workers=2, name="inner17") as inner:
+                inner_threads.extend(th for th in threading.enumerate() if "inner17" in th.name)
+                yield from inner
+        finally:
+            cleaned.append(True)
+
+    outer = Prefetcher(stream(), capacity=2)
+    for i, b in enumerate(outer):
+        assert int(b[0]) == i
+        if i == 5:
+            break
+    outer.close()
+    assert cleaned == [True], "the generator's finally waits for the garbage collector"
+    assert inner_threads and not any(th.is_alive() for th in inner_threads)
+    assert outer.stats.batches == 6  # the closed prefetcher, kept, still answers

@@ -117,6 +117,14 @@ class CloseSide:
             finished_here = self._finish_locked(deadline)
         except CloseBusy:
             return False  # another thread's close holds the lock past our deadline: it finishes the close
+        box = self.source_ref()
+        if finished_here and not self.stuck and box is not None:
+            # No worker is inside next(): the iterator is the caller's again. A closed prefetcher kept (for its
+            # stats) kept it too, and a generator's cleanup (its ``finally``, an inner prefetcher's ``with``)
+            # waited for the garbage collector, its threads running. Dropped here, out of the close lock and
+            # the protected join: the cleanup is the caller's code, and may call this close again.
+            box.iterator = None
+        del box
         if (self.stuck or self.remote_stuck) and warn and finished_here:  # warned once, by the close that found them
             waited = "no time" if deadline is None else "the close timeout"
             said = []
