@@ -659,3 +659,19 @@ def test_close_lets_a_generator_source_clean_up_while_the_prefetcher_is_kept():
     assert cleaned == [True], "the generator's finally waits for the garbage collector"
     assert inner_threads and not any(th.is_alive() for th in inner_threads)
     assert outer.stats.batches == 6  # the closed prefetcher, kept, still answers
+
+
+def test_without_the_rewrite_the_audit_catches_the_compiled_engine_and_says_which_engine(tmp_path, monkeypatch):
+    from _cython import cython_here
+    from safeprefetch._check import generated
+    from safeprefetch._check.explorer import Explorer
+
+    if not cython_here():
+        pytest.skip("the compiled engine needs Cython and a C compiler")
+    monkeypatch.setenv("SAFEPREFETCH_CACHE", str(tmp_path))
+    monkeypatch.setattr(generated, "_hide_literal_containers", lambda transitions, helpers: False)
+    e = Explorer(_literal_in_model().compile({"n": 3, "sentinel": "nan"}), reduce="none", engine="compiled")
+    assert e.run().verdict == "deadlock"  # searched again plain, after the audit's sample caught it
+    assert e.engine_used == "plain"
+    assert e.engine_note.startswith("the compiled expansion disagreed with the machine at a reachable state")
+    assert "Or did Cython compile a construct unlike Python?" in e.engine_note

@@ -258,12 +258,10 @@ class Explorer:
                 # The expansion is not the machine here: nothing it stored can be trusted. Start again, plain.
                 if self.fast is not None:
                     self.fast.release()
+                odd = " Or did Cython compile a construct unlike Python?" * (self.engine == "compiled")
+                self.engine_note = (f"the {self.engine} expansion disagreed with the machine at a reachable state (does "
+                                    f"the model's build read anything but its configuration?{odd}); searched again plain")
                 self.fast, self.engine, self.engine_used = None, "plain", "plain"
-                why = ("the model's build reads something besides its configuration, or Cython compiled a "
-                       "construct unlike Python" if self.engine == "compiled" else
-                       "the model's build reads something besides its configuration")
-                self.engine_note = (f"the {self.engine} expansion disagreed with the machine at a reachable state "
-                                    f"(perhaps {why}); searched again plain")
                 self._start()
                 found.clear()
                 exhaustive = self._bfs(found)
