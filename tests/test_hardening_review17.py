@@ -485,8 +485,8 @@ def test_a_damaged_cached_build_is_built_again_not_loaded(tmp_path, damage):
         os.truncate(built, 4096)
     elif damage == "garbage":
         built.write_bytes(b"\x7fELF" + b"\0" * 200)
-    else:
-        os.unlink(str(built) + ".sha256")
+    else:  # the digest a build appends cut off: a whole library, but nothing says so
+        built.write_bytes(whole[:-(len("\nsafeprefetch-sha256:") + 64)])
     again = check()
     assert again.returncode == 1 and "verdict: deadlock" in again.stdout, (again.returncode, again.stdout,
                                                                            again.stderr)
@@ -675,3 +675,118 @@ def test_without_the_rewrite_the_audit_catches_the_compiled_engine_and_says_whic
     assert e.engine_used == "plain"
     assert e.engine_note.startswith("the compiled expansion disagreed with the machine at a reachable state")
     assert "Or did Cython compile a construct unlike Python?" in e.engine_note
+
+
+def test_the_shape_cache_leaves_no_lock_behind_on_its_unguarded_path():
+    # transitions_for asks _template while it holds its own key: that call computes unguarded, and it left the
+    # lock it had put in the table there, one per shape, for good (and every call scans the table).
+    from safeprefetch._prefetcher import machine as M
+
+    before = len(M._BUSY)
+    for shape in [(5, 1, True, True, 0, 1), (5, 2, True, True, 0, 2), (6, 1, False, True, 0, 1)]:
+        M.transitions_for(*shape)
+    assert len(M._BUSY) == before == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_does_not_inherit_a_gate_a_parents_thread_holds():
+    import select
+
+    from safeprefetch import Prefetcher
+
+    inside, release = threading.Event(), threading.Event()
+
+    class Blocking(_SignalAt):
+        def __getitem__(self, i):
+            if i == 3 and threading.current_thread().name.startswith("safeprefetch-parent17"):
+                inside.set()
+                release.wait(30)  # observable state: the test sets it once the child has reported
+            return super().__getitem__(i)
+
+    ds = Blocking(50, -1, None)
+    parent = Prefetcher(ds, capacity=2, workers=2, thread_safe=False, name="parent17")
+    it = iter(parent)
+    assert [int(next(it)[0]) for _ in range(2)] == [0, 1]
+    assert inside.wait(30)  # a parent's worker holds the source's gate, inside ds[3]
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: a prefetcher over the inherited dataset, read to its end
+        try:
+            with Prefetcher(ds, capacity=2, thread_safe=False) as child:
+                n = sum(1 for _ in child)
+            os.write(w, str(n).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    ready, _, _ = select.select([r], [], [], 60)
+    said = os.read(r, 16).decode() if ready else "hung"
+    os.close(r)
+    release.set()
+    if said == "hung":
+        os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    parent.close()
+    assert said == "50", said
+
+
+def test_under_interleavings_every_gate_is_the_runs_own_and_none_is_kept():
+    from safeprefetch import interleavings
+    from safeprefetch._prefetcher import sources
+
+    ds = _SignalAt(4, -1, None)  # made outside the check, as a module-level dataset would be
+    before = len(sources._GATES)
+    seen: list = []
+
+    def body():
+        seen.append((sources.gate_of(ds), sources.gate_of(ds)))
+
+    assert interleavings.check(body).violation is None
+    assert len(sources._GATES) == before  # one entry per schedule was kept before
+    assert all(a is not b for a, b in seen)  # each the run's own lock, never one from an earlier run
+
+
+CHAINED = '''
+from safeprefetch.model import DONE, Model
+
+MISSING = float("nan")
+
+
+class Chained(Model):
+    name = "chained"
+    params = {"n": 3}
+
+    def build(self, m, n):
+        m.shared(i=0, r=MISSING, out=0)
+
+        def tick(s, me):
+            s.i += 1
+
+        def look(s, me):
+            # Python: (r in t) and (t == True), t evaluated once; 0 < i in (1, 2, 3) likewise
+            s.out = (1 if s.r in (MISSING, None) == True else 2) + (10 if 0 < s.i in (1, 2, 3) else 20)
+
+        p = m.program("t")
+        p.step("tick", tick, next=lambda s, me: "tick" if s.i < n else "look", to=["tick", "look"])
+        p.step("look", look, next="stuck")
+        p.step("stuck", guard=lambda s, me: s.out != 12, next=DONE)  # 12: as Python computes it
+        m.thread("t", p)
+'''
+
+
+def test_a_chained_comparison_with_in_is_compiled_without_crashing_and_as_python_computes_it(tmp_path):
+    from _cython import cython_here
+
+    if not cython_here():
+        pytest.skip("the compiled engine needs Cython and a C compiler")
+    (tmp_path / "chained.py").write_text(CHAINED)
+    env = {**os.environ, "SAFEPREFETCH_CACHE": str(tmp_path / "cache")}
+    runs = {engine: subprocess.run([sys.executable, "-m", "safeprefetch", "check", "chained.py", "--reduce", "none",
+                                    "--engine", engine], capture_output=True, text=True, timeout=300, env=env,
+                                   cwd=tmp_path) for engine in ("plain", "compiled")}
+    plain, compiled = runs["plain"], runs["compiled"]
+    assert plain.returncode == 1 and "verdict: deadlock" in plain.stdout, plain.stdout + plain.stderr
+    assert compiled.returncode == 1, (compiled.returncode, compiled.stderr)  # was -11: SIGSEGV, nothing printed
+    assert "compiled engine" in compiled.stdout and "searched again plain" not in compiled.stdout
+    head = [line for line in plain.stdout.splitlines() if line.startswith("verdict:")]
+    assert [line.split(",")[:2] for line in head] == \
+        [line.split(",")[:2] for line in compiled.stdout.splitlines() if line.startswith("verdict:")]

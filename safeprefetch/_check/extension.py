@@ -7,10 +7,10 @@ a C extension and keeps it in the cache (``SAFEPREFETCH_CACHE``, default
 ``~/.cache/safeprefetch``) under a hash of the source, a description of the
 values the module binds by name, Cython's and Python's versions and the C
 flags. A build is written beside its final place and renamed into it, so
-two processes building the same key at once leave one whole file. Beside
-it goes the SHA-256 of its bytes, and a file is loaded only when it still
-matches (:func:`intact`); otherwise it is built again, never mapped as it
-is (a cut-short file killed the process with SIGBUS).
+two processes building the same key at once leave one whole file. Its
+last bytes are the SHA-256 of the rest, and a file is loaded only when it
+still matches (:func:`intact`); otherwise it is built again, never mapped
+as it is (a cut-short file killed the process with SIGBUS).
 
 *One build per module, stopped whole.* A foreground build of a module that a
 background build (:func:`start`) is compiling already waits for that build
@@ -168,14 +168,9 @@ try:
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-12:]
             sys.stderr.write(what + " failed to build the compiled expansion:\n" + "\n".join(tail)[-8000:])
             sys.exit(1)
-    with open(job["so"], "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()
-    with open(job["so"] + ".sha256", "w") as f:
-        f.write(digest)
-    # Each atomic; a concurrent build of the same key writes the same bytes. The digest goes first: a file
-    # in place whose digest is not beside it yet reads as not built, and is built again.
-    os.replace(job["so"] + ".sha256", job["target"] + ".sha256")
-    os.replace(job["so"], job["target"])
+    with open(job["so"], "rb+") as f:  # its digest after its last byte, which the dynamic loader never maps
+        f.write(job["magic"].encode() + hashlib.sha256(f.read()).hexdigest().encode())
+    os.replace(job["so"], job["target"])  # atomic: file and digest arrive together
 finally:
     shutil.rmtree(os.path.dirname(job["so"]), ignore_errors=True)  # the parent may be gone: clean up here
 """
@@ -228,7 +223,8 @@ def _start(source: str, name: str, suffix: str, target: Path) -> Build:
     c, so = pyx.with_suffix(".c"), Path(tmp) / (name + suffix)
     include = sysconfig.get_paths()["include"]
     job = {"cython": [sys.executable, "-m", "cython", "-3", str(pyx), "-o", str(c)],
-           "cc": [*cc, *CFLAGS, f"-I{include}", str(c), "-o", str(so)], "so": str(so), "target": str(target)}
+           "cc": [*cc, *CFLAGS, f"-I{include}", str(c), "-o", str(so)], "so": str(so), "target": str(target),
+           "magic": _MAGIC}
     # Its own session: a Ctrl-C at the terminal reaches us, not the build, and we stop it as a whole
     # (Build.kill), or let it run on into the cache when it is a background build.
     proc = subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps(job)], stdin=subprocess.DEVNULL,
@@ -260,21 +256,29 @@ def start(source: str, extra: str) -> Build | None:
     return job
 
 
+#: What precedes the SHA-256 (hex) a build appends to its file.
+_MAGIC = "\nsafeprefetch-sha256:"
+
+
 def intact(target: Path) -> bool:
-    """Whether the cache holds ``target`` whole: its bytes hash to the digest its build stored beside it.
+    """Whether the cache holds ``target`` whole: its bytes hash to the digest its build appended to it.
 
     A cached file cut short (a full disk, a copy interrupted, a hand-edited cache) was loaded as it was:
     ``dlopen`` mapped it and the process died of SIGBUS with nothing printed, on every later run too, since
     its name said it was built. A file that does not match its digest (or has none) is built again, and
-    the new build replaces it.
+    the new build replaces it. The digest is in the file, not beside it: two builds of one key write
+    different bytes (Cython records its build directory), and a digest file beside would be a second
+    rename that a concurrent build could pair with the other build's file.
     """
+    tail = len(_MAGIC) + 64
     try:
         with open(target, "rb") as f:
-            got = hashlib.sha256(f.read()).hexdigest()
-        with open(str(target) + ".sha256") as f:
-            return f.read().strip() == got
-    except (OSError, UnicodeDecodeError):
+            data = f.read()
+    except OSError:
         return False
+    if len(data) <= tail or data[-tail:-64] != _MAGIC.encode():
+        return False
+    return hashlib.sha256(data[:-tail]).hexdigest().encode() == data[-64:]
 
 
 def _where(source: str, extra: str) -> tuple[str, Path]:

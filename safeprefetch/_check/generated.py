@@ -62,11 +62,12 @@ binds those names in a loaded instance that it alone holds, and gives it
 back when it is over (:mod:`.extension`): two searches at once, in
 threads, never compute with each other's values, even where the
 description cannot tell the values apart.
-Cython compiles Python's semantics, with one exception found so far: ``x
+Cython compiles Python's semantics, with two exceptions found so far: ``x
 in (a, b)`` over a literal container is compiled to ``x == a or x == b``,
-with no identity test, so a NaN sentinel is not found in it. The module
-therefore hands every such container to ``in`` through a call that Cython
-cannot see into (:func:`_hide_literal_containers`). The differential tests
+with no identity test, so a NaN sentinel is not found in it; and a chained
+comparison with an ``in`` (``x in t == True``) crashed the process. The
+module therefore hands those operands to the comparison through a call that
+Cython cannot see into (:func:`_hide_literal_containers`). The differential tests
 check that the compiled module computes what the Python one does, rather
 than assume it.
 
@@ -508,17 +509,21 @@ def _hide_literal_containers(transitions: list[ast.FunctionDef], helpers: dict[s
     Cython compiles ``x in (a, b)`` as ``x == a or x == b``, without the identity test Python's ``in``
     makes first: a NaN sentinel (``reading in (MISSING, None)``), or any value not equal to itself, was not
     found, and the compiled search said "ok" where the plain one found a deadlock. Through a call Cython
-    cannot see into, the container is an object, and ``in`` is Python's.
+    cannot see into, the container is an object, and ``in`` is Python's. A chained comparison with an
+    ``in`` in it (``x in t == True``) has every operand after the first so wrapped: Cython 3.3's code for
+    it crashed the process (SIGSEGV). Each wrapped operand is still evaluated when, and only if, Python
+    would evaluate it.
     """
     found = False
+    containers = (ast.Tuple, ast.List, ast.Set, ast.Dict)
 
     def hide(tree: ast.AST) -> None:
         nonlocal found
         for node in ast.walk(tree):
-            if isinstance(node, ast.Compare):
+            if isinstance(node, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
+                chained = len(node.ops) > 1
                 for i, (op, right) in enumerate(zip(node.ops, node.comparators)):
-                    if isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, (ast.Tuple, ast.List, ast.Set,
-                                                                                   ast.Dict)):
+                    if chained or (isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, containers)):
                         node.comparators[i] = ast.Call(ast.Name("X__opaque", ast.Load()), [right], [])
                         found = True
 

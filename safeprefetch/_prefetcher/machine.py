@@ -63,7 +63,7 @@ _BUSY: dict[Any, Any] = {}
 
 
 def _holds_another(lock: Any) -> bool:
-    """Whether the calling thread holds a per-key lock other than ``lock`` (of any table)."""
+    """Whether the calling thread holds a per-key lock other than ``lock`` (of any table; ``lock`` may be None)."""
     for other in list(_BUSY.values()):
         if other is not lock and other._is_owned():
             return True
@@ -85,9 +85,10 @@ def _once_per_key(cached: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(cached)
     def call(*args: Any, **kw: Any) -> Any:
         key = (cached, args, tuple(sorted(kw.items())))
+        lock = _BUSY.get(key)
+        if (lock is None or not lock._is_owned()) and _holds_another(lock):
+            return cached(*args, **kw)  # (nothing put in the table: nobody would take it out)
         lock = _BUSY.setdefault(key, threading.RLock())  # (re-entered by a signal handler: it computes)
-        if not lock._is_owned() and _holds_another(lock):
-            return cached(*args, **kw)
         with lock:
             try:
                 return cached(*args, **kw)

@@ -38,7 +38,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from .errors import PrefetchTimeout, SourceErrorNotSent, from_source
-from .waits import SOURCE_BUSY, new_gate, wait_event, wait_gate
+from .waits import SOURCE_BUSY, Gate, new_gate, wait_event, wait_gate
 
 __all__ = ["EXECUTING", "FILLED", "LocalSlot", "SourceBox", "batch_problem", "check_future", "executing",
            "executor_reader", "fill_into", "gate_of", "index_plan", "item_reader", "new_token", "plan_copy",
@@ -361,8 +361,10 @@ class SourceBox:
         self.predictor: Any = None
 
 
-#: The ``thread_safe=False`` gates, one per source object: ``(id, gate class) -> (weak reference, gate)``.
-_GATES: dict[tuple[int, type], tuple[Any, Any]] = {}
+#: The ``thread_safe=False`` gates, one per source object: ``id -> (weak reference, gate)``.
+_GATES: dict[int, tuple[Any, Any]] = {}
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_GATES.clear)
 
 
 def gate_of(source: Any) -> Any:
@@ -371,13 +373,14 @@ def gate_of(source: Any) -> Any:
     A gate per prefetcher let two prefetchers over one dataset object (train and validation, or the next
     epoch's beside this one's) call a source declared not thread-safe at once, and it tore batches (1,400
     of 2,000 in the review's run). A source that cannot be weakly referenced gets a gate of its own, per
-    prefetcher, as before. The gate's class is part of the key: under ``safeprefetch.interleavings`` a gate
-    is the scheduler's, and never one made outside the check.
+    prefetcher, as before; so does every source under ``safeprefetch.interleavings``, where a gate is the
+    scheduler's lock of one run, and must not outlive it into the next. A forked child starts the table
+    afresh: a gate a parent's thread held there has no owner in the child.
     """
     gate = new_gate()
-    if source is None:
+    if source is None or type(gate) is not Gate:
         return gate
-    key = (id(source), type(gate))
+    key = id(source)
     try:
         ref = weakref.ref(source, lambda r: _GATES.pop(key, None) if _GATES.get(key, (None,))[0] is r else None)
     except TypeError:
