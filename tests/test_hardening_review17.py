@@ -790,3 +790,77 @@ def test_a_chained_comparison_with_in_is_compiled_without_crashing_and_as_python
     head = [line for line in plain.stdout.splitlines() if line.startswith("verdict:")]
     assert [line.split(",")[:2] for line in head] == \
         [line.split(",")[:2] for line in compiled.stdout.splitlines() if line.startswith("verdict:")]
+
+
+# -- --cluster: equal states are routed to one owner ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("one, other", [
+    ((0.0,), (-0.0,)), ((1,), (True,)), ((1,), (1.0,)), ((0, "x"), (False, "x")),
+    (((1, 2.0), frozenset({3})), ((1.0, 2), frozenset({3.0}))), ((complex(2, 0),), (2,)),
+    ((complex(1, -0.0) * 0 + complex(0.0, 1),), (complex(-0.0, 1),)), ((("FREE", -0.0),), (("FREE", 0),)),
+])
+def test_equal_states_get_one_stable_fingerprint_in_a_search_with_floats(one, other):
+    from safeprefetch._check.fingerprint import stable_fingerprinter
+
+    fp = stable_fingerprinter(("FREE", (0, 0.0)))  # a first state with a float, nested: the numbers kept in one form
+    assert one == other
+    assert fp(one) == fp(other)
+
+
+def test_only_a_search_with_floats_pays_for_the_canonical_form():
+    from safeprefetch._check.fingerprint import stable_fingerprint, stable_fingerprinter
+
+    assert stable_fingerprinter((1, "x", (True, None), frozenset({2}))) is stable_fingerprint
+    assert stable_fingerprinter((1, frozenset({(2, complex(0, 1))}))) is not stable_fingerprint
+
+
+def test_unequal_states_still_get_different_stable_fingerprints():
+    from safeprefetch._check.fingerprint import stable_fingerprinter
+
+    fp = stable_fingerprinter((0.0,))
+    states = [(0.5,), (1,), (2,), (1.5,), ("T",), ("F",), (True, 2), (complex(1, 1),), (frozenset({1, 2}),),
+              (float("inf"),), (float("-inf"),), ((1, 2),), ((2, 1),)]
+    assert len({fp(s) for s in states}) == len(states)
+
+
+SIGNED_ZERO = '''
+import math
+from safeprefetch.model import DONE, Model
+
+
+class SignedZero(Model):
+    name = "signed_zero"
+    expected = "ok"
+    params = {"tag": 8}
+
+    def build(self, m, tag):
+        m.shared(x=0.0, tag=tag)
+
+        def negate(s, me):
+            s.x = -s.x
+
+        def add_zero(s, me):
+            s.x = s.x + 0.0
+
+        a = m.program("a")
+        a.step("negate", negate, next=DONE)
+        b = m.program("b")
+        b.step("add zero", add_zero, next=DONE)
+        m.thread("a", a)
+        m.thread("b", b)
+        m.at_end(lambda s: None if math.copysign(1.0, s.x) > 0 else ("invariant", "the balance ended as -0.0"))
+'''
+
+
+@pytest.mark.parametrize("store", ["full", "fingerprint"])
+def test_the_cluster_search_merges_equal_states_as_the_sequential_one_does(tmp_path, store):
+    # The reviewer's model: tag=8 puts the two parents, and the equal ends 0.0 and -0.0, on different shards.
+    pytest.importorskip("distributed")
+    (tmp_path / "signed_zero.py").write_text(SIGNED_ZERO)
+    seq = _cli(tmp_path, "check", "signed_zero.py", "--reduce", "none", "--store", store)
+    par = _cli(tmp_path, "check", "signed_zero.py", "--reduce", "none", "--store", store, "--cluster", "local:2")
+    verdict = [line for line in seq.stdout.splitlines() if line.startswith("verdict:")]
+    assert verdict and verdict[0].startswith("verdict: ok (expected ok); 4 states"), seq.stdout
+    assert (par.returncode, [line for line in par.stdout.splitlines() if line.startswith("verdict:")][0].split(",")[:2]) \
+        == (seq.returncode, verdict[0].split(",")[:2]), (par.stdout, par.stderr)
