@@ -864,3 +864,44 @@ def test_the_cluster_search_merges_equal_states_as_the_sequential_one_does(tmp_p
     assert verdict and verdict[0].startswith("verdict: ok (expected ok); 4 states"), seq.stdout
     assert (par.returncode, [line for line in par.stdout.splitlines() if line.startswith("verdict:")][0].split(",")[:2]) \
         == (seq.returncode, verdict[0].split(",")[:2]), (par.stdout, par.stderr)
+
+
+# -- interleavings: a set or notify at the waiter's deadline may win the tie ----------------------------------------
+
+
+def _tie(kind):
+    import time
+
+    def body():
+        if kind == "event":
+            ev = threading.Event()
+            setter = threading.Thread(target=lambda: (time.sleep(1.0), ev.set()))
+            setter.start()
+            got = ev.wait(1.0)
+        else:
+            cond, box = threading.Condition(), []
+
+            def notifier():
+                time.sleep(1.0)
+                with cond:
+                    box.append(1)
+                    cond.notify()
+
+            setter = threading.Thread(target=notifier)
+            setter.start()
+            with cond:
+                got = cond.wait(1.0) if not box else True
+        setter.join()
+        assert not got, "the set arrived in time"
+
+    return body
+
+
+@pytest.mark.parametrize("kind", ["event", "condition"])
+def test_a_set_at_the_waiters_deadline_can_be_in_time(kind):
+    # Real threads: the setter's sleep starts first, so its set can land before the waiter's timeout fires
+    # (5 of 20 and 11 of 20 runs in the review). The checker ran that order and called the set late.
+    from safeprefetch import interleavings
+
+    result = interleavings.check(_tie(kind))
+    assert result.violation is not None and result.violation.kind == "assertion", interleavings.render(result)

@@ -437,7 +437,7 @@ class VCondition(Prim):
         chosen = [self._waiters[first]] if n == 1 else self._waiters[:n]
         for w in chosen:
             w.notified = True
-            w.in_time = w.deadline is None or ex.clock < w.deadline
+            w.in_time = w.deadline is None or ex.clock <= w.deadline  # at the deadline: a tie, either may win
             self._waiters.remove(w)
             ex.enabled_by(w.vt.index, vt.index)
         ex.events[-1].note = "woke " + ", ".join(w.vt.name for w in chosen)
@@ -597,4 +597,4 @@ class VEvent(Prim):
         begun = len(self._sets)
         self._point(ex, vt, "wait", enabled=until(ex, lambda: len(self._sets) > begun, deadline), deadline=deadline,
                     write=False)
-        return any(deadline is None or t < deadline for t in self._sets[begun:])
+        return any(deadline is None or t <= deadline for t in self._sets[begun:])  # (a set at the deadline: a tie)
