@@ -396,26 +396,31 @@ class _Writer:
     def digest_extra(self) -> str:
         """What the source does not show but the module's behaviour depends on: every value bound by name,
         described by what it is (a constant's repr, a function's code and closure), not by its address, so
-        equal configurations share one build and different ones never do."""
+        equal configurations share one build, in every process, and different ones seldom do (and may:
+        each search binds its own instance, see :func:`_describe`)."""
         return "\n".join(f"{name}={_describe(value)}" for name, value in sorted(self.namespace.items()))
 
 
 def _describe(value: Any, depth: int = 3) -> str:
     """What ``value`` is, for the cache key: equal descriptions for values that behave alike, across
     processes where possible; a value it cannot describe is described by its identity (so it never
-    shares a module with another)."""
+    shares a module with another). An object with fields met past ``depth`` is described by its kind
+    alone: by its identity, the machine's own step objects (a primitive step's site and layout) made the
+    key of every model with a lock, a semaphore or a condition differ in every process, which built it
+    again each time and left each build in the cache. Two configurations that then share a module are
+    safe: every search binds the module's names in an instance of its own (``extension.py``)."""
     if value is None or isinstance(value, (bool, int, float, str, bytes)):
         return repr(value)
     if isinstance(value, (tuple, list)) and depth:
         return f"{type(value).__name__}({', '.join(_describe(v, depth - 1) for v in value)})"
-    if isinstance(value, (set, frozenset)) and depth:
-        return f"{type(value).__name__}({', '.join(sorted(_describe(v, depth - 1) for v in value))})"
+    if isinstance(value, (set, frozenset)):  # sorted: a set's order (and its repr) differs between processes
+        return f"{type(value).__name__}({', '.join(sorted(_describe(v, max(depth - 1, 0)) for v in value))})"
     if isinstance(value, dict) and depth:
         return "dict(" + ", ".join(f"{_describe(k, 0)}: {_describe(v, depth - 1)}" for k, v in value.items()) + ")"
     fn = getattr(value, "__func__", value)  # a bound method: its function (and its owner's type)
     code = getattr(fn, "__code__", None)
     if code is not None:
-        cells = [_describe(c.cell_contents, depth - 1) if depth else f"id{id(c.cell_contents)}"
+        cells = [_describe(c.cell_contents, depth - 1) if depth else _kind(c.cell_contents)
                  for c in (getattr(fn, "__closure__", None) or ()) if _has_contents(c)]
         consts = [repr(c) for c in code.co_consts if not hasattr(c, "co_code")]
         return f"fn:{code.co_qualname}:{code.co_code.hex()}:{consts}:{cells}"
@@ -433,7 +438,13 @@ def _describe(value: Any, depth: int = 3) -> str:
             fields = {n: getattr(value, n, None) for n in slots}
     if fields is not None and depth:  # an object that prints its address: its fields say what it is
         return f"{kind}:{_describe(fields, depth - 1)}"
+    if fields is not None:  # fields, but no depth left to say them: its kind, the same in every process
+        return kind
     return f"{kind}:id{id(value)}"
+
+
+def _kind(value: Any) -> str:
+    return f"{type(value).__module__}.{type(value).__qualname__}"
 
 
 def _has_contents(cell: Any) -> bool:
