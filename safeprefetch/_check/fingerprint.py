@@ -437,28 +437,30 @@ def _stable_canonical(state: tuple) -> int:
     (:func:`stable_fingerprinter`): re-encoding costs about 5 µs a state, and a model that keeps each field
     to one type, as the README asks, mixes numbers of different types nowhere else.
     """
+    canonical = _canonical(state)
     try:
-        data = _dumps(_canonical(state), 2)
+        data = _dumps(canonical, 2)
     except ValueError:
-        data = repr(state).encode()
+        data = repr(canonical).encode()
     return int.from_bytes(_blake2b(data, digest_size=8).digest(), "little") or 1
 
 
 _PLAIN = frozenset({int, str, bool, type(None)})
+#: What marks a record's canonical form (a plain tuple that starts with it stands for that record).
+_RECORD = "\x00record"
 _ODD = frozenset({float, complex})
 _NESTED = frozenset({tuple, frozenset})
 
 
 def _has_odd_numbers(values: Any) -> bool:
-    """Whether the tuple or frozenset ``values`` holds, at any depth, a float or a complex."""
+    """Whether the tuple or frozenset ``values`` holds, at any depth (records, a tuple's subclasses, too), a
+    float or a complex."""
     kinds = set(map(type, values))
     if kinds <= _PLAIN:
         return False
     if kinds & _ODD:
         return True
-    if kinds & _NESTED:
-        return any(_has_odd_numbers(v) for v in values if type(v) in _NESTED)
-    return False
+    return any(_has_odd_numbers(v) for v in values if isinstance(v, (tuple, frozenset)))
 
 
 def _canonical(value: Any) -> Any:
@@ -468,6 +470,8 @@ def _canonical(value: Any) -> Any:
     kind = type(value)
     if kind is tuple:
         return tuple(map(_canonical, value))
+    if isinstance(value, tuple):  # a record (a named tuple): its kind, then its fields, as a plain tuple
+        return (_RECORD, f"{kind.__module__}.{kind.__qualname__}", *map(_canonical, value))
     if kind is bool:
         return int(value)
     if kind is float:
@@ -481,7 +485,7 @@ def _canonical(value: Any) -> Any:
     return value
 
 
-def _stable_by_reprs(positions: tuple[int, ...]) -> Callable[[tuple], int]:
+def _stable_by_reprs(positions: tuple[int, ...], canonical: bool = False) -> Callable[[tuple], int]:
     """:func:`stable_fingerprint` of the state with the values at ``positions`` replaced by their ``repr``.
 
     Those fields repeat across states, so each distinct value's ``repr`` is
@@ -491,17 +495,20 @@ def _stable_by_reprs(positions: tuple[int, ...]) -> Callable[[tuple], int]:
     (across processes, and in the whole-state ``repr`` fallback, this is not
     detected: there the ``repr`` must name the value).
     Unlike :func:`_by_field_ids`, whose ids follow the order a process meets
-    values in, a ``repr`` is the same in every process.
+    values in, a ``repr`` is the same in every process. ``canonical``: every
+    number in one form first (:func:`_stable_canonical`), in the ``repr``s too,
+    so that the first of two equal values a process meets names both alike.
     """
     caches = [(p, {}, {}) for p in positions]
+    form = _canonical if canonical else _same
 
     def fp(state: tuple) -> int:
-        parts = list(state)
+        parts = list(form(state))
         for p, cache, seen in caches:
-            v = parts[p]
+            v = state[p]
             r = cache.get(v)
             if r is None:
-                r = cache[v] = repr(v)
+                r = cache[v] = repr(parts[p])
                 # Two unequal values that print alike would share every fingerprint, for certain:
                 # refuse, rather than skip a state silently (caught where one process meets both).
                 other = seen.setdefault(r, v)
@@ -513,10 +520,14 @@ def _stable_by_reprs(positions: tuple[int, ...]) -> Callable[[tuple], int]:
         try:
             data = _dumps(parts, 2)
         except ValueError:
-            data = repr(state).encode()
+            data = repr(form(state)).encode()
         return int.from_bytes(_blake2b(data, digest_size=8).digest(), "little") or 1
 
     return fp
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def stable_fingerprinter(sample: tuple) -> Callable[[tuple], int]:
@@ -525,7 +536,7 @@ def stable_fingerprinter(sample: tuple) -> Callable[[tuple], int]:
     The choice of encoding mirrors :func:`fingerprinter` and depends on
     ``sample`` alone, so every process of one search picks the same function.
     """
-    refused = _refused_fields(sample)
+    refused, odd = _refused_fields(sample), _has_odd_numbers(sample)
     if refused is not None and 0 < len(refused) <= 4:
-        return _stable_by_reprs(refused)
-    return _stable_canonical if _has_odd_numbers(sample) else stable_fingerprint
+        return _stable_by_reprs(refused, canonical=odd)
+    return _stable_canonical if odd else stable_fingerprint
