@@ -889,7 +889,7 @@ def test_the_cluster_search_merges_equal_states_as_the_sequential_one_does(tmp_p
 
 
 def _tie(kind):
-    import time
+    import time  # under the check, the scheduler's virtual clock: the sleep is the scenario, not a wait for state
 
     def body():
         if kind == "event":

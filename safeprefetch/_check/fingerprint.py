@@ -424,6 +424,10 @@ def stable_fingerprint(state: tuple) -> int:
         data = _dumps(state, 2)
     except ValueError:
         data = repr(state).encode()
+    return _digest(data)
+
+
+def _digest(data: bytes) -> int:
     return int.from_bytes(_blake2b(data, digest_size=8).digest(), "little") or 1
 
 
@@ -437,19 +441,13 @@ def _stable_canonical(state: tuple) -> int:
     (:func:`stable_fingerprinter`): re-encoding costs about 5 µs a state, and a model that keeps each field
     to one type, as the README asks, mixes numbers of different types nowhere else.
     """
-    canonical = _canonical(state)
-    try:
-        data = _dumps(canonical, 2)
-    except ValueError:
-        data = repr(canonical).encode()
-    return int.from_bytes(_blake2b(data, digest_size=8).digest(), "little") or 1
+    return stable_fingerprint(_canonical(state))
 
 
 _PLAIN = frozenset({int, str, bool, type(None)})
 #: What marks a record's canonical form (a plain tuple that starts with it stands for that record).
 _RECORD = "\x00record"
 _ODD = frozenset({float, complex})
-_NESTED = frozenset({tuple, frozenset})
 
 
 def _has_odd_numbers(values: Any) -> bool:
@@ -466,7 +464,8 @@ def _has_odd_numbers(values: Any) -> bool:
 def _canonical(value: Any) -> Any:
     """``value`` with every number in one form per ``==`` class: a bool or an integral float as an int (so
     ``-0.0`` is ``0``), a complex with no imaginary part as its real part, and no negative zero in a
-    complex. Tuples and frozensets are rebuilt; anything else is itself."""
+    complex. Tuples and frozensets are rebuilt, a record as a plain tuple led by its kind; anything else is
+    itself."""
     kind = type(value)
     if kind is tuple:
         return tuple(map(_canonical, value))
@@ -521,7 +520,7 @@ def _stable_by_reprs(positions: tuple[int, ...], canonical: bool = False) -> Cal
             data = _dumps(parts, 2)
         except ValueError:
             data = repr(form(state)).encode()
-        return int.from_bytes(_blake2b(data, digest_size=8).digest(), "little") or 1
+        return _digest(data)
 
     return fp
 

@@ -164,7 +164,6 @@ def refusing_os_exit(raises: Callable[[], bool] = lambda: True) -> Callable[[int
             raise e
         real(code)
 
-    _exit.real = real  # type: ignore[attr-defined]
     return _exit
 
 

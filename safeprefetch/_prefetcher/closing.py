@@ -124,7 +124,6 @@ class CloseSide:
             # waited for the garbage collector, its threads running. Dropped here, out of the close lock and
             # the protected join: the cleanup is the caller's code, and may call this close again.
             box.iterator = None
-        del box
         if (self.stuck or self.remote_stuck) and warn and finished_here:  # warned once, by the close that found them
             waited = "no time" if deadline is None else "the close timeout"
             said = []

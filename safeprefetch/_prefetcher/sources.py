@@ -385,11 +385,10 @@ def gate_of(source: Any) -> Any:
         ref = weakref.ref(source, lambda r: _GATES.pop(key, None) if _GATES.get(key, (None,))[0] is r else None)
     except TypeError:
         return gate
-    for _attempt in range(2):
-        held = _GATES.setdefault(key, (ref, gate))  # atomic: two prefetchers opened at once get one gate
-        if held[0]() is source:
-            return held[1]
-        _GATES.pop(key, None)  # an entry of a source gone whose id this one reuses, its callback not run yet
+    held = _GATES.setdefault(key, (ref, gate))  # atomic: two prefetchers opened at once get one gate
+    if held[0]() is source:
+        return held[1]
+    _GATES[key] = (ref, gate)  # an entry of a source gone whose id this one reuses, its callback not run yet
     return gate
 
 
