@@ -13,6 +13,7 @@ import pytest
 from test_cli import run  # python -m safeprefetch ARGS -> (exit code, stdout, stderr)
 
 from safeprefetch._cli import main as cli
+from safeprefetch.model import DONE, Model
 
 UNBOUNDED = '''
 """unbounded: a counter that grows forever, so no search can finish."""
@@ -100,11 +101,18 @@ def test_check_all_fails_on_an_incomplete_search(monkeypatch, capsys):
 
 
 def test_check_all_exit_1_wins_over_3(monkeypatch):
-    class Wrong(_Counter):
-        """wrong: declares a deadlock it does not have."""
+    class Wrong(Model):
+        """wrong: declares a deadlock it does not have (its search ends within the cap: a real mismatch; an
+        ok the cap cut short is no verdict, and counts as incomplete, test_hardening_review18.py)."""
 
         name = "wrong"
         expected = "deadlock"
+
+        def build(self, m):
+            m.shared(x=0)
+            p = m.program("p")
+            p.step("set", lambda s, me: setattr(s, "x", 1), next=DONE)
+            m.thread("t", p)
 
     monkeypatch.setattr(cli, "catalog", lambda: {"counter": _Counter, "wrong": Wrong})
     assert cli.main(["check", "--all", "--max-states", "50"]) == 1

@@ -163,7 +163,8 @@ def test_2_a_serialized_source_that_reuses_its_buffer_delivers_item_0_intact():
 def _tuner_view(capacity, workers, target):
     """What ``Autotuner.after_take`` reads of a core, over the real compiled machine and a one-thread runtime."""
     m = machine_for(capacity, workers, 20, True, True, target, 1)
-    view = types.SimpleNamespace(machine=m, counts=types.SimpleNamespace(t0=0.0, delivered=0))
+    counts = types.SimpleNamespace(t0=0.0, delivered=0, blocked_seconds=[0.0] * workers)
+    view = types.SimpleNamespace(machine=m, counts=counts)
     Core._index_machine(view, m, workers)
     view.rt = Runtime(m, {"fetch": lambda ctx: "ok"})
     return view

@@ -129,7 +129,7 @@ def test_docs_build_refuses_to_empty_a_folder_that_is_not_a_site(tmp_path):
     keep = tmp_path / "precious.txt"
     keep.write_text("mine")
     done = _docs("build", "--out", str(tmp_path), "--no-demo")
-    assert done.returncode == 2 and "not a built site" in done.stderr and keep.read_text() == "mine"
+    assert done.returncode == 2 and "not a site this command built" in done.stderr and keep.read_text() == "mine"
     done = _docs("build", "--out", str(tmp_path / "new"), "--no-demo", "--model", "no_such_model")
     assert done.returncode == 2 and "unknown catalog model" in done.stderr
     done = _docs("build", "--out", str(DOCS), "--no-demo")

@@ -247,8 +247,7 @@ class Explorer:
         if bad:
             found.append((0, self.violation_at(self._root, bad)))
         elif self.strategy == "bfs":
-            # auto waits until the search is big enough to pay for writing the expansion (_bfs).
-            self.fast = self._expansion() if self.engine in ("generated", "compiled") else None
+            self.fast = self._expansion() if self.engine in ("generated", "compiled") else None  # auto: later
             diverged = False
             try:
                 exhaustive = self._bfs(found)
@@ -269,6 +268,7 @@ class Explorer:
             if self.engine in ("generated", "compiled"):
                 self.engine_note = "the engines expand the breadth-first search; strategy='dfs' runs plain"
             exhaustive = self._dfs(found)
+        self.kinds = frozenset(v.kind for _n, v in found)  # every kind met (all of them, without stop_at_first)
         if found and self.ample is not None and self.strategy == "bfs" and self.stop_at_first:
             # POR keeps the verdict but may lengthen the path: search again without it, for the shortest
             again = Explorer(m, strategy="bfs", max_states=self.max_states, progress=self.progress,

@@ -179,20 +179,32 @@ def fingerprinter(sample: tuple) -> Callable[[tuple], int]:
 
     Equal values of different types (``True`` and ``1``, ``1`` and ``1.0``,
     ``0.0`` and ``-0.0``, a named int and its plain value) marshal
-    differently, so a model that stores both in one field is counted with
-    more states here than by the full store, which merges them by ``==``.
-    Each extra state is a real state; where the model's own steps tell such
-    values apart (``is True``, ``type()``), the full store's merge hides
-    the difference and the two stores can disagree on the verdict (the
-    README asks a model to keep a field to one type).
+    differently. Where ``sample`` holds a float or a complex, every state is
+    fingerprinted in its canonical form (:func:`_canonical`, numbers in one
+    form per ``==`` class), as the cluster's :func:`stable_fingerprinter`
+    does: otherwise ``0.0`` and ``-0.0`` (a float field's two zeros, one
+    type) were merged by ``==`` within a chunk of a level and told apart
+    across levels, and the store's verdict depended on the level each twin
+    first appeared at, against the full store's and the cluster's. A search
+    that starts with no float pays nothing; there a model that mixes
+    ``True`` and ``1`` in one field is counted with more states here than by
+    the full store, which merges them by ``==`` (the README asks a model to
+    keep a field to one type).
     """
+    odd = _has_odd_numbers(sample)
+    if odd:
+        sample = _canonical(sample)
     slow = _interning(len(sample))
     refused = _refused_fields(sample)
     if refused is None:
-        return _marshal_first(slow)
-    if 0 < len(refused) <= 4:
-        return _by_field_ids(refused, slow)
-    return slow
+        fp = _marshal_first(slow)
+    elif 0 < len(refused) <= 4:
+        fp = _by_field_ids(refused, slow)
+    else:
+        fp = slow
+    if not odd:
+        return fp
+    return lambda state: fp(_canonical(state))
 
 
 def _refused_fields(sample: tuple) -> tuple[int, ...] | None:

@@ -30,7 +30,8 @@ starving.
 Theory of operation
 -------------------
 1. :class:`PolicyGraph`: every state the policy reaches from the initial state
-   (``policy=priority``: only the enabled threads of highest priority step),
+   (``policy=priority``: only the enabled threads of highest priority step;
+   a sleeper's timeout or spurious wakeup happens whatever the priorities),
    with BFS distances and parents, so a stem is a shortest path.
 2. Per victim, the cycle graph drops the victim's progress moves and every
    spurious wakeup, and keeps only states where the victim is still running.
@@ -65,7 +66,8 @@ from typing import Any, Callable, Iterable, Iterator
 from .._dsl.model import DONE, Machine
 from .expand import Expander
 
-__all__ = ["FAIRNESS", "PRODUCT_LIMIT", "GraphCapped", "LassoPath", "PolicyGraph", "shortest_lasso"]
+__all__ = ["FAIRNESS", "PRODUCT_LIMIT", "GraphCapped", "LassoPath", "PolicyGraph", "by_priority", "components",
+           "shortest_lasso"]
 
 #: The ``fairness`` setting's values.
 FAIRNESS = ("weak", "strong")
@@ -106,7 +108,7 @@ class PolicyGraph:
         self.machine = machine
         expander = Expander(machine)  # no reduction: the policy's own graph
         priority = machine.config.get("policy") == "priority"
-        prio, pcs, sp = machine.priorities, machine.pc_index, machine.spurious_pcs
+        pcs = machine.pc_index
         self.states: list[tuple] = [machine.init]
         self.index: dict[tuple, int] = {machine.init: 0}
         self.parent: list[tuple[int, tuple[int, int]] | None] = [None]
@@ -120,8 +122,7 @@ class PolicyGraph:
             state = self.states[i]
             succ = [(c, n) for c, n in expander.successors(state)[0] if n.__class__ is tuple]
             if priority and succ:
-                top = max(prio[t] for (t, _), _ in succ)
-                succ = [(c, n) for c, n in succ if prio[c[0]] == top]
+                succ = by_priority(machine, state, succ)
             moves, fair, steps = [], 0, 0
             for (t, b), nxt in succ:
                 j = self.index.get(nxt)
@@ -132,7 +133,7 @@ class PolicyGraph:
                     self.states.append(nxt)
                     self.parent.append((i, (t, b)))
                     self.dist.append(self.dist[i] + 1)
-                spurious = state[pcs[t]] in sp[t]
+                spurious = machine.spurious_move(state, t, b)
                 moves.append((t, b, j, spurious))
                 if not spurious:
                     fair |= 1 << t
@@ -155,6 +156,24 @@ class PolicyGraph:
         states.reverse()
         choices.reverse()
         return [self.states[k] for k in states], choices
+
+
+def by_priority(machine: Machine, state: tuple, succ: list) -> list:
+    """The moves of ``succ`` (``((thread, branch), next)``) a strict-priority scheduler allows from ``state``.
+
+    It runs the highest-priority threads that can run. A blocked thread's timeout (of any timed wait, a
+    semaphore's or an event's too) or spurious wakeup is no thread running: it happens to the sleeper
+    whatever the scheduler does, so it neither sets the top priority nor is held back by it. (Counting it
+    let a high thread blocked in a timed wait, or one that may wake spuriously, hold every lower thread
+    still: a starving design read "ok".)
+    """
+    prio = machine.priorities
+    events = [machine.event_move(state, t, b) for (t, b), _n in succ]
+    ran = [prio[t] for ((t, _b), _n), event in zip(succ, events) if not event]
+    if not ran:
+        return succ
+    top = max(ran)
+    return [move for move, event in zip(succ, events) if event or prio[move[0][0]] == top]
 
 
 class GraphCapped(Exception):
@@ -235,23 +254,41 @@ def _strong(graph: PolicyGraph, edges: list, comp: set[int]) -> Iterator[set[int
 
 
 def _sccs(nodes: list[int], edges: list, within: set[int] | None) -> Iterator[set[int]]:
-    """Tarjan's algorithm, iterative, over ``nodes`` (edges leaving ``within`` ignored). Only components with
-    an internal edge."""
+    """The strongly connected components of ``nodes`` over ``edges`` (per state, ``(thread, branch, target)``;
+    edges leaving ``within`` ignored). Only components with an internal edge."""
+    targets = _Targets(edges, within)
+    for comp in components(nodes, targets):
+        if len(comp) > 1 or comp[0] in targets[comp[0]]:
+            yield set(comp)
+
+
+class _Targets:
+    """``edges[v]`` as the states a component search follows from ``v`` (only those ``within``, if given)."""
+
+    def __init__(self, edges: list, within: set[int] | None):
+        self.edges, self.within = edges, within
+
+    def __getitem__(self, v: int) -> list[int]:
+        within = self.within
+        return [j for _t, _b, j in self.edges[v] if within is None or j in within]
+
+
+def components(nodes: list[int], edges: Any) -> list[list[int]]:
+    """The strongly connected components of ``nodes`` (Tarjan's algorithm, iterative; ``edges[i]``, a list or
+    a mapping, holds the nodes ``i`` leads to), every one, sinks first: a component comes after every
+    component it reaches."""
     index: dict[int, int] = {}
     low: dict[int, int] = {}
     on_stack: set[int] = set()
     stack: list[int] = []
-
-    def out(v: int) -> Iterator[int]:
-        return (j for _t, _b, j in edges[v] if within is None or j in within)
-
+    found: list[list[int]] = []
     for root in nodes:
         if root in index:
             continue
         index[root] = low[root] = len(index)
         stack.append(root)
         on_stack.add(root)
-        work = [(root, out(root))]
+        work = [(root, iter(edges[root]))]
         while work:
             v, it = work[-1]
             for w in it:
@@ -259,7 +296,7 @@ def _sccs(nodes: list[int], edges: list, within: set[int] | None) -> Iterator[se
                     index[w] = low[w] = len(index)
                     stack.append(w)
                     on_stack.add(w)
-                    work.append((w, out(w)))
+                    work.append((w, iter(edges[w])))
                     break
                 if w in on_stack:
                     low[v] = min(low[v], index[w])
@@ -269,15 +306,15 @@ def _sccs(nodes: list[int], edges: list, within: set[int] | None) -> Iterator[se
                     u = work[-1][0]
                     low[u] = min(low[u], low[v])
                 if low[v] == index[v]:
-                    comp = set()
+                    comp = []
                     while True:
                         w = stack.pop()
                         on_stack.discard(w)
-                        comp.add(w)
+                        comp.append(w)
                         if w == v:
                             break
-                    if len(comp) > 1 or any(j == v for j in out(v)):
-                        yield comp
+                    found.append(comp)
+    return found
 
 
 def _nearest(graph: PolicyGraph, victim: int, comps: list[set[int]], edges: list, fairness: str,

@@ -10,7 +10,8 @@ graph means a cycle, so the check looks for a reachable cycle that
 * the scheduling policy allows: by default every interleaving (``policy=fair``);
   with ``policy=priority``, in each state only the enabled threads of highest
   priority (``m.priority(thread, level)``) may step -- a strict-priority
-  scheduler, under which priority inversion becomes visible;
+  scheduler, under which priority inversion becomes visible (a blocked
+  thread's timeout or spurious wakeup happens whatever the priorities);
 * is fair under the ``fairness`` setting: ``weak`` (the default) -- a thread
   enabled in every state of the cycle takes a step in it; ``strong`` -- a
   step enabled in some state of the cycle is taken in it, so a thread
@@ -39,8 +40,9 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from .._dsl.model import DONE, Machine
+from .._dsl.program import NOT_STARTED
 from .expand import Expander
-from .lasso import GraphCapped, PolicyGraph, shortest_lasso
+from .lasso import GraphCapped, PolicyGraph, components, shortest_lasso
 from .replay import trace_of
 from .result import Violation
 
@@ -140,62 +142,119 @@ def shutdown_progress(machine: Machine, states: Iterable[tuple]) -> dict[str, in
 
 
 def shutdown_progress_detail(machine: Machine, states: Iterable[tuple]) -> dict[str, tuple[int | None, Any]]:
-    """Like :func:`shutdown_progress`, with a state from which each thread's worst case starts."""
+    """Like :func:`shutdown_progress`, with a state from which each thread's worst case starts.
+
+    The count starts at every state of ``states`` where shutdown is requested and follows every move from
+    there, whether or not the predicate still holds (a request that is acknowledged turns it false again).
+    A thread is unbounded (None) when, after the request and before it returns, it can repeat a step of its
+    own, or be kept waiting forever by the other threads under the ``fairness`` setting: a cycle in which
+    it is not enabled throughout (``weak``), or never enabled (``strong``). A cycle of the others while it
+    is always ready to step is not a fair run, and counts nothing against it. A thread never started
+    counts as finished where nothing can move any more.
+    """
     pred = machine.shutdown_pred
     if pred is None:
         return {}
-    n = len(machine.thread_names)
-    pcs = machine.pc_index
     after = [s for s in states if pred(machine.view(s))]
-    successors = Expander(machine).successors
-    succ = {s: [(c, nx) for c, nx in successors(s)[0] if nx.__class__ is tuple] for s in after}
+    nodes, moves = _after_graph(machine, after)
+    fairness = machine.config.get("fairness", "weak")
+    index = {s: i for i, s in enumerate(nodes)}
     result: dict[str, tuple[int | None, Any]] = {}
-    for t in range(n):
-        memo: dict[tuple, int | None] = {}
-        visiting: set[tuple] = set()
-
-        def longest(s):
-            # iterative DFS computing the longest count of t-steps to t's DONE
-            stack = [(s, 0)]
-            while stack:
-                v, phase = stack.pop()
-                if phase == 0:
-                    if v in memo:
-                        continue
-                    if v[pcs[t]] == DONE:
-                        memo[v] = 0
-                        continue
-                    if v in visiting:
-                        continue  # a back edge: the parent sees v unfinished and counts it unbounded
-                    visiting.add(v)
-                    stack.append((v, 1))
-                    for _c, w in succ.get(v, ()):
-                        if w not in memo:
-                            stack.append((w, 0))
-                else:
-                    visiting.discard(v)
-                    nexts = succ.get(v, ())
-                    if not nexts:
-                        memo[v] = None  # stuck before returning
-                        continue
-                    best: int | None = 0
-                    for (ct, _b), w in nexts:
-                        sub = memo.get(w)  # missing means still on the DFS stack: a cycle
-                        if sub is None:
-                            best = None
-                            break
-                        best = max(best, sub + (1 if ct == t else 0))
-                    memo[v] = best
-            return memo.get(s)
-
+    for t, name in enumerate(machine.thread_names):
+        bounds = _own_step_bounds(machine, nodes, moves, t, fairness)
         worst: int | None = 0
         where = None
         for s in after:
-            v = longest(s)
+            v = bounds[index[s]]
             if v is None:
                 worst, where = None, s
                 break
             if where is None or v > worst:
                 worst, where = v, s
-        result[machine.thread_names[t]] = (worst, where)
+        result[name] = (worst, where)
     return result
+
+
+def _after_graph(machine: Machine, after: list[tuple]) -> tuple[list[tuple], list[list[tuple[int, bool, int]]]]:
+    """Every state reachable from ``after`` (itself first), and per state its moves ``(thread, spurious,
+    target index)`` to states (a step that raises a violation leads nowhere here)."""
+    successors = Expander(machine).successors
+    nodes = list(dict.fromkeys(after))
+    index = {s: i for i, s in enumerate(nodes)}
+    moves: list[list[tuple[int, bool, int]]] = []
+    i = 0
+    while i < len(nodes):
+        state = nodes[i]
+        out = []
+        for (t, b), nxt in successors(state)[0]:
+            if nxt.__class__ is not tuple:
+                continue
+            j = index.get(nxt)
+            if j is None:
+                j = index[nxt] = len(nodes)
+                nodes.append(nxt)
+            out.append((t, machine.spurious_move(state, t, b), j))
+        moves.append(out)
+        i += 1
+    return nodes, moves
+
+
+def _own_step_bounds(machine: Machine, nodes: list[tuple], moves: list, t: int, fairness: str) -> list[int | None]:
+    """Per state, the most steps of its own thread ``t`` can take before it is done (None: unbounded).
+
+    Over the components of the graph of states where ``t`` is not done, sinks first (Tarjan emits them in
+    that order), so each component's exits are known when it is reached.
+    """
+    pc = machine.pc_index[t]
+    running = [s[pc] != DONE for s in nodes]
+    enabled = [any(u == t and not spurious for u, spurious, _j in out) for out in moves]
+    waiting = [running[i] and nodes[i][pc] != NOT_STARTED and not enabled[i] for i in range(len(nodes))]
+    ready = [sum({1 << u for u, spurious, _j in out if not spurious}) for out in moves]
+    edges = [[j for _u, _sp, j in out if running[j]] if running[i] else [] for i, out in enumerate(moves)]
+    bound: list[int | None] = [0] * len(nodes)
+    for comp in components([i for i in range(len(nodes)) if running[i]], edges):
+        inside = set(comp)
+        internal = [(u, i) for i in comp for u, _sp, j in moves[i] if j in inside]
+        value: int | None = 0
+        if any(u == t for u, _i in internal):
+            value = None  # t repeats a step of its own
+        elif internal and _kept_waiting(comp, moves, waiting, ready, fairness):
+            value = None  # the others can run forever, fairly, while t waits
+        else:
+            exits = [(u, j) for i in comp for u, _sp, j in moves[i] if j not in inside]
+            if not exits and not internal and (nodes[comp[0]][pc] != NOT_STARTED):
+                value = None  # nothing can move, and t has not returned
+            for u, j in exits:
+                sub = bound[j] if running[j] else 0
+                if sub is None:
+                    value = None
+                    break
+                value = max(value, sub + (u == t))
+        for i in comp:
+            bound[i] = value
+    return bound
+
+
+def _kept_waiting(comp: list[int], moves: list, waiting: list[bool], enabled: list[int], fairness: str) -> bool:
+    """Whether the others can cycle forever inside ``comp`` (a component with a cycle and no step of t's),
+    while t is ``waiting`` (started, not done, not enabled) in some state of the cycle (``weak``) or in all
+    of them (``strong``): a cycle of real moves (spurious wakeups are finite) that is weakly fair to every
+    thread, each one enabled throughout it stepping in it (``enabled``: per state, the threads with a real
+    move, as bits). A cycle unfair to another thread is no run, and must not name t as the one that hangs.
+    Under ``strong`` this is a necessary condition, not the exact one: it only decides whom the violation
+    names (a cycle always leaves some thread with a step of its own repeated, and that one is unbounded)."""
+    keep = [i for i in comp if waiting[i]] if fairness == "strong" else comp
+    within = set(keep)
+    real = {i: [(u, j) for u, spurious, j in moves[i] if not spurious and j in within] for i in keep}
+    for sub in components(keep, {i: [j for _u, j in out] for i, out in real.items()}):
+        members = set(sub)
+        steppers, always, cycle = 0, -1, False
+        for i in sub:
+            always &= enabled[i]
+            for u, j in real[i]:
+                if j in members:
+                    steppers |= 1 << u
+                    cycle = True
+        if cycle and any(waiting[i] for i in sub) and always & ~steppers == 0:
+            return True
+    return False

@@ -1,5 +1,10 @@
 """State-space reductions that preserve verdicts: symmetry and partial-order reduction.
 
+What is preserved: whether a violation is reachable, and the length of the shortest one. Not which one:
+where shortest violations of different kinds exist, a reduced search meets them in another order than the
+unreduced one (a representative's threads are renamed), and may report another of them, as real and as
+short.
+
 Symmetry
 --------
 A model may declare threads interchangeable (``m.symmetric("worker0",

@@ -41,6 +41,7 @@ from typing import Any, Mapping
 
 from .._dsl.model import DONE, VIOLATION_KINDS, Machine
 from .expand import Expander
+from .lasso import by_priority
 from .replay import final_verdict, replay_choices
 from .result import Trace, TraceError
 
@@ -117,7 +118,7 @@ def _lasso(machine: Machine, trace: Trace, cycle_start: int) -> tuple[str, str] 
     if states[-1] != states[cycle_start]:
         raise NotReproduced(f"the trace does not reproduce its saved verdict 'starvation': it does not end in "
                             f"the state after step {cycle_start}, where its cycle starts, so nothing repeats")
-    pcs, sp, prio = machine.pc_index, machine.spurious_pcs, machine.priorities
+    pcs, prio = machine.pc_index, machine.priorities
     priority = machine.config.get("policy") == "priority"
     fairness = machine.config.get("fairness", "weak")
     successors = Expander(machine).successors
@@ -128,17 +129,16 @@ def _lasso(machine: Machine, trace: Trace, cycle_start: int) -> tuple[str, str] 
     for i, (state, (t, b)) in enumerate(zip(states, choices)):
         succ = [c for c, n in successors(state)[0] if n.__class__ is tuple]
         if priority and succ:
-            top = max(prio[u] for u, _ in succ)
-            succ = [c for c in succ if prio[c[0]] == top]
+            succ = [c for c, _n in by_priority(machine, state, [(c, None) for c in succ])]
             if (t, b) not in succ:
                 raise NotReproduced(f"step {i + 1}: {machine.thread_names[t]} may not run under strict priority "
                                     "(a thread of higher priority is enabled)")
         if i < cycle_start:
             continue
-        if state[pcs[t]] in sp[t]:
+        if machine.spurious_move(state, t, b):
             raise NotReproduced(f"step {i + 1}, in the cycle, is a spurious wakeup: no fair run repeats one "
                                 "forever")
-        fair = {u for u, _ in succ if state[pcs[u]] not in sp[u]}
+        fair = {u for u, ub in succ if not machine.spurious_move(state, u, ub)}
         always &= sum(1 << u for u in fair)
         enabled_steps |= {(u, state[pcs[u]]) for u in fair}
         taken.add((t, state[pcs[t]]))

@@ -162,10 +162,9 @@ class Runner:
 
 def _runnable(machine: Machine, state: tuple, succ: list) -> tuple[list[int], list[int]]:
     """Indices into ``succ`` of real moves and of spurious wakeups."""
-    sp, pcs = machine.spurious_pcs, machine.pc_index
     real, spurious = [], []
-    for i, ((t, _b), _n) in enumerate(succ):
-        (spurious if state[pcs[t]] in sp[t] else real).append(i)
+    for i, ((t, b), _n) in enumerate(succ):
+        (spurious if machine.spurious_move(state, t, b) else real).append(i)
     return real, spurious
 
 

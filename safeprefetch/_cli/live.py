@@ -16,9 +16,11 @@ loop over generated ``.npy`` shards without and with prefetching.
 
 from __future__ import annotations
 
-import json
 import math
+from pathlib import Path
 from typing import Any
+
+from .._tools.jsonout import emit_json
 
 __all__ = ["register"]
 
@@ -72,7 +74,7 @@ def _cmd_run(args) -> int:
         "trace": live.trace.to_json(),
     }
     if args.json:
-        print(json.dumps(out, indent=2))
+        emit_json(out)
     else:
         how = ("by forcing the checker's counterexample order" if forced
                else f"in free run {out['free_runs']} of {args.attempts}")
@@ -83,7 +85,9 @@ def _cmd_run(args) -> int:
             print(f"<== live {live.verdict}: {live.message}")
     if not out["conforms"]:
         return 1
-    return 0 if live.verdict == "ok" else 1
+    # As check's codes: a model that raised is the model's error (2), and a run that did not finish within
+    # --timeout is no verdict (3: a slow correct model, or a starvation, which a live run cannot show).
+    return {"ok": 0, "error": 2, "timeout": 3}.get(live.verdict, 1)
 
 
 #: Steps of a live run's table that ``run`` prints by default: a model that never ends runs until its
@@ -122,7 +126,7 @@ def register(sub) -> dict:
     sk.add_argument("--dir", help="directory for the scenarios' .npy files (default: a temporary one)")
     sk.add_argument("--ctrl-c", type=int, metavar="RUNS",
                     help="instead: the Ctrl-C soak, RUNS streams each hit by a SIGINT from a kernel timer")
-    sk.add_argument("--storm", type=int, default=1, help="with --ctrl-c: SIGINTs per run (default 1)")
+    sk.add_argument("--storm", type=int, help="with --ctrl-c: SIGINTs per run (default 1)")
     sk.add_argument("--json", action="store_true")
     inj = sub.add_parser("inject", help="inject Ctrl-C, a handler's close() and the finalizer at every point "
                                         "where CPython can raise an asynchronous exception, and check the contract")
@@ -156,10 +160,10 @@ def _cmd_inject(args) -> int:
 
     report = sweep(default_scenarios(full=args.full), progress=_progress_line)
     if args.json:
-        print(json.dumps({"runs": report.runs, "reached": report.fired, "seconds": report.seconds,
+        emit_json({"runs": report.runs, "reached": report.fired, "seconds": report.seconds,
                           "problems": [asdict(p) for p in report.problems],
                           "scenarios": [{"scenario": sc, "effect": eff, "points": n}
-                                        for sc, eff, n in report.per_scenario]}, indent=2))
+                                        for sc, eff, n in report.per_scenario]})
     else:
         print(f"inject: {len(report.per_scenario)} scenarios, {report.runs} injections ({report.fired} reached) "
               f"in {report.seconds:.1f} s: {len(report.problems)} problems")
@@ -174,13 +178,16 @@ def _cmd_ctrl_c(args) -> int:
     from .._tools.cliargs import UsageError
     from .._harness.ctrl_c_soak import ctrl_c_soak
 
-    if args.ctrl_c < 1 or args.storm < 1:
+    storm = 1 if args.storm is None else args.storm
+    if args.ctrl_c < 1 or storm < 1:
         raise UsageError("--ctrl-c and --storm must be at least 1")
-    r = ctrl_c_soak(args.ctrl_c, seed=args.seed, storm=args.storm, progress=_progress_line)
+    if args.dir is not None:
+        raise UsageError("--dir is for the fault scenarios' files; --ctrl-c writes none")
+    r = ctrl_c_soak(args.ctrl_c, seed=args.seed, storm=storm, progress=_progress_line)
     if args.json:
-        print(json.dumps({**asdict(r), "clean": r.clean}, indent=2))
+        emit_json({**asdict(r), "clean": r.clean})
     else:
-        print(f"ctrl-c soak: {r.runs} runs (seed {args.seed}, {args.storm} SIGINT per run) in {r.seconds:.1f} s")
+        print(f"ctrl-c soak: {r.runs} runs (seed {args.seed}, {storm} SIGINT per run) in {r.seconds:.1f} s")
         print(f"  interrupts {r.interrupts}: {r.inside_calls} inside a call, {r.between_calls} in the consumer's "
               f"own code, {r.after_return} right after a call returned")
         for name in ("hangs", "leaked_locks", "lost", "duplicated", "other"):
@@ -198,10 +205,15 @@ def _cmd_soak(args) -> int:
         return _cmd_ctrl_c(args)
     if args.scenarios < 1:
         raise UsageError("--scenarios must be at least 1")
+    if args.storm is not None:
+        raise UsageError("--storm is the number of SIGINTs per run of --ctrl-c; without --ctrl-c there are none")
+    if args.dir is not None and not Path(args.dir).is_dir():
+        # Else every scenario failed to write its files, reported as the Prefetcher's failures (exit 1).
+        raise UsageError(f"--dir {args.dir}: not a directory")
     report = soak(args.scenarios, seed=args.seed, workdir=args.dir,
                   progress=lambda n, total, s: _progress_line(f"soak: {n}/{total} scenarios, {s:.0f} s"))
     if args.json:
-        print(json.dumps(report.to_json(), indent=2))
+        emit_json(report.to_json())
     else:
         print(f"soak: {report.scenarios} scenarios (seed {report.seed}) in {report.seconds:.1f} s")
         print(f"  injected: {report.errors_injected} source errors, {report.closes} closes, "
@@ -255,7 +267,7 @@ def _cmd_demo(args) -> int:
                        f"overlap efficiency {100 * result.overlap_efficiency:.1f}%")
         _progress_line(f"demo: timeline written to {timeline}")
     if args.json:
-        print(json.dumps(result.to_json(), indent=2))
+        emit_json(result.to_json())
     else:
         print(format_result(result))
     return 0

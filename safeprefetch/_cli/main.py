@@ -20,7 +20,6 @@ some search was incomplete.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -33,7 +32,7 @@ from .._tools.catalog import catalog, load_model
 from .._check.explore import DEFAULT_MAX_STATES, DEFAULT_REDUCE, CheckResult, ReplayDivergence, Trace, TraceError, check, final_verdict
 from .._dsl.graph import format_graph, graph_json
 from .._dsl.model import ModelError
-from .._dsl.violations import ProcessExit, StepError, exit_call, refusing_os_exit
+from .._dsl.violations import ProcessExit, StepError, exit_call, refusing_fork, refusing_os_exit
 from .._check.cluster import ClusterError
 from .._check.reverify import ReverifyIncomplete, saved_claim, saved_verdict
 from .._check.trace import format_table, render_result
@@ -44,6 +43,7 @@ from .._interleave import api as _code_commands
 from .._tools import spin as _spin_commands
 from .._tools import teach as _teach_commands
 from .._tools.cliargs import UsageError, parse_sets, read_json_file
+from .._tools.jsonout import emit_json, json_stdout
 from . import cluster as _cluster_args
 from . import live as _live_commands
 from . import tour as _tour_commands
@@ -88,7 +88,7 @@ def _cmd_list(args) -> int:
     (``"programs"``: role -> label -> kind and declared targets, at the model's default config)."""
     models = catalog()
     if args.json:
-        print(json.dumps([{**_describe(m), "programs": graph_json(m.graph())} for m in models.values()], indent=2))
+        emit_json([{**_describe(m), "programs": graph_json(m.graph())} for m in models.values()])
         return 0
     width = max(len(n) for n in models)
     for name, m in models.items():
@@ -187,6 +187,8 @@ def _named(model) -> Iterator[None]:
 
 
 def _check_one(args, model) -> int:
+    if args.svg == "":
+        raise UsageError("--svg needs a file name")
     if args.svg:  # before the search, not after it: a bad path is known now
         where = Path(args.svg)
         if where.is_dir() or not where.parent.is_dir():
@@ -237,7 +239,7 @@ def _check_one(args, model) -> int:
         d = result.to_json()
         if args.progress_bound is not None:  # the check's claim, which replay holds the trace to
             d["progress_bound"] = args.progress_bound
-        print(json.dumps(d, indent=2))
+        emit_json(d)
     else:
         print(render_result(result, machine))
     if args.svg:  # after the verdict is out: a write that fails (a full disk) loses nothing but the picture
@@ -289,18 +291,20 @@ def _check_all(args) -> int:
                   store=args.store, memory=_memory_arg(args.memory), engine=args.engine)
         from dataclasses import replace
         results.append(replace(r, expected=model.expected))
-    mismatches = [r for r in results if r.verdict != r.expected]
     incomplete = [r for r in results if r.ok and not r.exhaustive]
+    # An ok the search did not finish is no verdict: it differs from a declared bug by being cut, not by
+    # disagreeing (3, as for one model), and it is named below.
+    mismatches = [r for r in results if r.verdict != r.expected and not (r.ok and not r.exhaustive)]
     if args.json:
-        print(json.dumps([r.to_json() for r in results], indent=2))
+        emit_json([r.to_json() for r in results])
     else:
         w = max(len(r.model) for r in results)
         print(f"{'model'.ljust(w)}  {'expected':14}  {'verdict':14}  {'states':>9}  {'seconds':>8}  {'trace':>5}  match")
         for r in results:
-            mark = "yes" if r.verdict == r.expected else "NO"
+            mark = "yes" if r.verdict == r.expected else "cut" if r.ok and not r.exhaustive else "NO"
             print(f"{r.model.ljust(w)}  {r.expected:14}  {r.verdict:14}  {r.states:>9}  {r.seconds:>8.3f}  "
                   f"{len(r.trace):>5}  {mark}")
-        print(f"{len(results) - len(mismatches)}/{len(results)} models match their expected verdict")
+        print(f"{sum(r.verdict == r.expected for r in results)}/{len(results)} models match their expected verdict")
         if incomplete:
             print(f"{len(incomplete)} search(es) did not finish, so their ok is not a proof: "
                   + ", ".join(r.model for r in incomplete), file=sys.stderr)
@@ -330,7 +334,8 @@ def _cmd_replay(args) -> int:
     with _named(model):
         machine = _compile(model, overrides)
         print(f"replay of {len(trace)} steps on {model.name}")
-        print(format_table(machine, trace))
+        table = format_table(machine, trace)
+        print(table)
         try:
             found = saved_verdict(machine, trace, claim, DEFAULT_MAX_STATES)
         except ReverifyIncomplete as e:
@@ -338,7 +343,7 @@ def _cmd_replay(args) -> int:
             return INCOMPLETE
     if found:
         kind, msg = found
-        if kind and not msg.startswith(kind):
+        if f"<== {kind}: {msg}" not in table:  # (a step's own violation is the table's last row already)
             print(f"<== {kind}: {msg}")
         return 1
     print("no violation at the end of this trace")
@@ -359,7 +364,9 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("--strategy", default="bfs", choices=["bfs", "dfs", "random", "pct", "preempt", "hypothesis"],
                     help="bfs/dfs explore exhaustively; the others sample schedules (replayable by --seed)")
     ck.add_argument("--reduce", default=None, choices=["none", "symmetry", "por", "all"],
-                    help="state-space reductions (all preserve verdicts; default all)")
+                    help="state-space reductions (each keeps whether a violation exists and its shortest "
+                         "length; where shortest violations of several kinds exist, the one reported may "
+                         "differ; default all)")
     _cluster_args.add_arguments(ck)  # --cluster SPEC, --swarm K
     ck.add_argument("--progress-bound", type=int, metavar="K",
                     help="also require every thread to return within K of its own steps after shutdown")
@@ -422,7 +429,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_states = getattr(args, "max_states", None)
         if max_states is not None and max_states < 1:
             raise UsageError("--max-states must be at least 1")
-        return _refusing_os_exit(COMMANDS[args.command], args)
+        with json_stdout(getattr(args, "json", False) is True):
+            return _refusing_os_exit(COMMANDS[args.command], args)
     except (UsageError, ModelError, TraceError, ReplayDivergence) as e:
         print(f"error: {e}", file=sys.stderr)
         table = getattr(e, "table", None)  # a step that raised, a wrong symmetry: the schedule that got there
@@ -443,9 +451,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = _user_frame(e)
         print(f"interrupted{where and f' in the model code{where}'}", file=sys.stderr)
         return 130
-    except Exception as e:  # an exception raised by model code (a step, a guard, a check)
-        if os.environ.get("SAFEPREFETCH_TRACEBACK"):
-            raise
+    except BaseException as e:  # an exception raised by model code (a step, a guard, a check)
+        if isinstance(e, SystemExit) or os.environ.get("SAFEPREFETCH_TRACEBACK"):
+            raise  # (argparse's usage error and --help; a model's sys.exit is a ModelError by now)
         where = _user_frame(e)
         print(f"error: {_whose(args)} raised {type(e).__name__}: {e}{where} "
               "(set SAFEPREFETCH_TRACEBACK=1 for the traceback)", file=sys.stderr)
@@ -463,11 +471,17 @@ def _refusing_os_exit(command: Any, args: Any) -> int:
     """``command(args)`` with ``os._exit`` refused in this process: a model's or checked code's
     ``os._exit(0)`` ended the checker with status 0 and no verdict, a pass for a check that never ended."""
     real = os._exit
+    forks = {name: getattr(os, name) for name in ("fork", "forkpty") if hasattr(os, name)}
     os._exit = refusing_os_exit()
+    if getattr(args, "command", None) in _MODEL_COMMANDS - {"check-code"}:  # (checked code may fork)
+        for name, fork in forks.items():
+            setattr(os, name, refusing_fork(fork))
     try:
         return command(args)
     finally:
         os._exit = real
+        for name, fork in forks.items():
+            setattr(os, name, fork)
 
 
 def _user_frame(e: BaseException) -> str:

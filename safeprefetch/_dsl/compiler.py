@@ -111,10 +111,21 @@ def compile_model(name: str, config: dict[str, Any], b: Builder, strict: bool = 
         priorities=priorities,
         field_names=tuple(lay.fields),
         spurious_pcs=tuple(frozenset(pc for pc, si in info.items() if si.kind == "spurious") for info in infos),
+        timed_sleep_pcs=tuple(frozenset(pc for pc, si in info.items()
+                                        if si.kind == "timed_wait" and pc.endswith(ASLEEP)) for info in infos),
+        event_branches=tuple(frozenset(move for pc, si in info.items() for move in _events(pc, si)) for info in infos),
         symmetry=symmetry,
         graph=graph,
         thread_roles=tuple(t.program.role for t in b.threads),
     )
+
+
+def _events(pc: str, si: StepInfo) -> list[tuple[str, int]]:
+    """The moves of step ``si`` at ``pc`` that happen to a blocked thread (:attr:`Machine.event_branches`):
+    a spurious wakeup, a timed condvar sleep's timeout and spurious wakeup, another primitive's timeout."""
+    if si.kind == "spurious" or (si.kind == "timed_wait" and pc.endswith(ASLEEP)):
+        return [(pc, b) for b in range(max(1, len(si.branches)))]
+    return [(pc, b) for b, name in enumerate(si.branches) if name == "timed out" and si.kind != "step"]
 
 
 def _with_threads(check: Callable, threads_view: Callable) -> Callable:

@@ -85,6 +85,13 @@ class Machine:
     field_names: tuple[str, ...] = field(default=())
     #: Per thread, the program counters whose only step is a spurious wakeup.
     spurious_pcs: tuple[frozenset[str], ...] = ()
+    #: Per thread, the program counters where a timed wait sleeps: its branch 0 times out (a real move, time
+    #: passes) and, with ``spurious=on``, its branch 1 is a spurious wakeup (:meth:`spurious_move`).
+    timed_sleep_pcs: tuple[frozenset[str], ...] = ()
+    #: Per thread, the moves ``(pc, branch)`` that happen to a blocked thread rather than being run by the
+    #: scheduler: a spurious wakeup, and every timeout (a timed condvar wait's, ``Event.wait``'s,
+    #: ``Semaphore.acquire``'s and ``queue.get``'s). See :meth:`event_move`.
+    event_branches: tuple[frozenset[tuple[str, int]], ...] = ()
     #: Groups of interchangeable threads (indices), for symmetry reduction.
     symmetry: tuple[tuple[int, ...], ...] = ()
     #: The program graph: per program (role), each step's label -> :class:`GraphStep` (kind and
@@ -174,6 +181,19 @@ class Machine:
             if state[pcs[t]] not in sp[t]:
                 return False
         return True
+
+    def spurious_move(self, state: Sequence, thread: int, branch: int) -> bool:
+        """Whether ``thread``'s move ``branch`` from ``state`` is a spurious wakeup: a spurious step's, or a timed
+        wait's second branch (its first is the timeout). Liveness never lets a cycle repeat one."""
+        pc = state[self.pc_index[thread]]
+        return pc in self.spurious_pcs[thread] or (branch == 1 and bool(self.timed_sleep_pcs)
+                                                   and pc in self.timed_sleep_pcs[thread])
+
+    def event_move(self, state: Sequence, thread: int, branch: int) -> bool:
+        """Whether ``thread``'s move ``branch`` from ``state`` happens *to* it rather than being run by the
+        scheduler: a blocked thread's spurious wakeup or timeout. Strict priority neither picks nor holds back
+        such a move."""
+        return bool(self.event_branches) and (state[self.pc_index[thread]], branch) in self.event_branches[thread]
 
     def all_done(self, state: Sequence) -> bool:
         """Every thread is done -- or was never started (a thread nobody spawned has nothing left to do)."""

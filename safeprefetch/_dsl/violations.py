@@ -29,8 +29,8 @@ from contextlib import contextmanager
 
 from typing import Any, Callable, Iterator, Sequence
 
-__all__ = ["USER_ERRORS", "VIOLATION_KINDS", "CheckError", "ModelError", "ProcessExit", "StepError", "StepViolation",
-           "delivery_violation", "exit_call", "refusing_os_exit", "truth", "violate"]
+__all__ = ["CheckError", "ModelError", "ProcessExit", "StepError", "StepViolation", "USER_ERRORS", "VIOLATION_KINDS",
+           "delivery_violation", "exit_call", "refusing_fork", "refusing_os_exit", "truth", "violate"]
 
 #: Stable names of every violation kind (part of the CLI contract).
 VIOLATION_KINDS = (
@@ -165,6 +165,50 @@ def refusing_os_exit(raises: Callable[[], bool] = lambda: True) -> Callable[[int
         real(code)
 
     return _exit
+
+
+def refusing_fork(real: Callable) -> Callable:
+    """A stand-in for ``real`` (``os.fork`` or ``os.forkpty``) that refuses a fork made for a model's code in
+    this process.
+
+    The child of a fork in a step went on running the search from that step, and forked again: thousands of
+    checkers, each printing a verdict. A fork is the model's when the first frame up the stack that is not
+    the standard library's or an installed package's is the model's (``pty.fork()`` in a step is the model's
+    too); it is not when ``multiprocessing`` starts a process on the way there (its children end by
+    ``os._exit``), nor when the library forks for itself, nor in another process.
+    """
+    pid = os.getpid()
+
+    def fork() -> Any:
+        where = _forking_user(sys._getframe(1))
+        if os.getpid() == pid and where is not None:
+            raise ModelError(f"the model called os.{real.__name__}() ({where}): its child would go on running the "
+                             "checker; a model describes threads, it may not fork (multiprocessing in a model's "
+                             "build is allowed: its children end by os._exit)")
+        return real()
+
+    return fork
+
+
+#: The package's own folder: a file under it is the library's, but for its catalog models.
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _forking_user(frame: Any) -> str | None:
+    """``FILE:LINE`` of the model's frame a fork is made for, or None (see :func:`refusing_fork`)."""
+    import sysconfig
+
+    lib = tuple(sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib"))
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name.startswith(lib):
+            if f"{os.sep}multiprocessing{os.sep}" in name:
+                return None  # a process started by multiprocessing: its child ends by os._exit
+        elif not name.startswith("<"):
+            mine = name.startswith(_PACKAGE + os.sep) and not name.startswith(os.path.join(_PACKAGE, "models"))
+            return None if mine else f"{os.path.basename(name)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
 
 
 @contextmanager

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 
-import json
 import os
 import re
 import resource
@@ -49,6 +48,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+from .._tools.jsonout import emit_json
 
 __all__ = ["ExploreBench", "bench_explore", "register"]
 
@@ -276,7 +276,7 @@ def bench_explore(quick: bool = False, spin_items: int | None = None) -> Explore
     # The twin's state space grows linearly with its LENGTH; its counters are Promela bytes
     # (255 means "none"), so LENGTH must stay below 255.
     # --quick: 40 items, a 16 ms search against pan's 67 ms start-up (8 items gave 4 ms, lost in the noise).
-    items = spin_items or (40 if quick else 200)
+    items = (40 if quick else 200) if spin_items is None else spin_items  # (0 is refused, not the default)
     if not 0 < items < 255:
         raise ValueError("--spin-items must be between 1 and 254 (the twin counts in bytes)")
     got = _spin_run(items)
@@ -309,7 +309,7 @@ def _cmd_bench(args) -> int:
     if args.what == "explore":
         result = bench_explore(quick=args.quick, spin_items=args.spin_items)
         if args.json:
-            print(json.dumps(asdict(result), indent=2))
+            emit_json(asdict(result))
             return 0
         for r in result.runs:
             mem = f"{r.bytes_per_state:.0f} B/state" if r.bytes_per_state else "n/a"

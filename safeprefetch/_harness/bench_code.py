@@ -30,13 +30,13 @@ Speed figures are printed, never asserted: the machines are shared and noisy.
 from __future__ import annotations
 
 import importlib.util
-import json
 import sys
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from .._interleave.api import check
+from .._tools.jsonout import emit_json
 from .code_twins import REFERENCES, TWINS
 
 __all__ = ["INTERLEAVE_TEST", "ProofRow", "bench_bugs", "bench_proofs", "interleave_test_status", "register"]
@@ -200,8 +200,8 @@ def _cmd(args: Any) -> int:
     suite = [] if args.no_prefetcher else prefetcher_suite()
     on_demand = [] if args.no_prefetcher else run_on_demand_suite()
     if args.json:
-        print(json.dumps({"interleave_test": status, "proofs": [asdict(r) for r in proofs], "bugs": bugs,
-                          "prefetcher": suite, "on_demand": on_demand}, indent=2))
+        emit_json({"interleave_test": status, "proofs": [asdict(r) for r in proofs], "bugs": bugs,
+                   "prefetcher": suite, "on_demand": on_demand})
     else:
         _print(proofs, bugs, suite, status, on_demand)
     return 0

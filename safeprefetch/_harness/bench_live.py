@@ -96,7 +96,6 @@ baselines, the sources), ``live_handoff.py`` (handoff, protocol_cpu),
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import sys
@@ -108,6 +107,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .._tools.jsonout import emit_json
 from .live_common import TORCHDATA_SKIP, Figure, torchdata_available
 from .live_copy import bench_copy
 from .live_file_io import bench_file_io
@@ -286,8 +286,8 @@ def cmd_bench_live(args: Any) -> int:
         tables = profile_report(quick)
         ceiling = ceiling_report(quick)
         if getattr(args, "json", False):
-            print(json.dumps({"machine": machine_info(), "quick": quick, "profiles": [asdict(t) for t in tables],
-                              "ceiling": ceiling}, indent=2))
+            emit_json({"machine": machine_info(), "quick": quick, "profiles": [asdict(t) for t in tables],
+                       "ceiling": ceiling})
         else:
             print("\n\n".join([*(format_profile(t) for t in tables), format_ceiling(ceiling)]))
         return 0
@@ -296,13 +296,13 @@ def cmd_bench_live(args: Any) -> int:
 
         report = instructions_report(quick)
         if getattr(args, "json", False):
-            print(json.dumps({"machine": machine_info(), "quick": quick, "instructions": report}, indent=2))
+            emit_json({"machine": machine_info(), "quick": quick, "instructions": report})
         else:
             print(format_instructions(report))
         return 0 if "skipped" not in report else 2
     result = bench_live(quick=quick, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
     if getattr(args, "json", False):
-        print(json.dumps(result, indent=2))
+        emit_json(result)
     else:
         print(format_report(result))
     return 0

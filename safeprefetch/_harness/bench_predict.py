@@ -49,7 +49,6 @@ and at most 10% extra bandwidth for adaptive on the random trace.
 
 from __future__ import annotations
 
-import json
 import math
 import tempfile
 import time
@@ -63,6 +62,7 @@ import numpy as np
 from .._prefetcher.ondemand import OnDemandPrefetcher
 from .._prefetcher.ondemand_core import compile_predictive
 from .._prefetcher.predictors import Predictor, best_first
+from .._tools.jsonout import emit_json
 
 __all__ = ["PredictBench", "PredictRun", "bench_predict", "cmd_bench_predict", "crop_trace", "markov_chain",
            "traces"]
@@ -347,10 +347,16 @@ def _line(r: PredictRun) -> str:
 def cmd_bench_predict(args: Any) -> int:
     import sys
 
+    from .._tools.cliargs import UsageError
+
+    for name in ("requests", "repeats"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name} must be at least 1, not {value}")
     result = bench_predict(quick=args.quick, requests=args.requests, repeats=args.repeats,
                            progress=None if args.json else (lambda line: print(line, flush=True)))
     if args.json:
-        print(json.dumps(asdict(result), indent=2))
+        emit_json(asdict(result))
         return 0
     print(f"settings: {result.settings}", file=sys.stdout)
     for what, value, target, met in result.targets:

@@ -24,12 +24,12 @@ missing ``docs`` extra, one line on stderr.
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import TYPE_CHECKING, Any
 
 from .._tools.cliargs import UsageError, parse_sets
 from .._tools.catalog import load_model
+from .._tools.jsonout import emit_json, json_stdout
 from .demo import DemoConfig, format_result, run_demo
 
 if TYPE_CHECKING:
@@ -64,8 +64,9 @@ def _cmd_docs(args) -> int:
         max_states = MAX_STATES if args.excerpt is None else args.excerpt
         if max_states < 1:
             raise UsageError("--max-states must be at least 1")
-        machine = load_model(args.model).compile(parse_sets(args.set or []))
-        print(json.dumps(export_graph(machine, max_states=max_states), indent=1))
+        with json_stdout(True):  # the graph is JSON: the model's prints go to stderr
+            machine = load_model(args.model).compile(parse_sets(args.set or []))
+            emit_json(export_graph(machine, max_states=max_states))
         return 0
     try:
         story = None if args.no_demo else record_story()

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from .._check.explore import DEFAULT_REDUCE, explore
 from .._check.strategies import search
 from .._tools.catalog import load_model
+from .._tools.jsonout import emit_json
 
 __all__ = ["BENCH_CASES", "BENCH_STRATEGIES", "compare", "format_comparison", "main"]
 
@@ -128,7 +129,6 @@ def format_comparison(rows: Sequence[Mapping[str, Any]]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:  # pragma: no cover - a documentation helper
     import argparse
-    import json
 
     p = argparse.ArgumentParser(prog="python -m safeprefetch._harness.strategies_table",
                                 description="Regenerate the strategy comparison table of docs/strategies.md.")
@@ -149,7 +149,10 @@ def main(argv: Sequence[str] | None = None) -> int:  # pragma: no cover - a docu
             cases.append((name, cfg))
     rows = compare(cases, args.budget, tuple(range(args.seeds)), bfs_cap=args.bfs_cap,
                    time_limit=args.time_limit, log=lambda s: print(s, file=sys.stderr, flush=True))
-    print(json.dumps(rows, indent=2) if args.json else format_comparison(rows))
+    if args.json:
+        emit_json(rows)
+    else:
+        print(format_comparison(rows))
     return 0
 
 

@@ -22,13 +22,13 @@ from __future__ import annotations
 import functools
 import importlib.util
 import inspect
-import json
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .._check.result import ReplayDivergence, Trace
 from .._dsl.violations import ProcessExit, exit_call
+from .._tools.jsonout import emit_json
 from .arguments import runs_when_called
 from .check import Interrupt, check_code, replay_code, settings_of
 from .report import CodeCheckResult, render_text, write_svg
@@ -236,7 +236,10 @@ def _cmd_check_code(args: Any) -> int:
             result = check(fn, name=args.target, **options)
     except (ValueError, TypeError) as e:
         raise UsageError(str(e)) from None
-    print(json.dumps(result.to_json(), indent=2) if args.json else render_text(result))
+    if args.json:
+        emit_json(result.to_json())
+    else:
+        print(render_text(result))
     if args.svg and result.violation is not None:  # after the verdict is out: a write that fails loses nothing
         try:
             write_svg(result, args.svg)

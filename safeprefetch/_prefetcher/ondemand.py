@@ -266,8 +266,9 @@ def _first_shape(source: Any, length: int, shape: Any, dtype: Any, timeout: floa
     read = read_under(None if thread_safe else gate_of(source), item_reader(source))
     kind, first = read_first(lambda: read(0), timeout, name, map_style=True)
     if kind == "error":
-        raise ValueError(f"reading source[0] to size the slot pool failed ({type(first).__name__}: {first}); "
-                         "give shape= and dtype= to skip that read") from first
+        # Its text is the cause's to show: str() of a source's exception may raise, and lose it.
+        raise ValueError(f"reading source[0] to size the slot pool failed ({type(first).__name__}, the cause "
+                         "above); give shape= and dtype= to skip that read") from first
     if isinstance(first, np.generic) and not isinstance(first, np.object_):
         first = np.asarray(first)  # a numpy scalar (an item of a 1-d array): a 0-d batch, as the workers take it
     bad = batch_problem(first, getattr(first, "shape", None), getattr(first, "dtype", None))

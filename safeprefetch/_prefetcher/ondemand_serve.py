@@ -214,8 +214,9 @@ class ServeSide:
             counts.used += 1
         elif pc == Q.DEMAND_FETCH:
             counts.misses += 1
-        elif pc == Q.REQUEST:
-            counts.used += 1  # a speculative fetch's error: it answered this request
+        elif pc == Q.REQUEST:  # a speculative fetch's error, ready: it answered this request
+            counts.hits += 1  # (uncounted, hits + late hits + misses fell short of the requests)
+            counts.used += 1
 
     def _wait_in_flight(self, deadline: float | None) -> None:
         """Wait for a worker's fetch of the asked-for index (the only step of a call that parks)."""

@@ -40,7 +40,8 @@ class OnDemandStats:
     predictor: str
     #: Requests answered (batches and errors).
     requests: int
-    #: Requests whose batch was ready when asked for (no wait for a fetch).
+    #: Requests whose batch (or its speculative fetch's error) was ready when asked for (no wait for a
+    #: fetch). ``hits + late_hits + misses == requests``.
     hits: int
     #: Requests whose batch a worker was already fetching: the caller waited for the rest of it.
     late_hits: int

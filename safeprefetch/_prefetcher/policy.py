@@ -53,6 +53,10 @@ DEFAULT_AUTOTUNE_MAX = 16
 #: short enough that an over-grown buffer is given back within a second or so at
 #: typical step rates. Each grow that follows a shrink doubles it, up to the max.
 SHRINK_WINDOW = 32
+#: A consumer's wait grows the buffer when, since its last wait, the workers were blocked on a full buffer
+#: for at least this fraction of their time (a fetch ahead they could have made). A source-bound pipeline
+#: blocks its workers only for hand-offs, a few per cent at most.
+GROW_IDLE_FRACTION = 0.1
 SHRINK_WINDOW_MAX = 1024
 
 
@@ -93,20 +97,27 @@ class Autotuner:
     * **grow** when the batch the consumer asked for was not ready (it had to
       wait) while the target held a worker back: more workers were waiting to
       claim a slot than the target left free, so a worker was idle because
-      of the target, not busy fetching. When the source itself is
-      the bottleneck (every worker fetching) a bigger buffer cannot help, so
-      it does not grow: unlike tf.data's AUTOTUNE, memory is not spent for
-      nothing.
+      of the target, not busy fetching. Or when, since the consumer last
+      waited, the workers spent at least :data:`GROW_IDLE_FRACTION` of their
+      time blocked on a full buffer: they were idle then, and a bigger buffer
+      would have let them fetch ahead for the wait now (a bursty source
+      with one worker: that worker is always mid-fetch when the consumer
+      starves, so the first test alone never grew it). When the source itself
+      is the bottleneck (every worker fetching all along) a bigger buffer
+      cannot help, so it does not grow: unlike tf.data's AUTOTUNE, memory is
+      not spent for nothing.
     * **shrink** by one after ``window`` takes in a row that each found at
       least two batches ready: the last slot was never needed. A grow that
       follows a shrink doubles the window, so the target settles instead of
       oscillating.
     """
 
-    __slots__ = ("thread", "full", "window", "last", "log")
+    __slots__ = ("thread", "full", "window", "last", "log", "since", "idle_since")
 
     def __init__(self, thread: int):
         self.thread = thread                 # the model's tuner thread
+        self.since: float | None = None      # when the consumer last waited (None: not yet)
+        self.idle_since = 0.0                # the workers' blocked seconds, summed, at that moment
         self.full = 0                        # consecutive takes that found >= 2 batches ready
         self.window = SHRINK_WINDOW          # that many in a row shrink the target by one
         self.last: str | None = None         # the last resize
@@ -132,6 +143,17 @@ class Autotuner:
         left = before[core.i_length] - before[core.i_next_index]
         return min(claiming, left) > max(0, target - used)
 
+    def _were_idle(self, core: Any) -> bool:
+        """Whether the workers were blocked on a full buffer for :data:`GROW_IDLE_FRACTION` of their time since
+        the consumer last waited (this wait starts the next span)."""
+        now, idle = time.perf_counter(), sum(core.counts.blocked_seconds)
+        since, idle_since = self.since, self.idle_since
+        self.since, self.idle_since = now, idle
+        if since is None:
+            return False  # the first wait: the pipeline filling
+        span = (now - since) * len(core.counts.blocked_seconds)
+        return span > 0 and idle - idle_since >= GROW_IDLE_FRACTION * span
+
     def after_take(self, core: Any, before: tuple, ready: int) -> None:
         """Grow or shrink after a take whose state before was ``before`` with ``ready`` batches ready."""
         rt = core.rt
@@ -139,7 +161,8 @@ class Autotuner:
         starved = not core.machine.enabled(before, core.consumer)  # racy snapshot: a heuristic only
         if starved:
             self.full = 0
-            if target < core.slots_total and self._held_back(core, before, target):
+            idle = self._were_idle(core)  # (first: every wait starts the next span)
+            if target < core.slots_total and (idle or self._held_back(core, before, target)):
                 rt.step(self.thread, P.GROW)
                 if self.last == P.SHRINK:
                     self.window = min(2 * self.window, SHRINK_WINDOW_MAX)

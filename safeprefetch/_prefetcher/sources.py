@@ -172,12 +172,22 @@ def fill_into(fetch_into: Callable[[int, np.ndarray], Any], index: int, slot: np
     * What numpy reads as an array (a list, a tuple or a ``memoryview`` of numbers, an ``array.array``, a
       tensor, a float) is judged as that array: a view of ``out`` is fine, a batch is copied in, anything
       else refused (a batch returned as a list, ``out`` left as it was, delivered the slot's old bytes).
-      A Python int is a count; a string, a dict, a tuple of mixed values a status: ignored.
+      A string, a dict, a tuple of mixed values, a bool is a status: ignored.
+    * An integer (a Python int, or a numpy one where the batch is not 0-d) is a count, readinto's way: it
+      must say out was filled whole, in bytes, values or rows (``out.nbytes``, ``out.size``,
+      ``len(out)``). A short count (a short read, 0 at the end of a file) is refused: the rest of the
+      slot holds an earlier batch's bytes. (A short byte count that happens to equal the values or the
+      rows cannot be told from a whole count of those: the units are not said.) Where the batch is 0-d,
+      a Python int is the batch as often as a count (``return self.labels[i]``, out left as it was,
+      delivered the slot's old label): it is fine if the call changed out's bytes or out holds that
+      value, and refused otherwise (a source that writes out the value it held already and returns a
+      count is refused too: it should return None).
 
-    The hot path of every fetch: a view, the call, an identity test and a type test (a view shares its
-    base's dtype object until someone sets its dtype).
+    The hot path of every fetch: a view, a rank test, the call, an identity test and a type test (a view
+    shares its base's dtype object until someone sets its dtype).
     """
     out = slot[...]  # a view of its own: setting its shape or dtype leaves the slot's kept view alone
+    before = slot.tobytes() if not slot.ndim else None  # a 0-d batch: did the call write it? (an int returned)
     returned = fetch_into(index, out)
     if out.dtype is not slot.dtype and out.dtype != slot.dtype:
         return (f"fetch_into changed out's dtype to {out.dtype} (the batches are {slot.dtype}): write the batch "
@@ -186,8 +196,10 @@ def fill_into(fetch_into: Callable[[int, np.ndarray], Any], index: int, slot: np
         return None
     shown = "an array"
     if not isinstance(returned, np.ndarray):
-        if isinstance(returned, int):  # bool included
-            return None  # a count (readinto's way), or a status
+        if isinstance(returned, int):
+            return None if returned.__class__ is bool else _count_problem(returned, slot, before)  # bool: a status
+        if isinstance(returned, np.integer) and slot.ndim:
+            return _count_problem(int(returned), slot, None)
         shown = f"an object of type {type(returned).__name__!r}"
         returned = _array_like(returned, slot.dtype)
         if returned is None:
@@ -210,6 +222,24 @@ def fill_into(fetch_into: Callable[[int, np.ndarray], Any], index: int, slot: np
         return None
     return (f"fetch_into returned {shown} of shape {returned.shape} dtype {returned.dtype}, neither out "
             f"nor a batch (shape {slot.shape} dtype {slot.dtype}): fill out in place (out[...] = batch)")
+
+
+def _count_problem(count: int, slot: np.ndarray, before: Any) -> str | None:
+    """What is wrong with ``count``, returned by a ``fetch_into`` as how much of ``slot`` it wrote; or None.
+    ``before``: a 0-d slot's bytes before the call (bytes: a NaN is not equal to itself)."""
+    if slot.ndim == 0:
+        try:
+            if bool(count == slot[()]) or slot.tobytes() != before:
+                return None  # out holds that value (either reading is right), or the call wrote out: a count
+        except Exception:  # noqa: BLE001 - a value numpy cannot compare with an int is not that int
+            pass
+        return (f"fetch_into returned {count!r} where out holds {slot[()]!r}, as before the call: for a 0-d "
+                "batch write the value into out (out[...] = value) and return None")
+    if count in (slot.nbytes, slot.size, slot.shape[0]):
+        return None
+    return (f"fetch_into returned {count}, a count that is not out's whole ({slot.nbytes} bytes, {slot.size} "
+            f"values, {slot.shape[0]} rows): the rest of the slot would hold an earlier batch's bytes; fill "
+            "out whole (a short read is an error to raise) and return None")
 
 
 def _array_like(value: Any, batch: np.dtype) -> np.ndarray | None:

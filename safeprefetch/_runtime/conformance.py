@@ -125,6 +125,11 @@ class LiveRunResult:
     left_running: tuple[str, ...] = ()
 
 
+#: Seconds a stopped live run waits to take the kernel lock and fail the machine, before it reports the
+#: threads left running without it.
+STOP_WAIT = 2.0
+
+
 def run_live(machine: Machine, *, actions: Mapping[str, Callable] | None = None, schedule: Trace | None = None,
              seed: int | None = None, jitter: float = 0.0005, timeout: float | None = 10.0) -> LiveRunResult:
     """Run every thread of ``machine`` on its own real thread, until all finish or the machine fails.
@@ -147,6 +152,7 @@ def run_live(machine: Machine, *, actions: Mapping[str, Callable] | None = None,
             rt.fail(LiveError("error", f"{type(e).__name__}: {e}"))
 
     t0 = time.perf_counter()
+    stopped: LiveError | None = None
     threads = [threading.Thread(target=body, args=(t, random.Random(rng_master.random())),
                                 name=f"safeprefetch-{machine.thread_names[t]}", daemon=True)
                for t in range(len(machine.thread_names))]
@@ -158,12 +164,17 @@ def run_live(machine: Machine, *, actions: Mapping[str, Callable] | None = None,
             th.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
     finally:  # an interrupt, or the limit: stop the model's threads (parked ones raise, the others at their next step)
         if any(th.is_alive() for th in threads):
-            rt.fail(LiveError("timeout", f"live run did not finish within {timeout} s"))
+            stopped = LiveError("timeout", f"live run did not finish within {timeout} s")
+            # From a thread of its own, waited for a while: a step that never returns (a model's effect
+            # looping) holds the kernel lock, and fail() would wait for it for good.
+            failing = threading.Thread(target=rt.fail, args=(stopped,), name="safeprefetch-stop", daemon=True)
+            failing.start()
+            failing.join(STOP_WAIT)
             for th in threads:
                 th.join(1.0)
     seconds = time.perf_counter() - t0
     running = tuple(machine.thread_names[t] for t, th in enumerate(threads) if th.is_alive())
-    failure = rt.failure
+    failure = rt.failure if rt.failure is not None else stopped
     record = list(rt.record or [])
     report = verify_record(machine, record)
     trace = rt.trace()

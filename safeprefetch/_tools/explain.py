@@ -96,10 +96,13 @@ def explain(model: type[Model], overrides: Mapping[str, Any] | None = None, *, d
     out += ["", "Checked", f"  config: {config_text(machine.config)}"
             + ("" if default else " (not the model's default)")]
     out.append(f"  verdict: {_result_line(result)}")
-    if default and result.verdict != model.expected:
-        out.append(f"  NOTE: the model declares {model.expected!r}; the checker says {result.verdict!r}")
+    if result.verdict != model.expected:
+        out.append(f"  NOTE: the model declares {model.expected!r}; the checker says {result.verdict!r}"
+                   + ("" if default else " at this configuration"))
     if doc.expected_detail:
-        out += ["", reflow(doc.expected_detail)]
+        # The story is told of the declared verdict: under another one it must not read as what was found.
+        told = "" if result.verdict == model.expected else f"At its declared configuration ({model.expected}): "
+        out += ["", reflow(told + doc.expected_detail)]
     if result.violation is not None:
         out += ["", f"Shortest trace ({len(result.trace)} steps)",
                 trace_table(machine, result.trace, result.violation)]

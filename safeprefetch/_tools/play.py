@@ -31,6 +31,11 @@ from .._dsl.model import DONE, Machine, StepViolation
 
 __all__ = ["Play", "PlayStatus", "choice_numbers", "play_status"]
 
+#: The longest input line read as one: a longer one is read a piece at a time and refused as one unknown
+#: command, and past 256 pieces with no line end input ends (a stream with no line end, /dev/zero, ran the
+#: process out of memory in one readline, and a huge line was echoed back).
+MAX_LINE = 4096
+
 
 @dataclass(frozen=True)
 class PlayStatus:
@@ -227,14 +232,28 @@ class Play:
                 self._say("    the run is over: u to undo, q to quit")
 
     # -- the loop ----------------------------------------------------------------
+    #: The longest line read as one (the rest of a longer one is read, and refused, a piece at a time: a
+    #: stream with no line end, /dev/zero, ran the process out of memory in one readline).
 
     def _read_line(self) -> str:
         """The next line of input; Ctrl-C at the prompt quits like q. (Both branches return: an ``except``
         body that falls through ends in a back-edge on 3.12, where a second Ctrl-C lands in it again.)"""
         try:
-            return self.inp.readline()
+            line = self.inp.readline(MAX_LINE)
+            return line if len(line) < MAX_LINE or line.endswith("\n") else self._skip_rest()
         except KeyboardInterrupt:
             return "q\n"
+
+    def _skip_rest(self) -> str:
+        """After the first :data:`MAX_LINE` characters of a line: the rest of it read and dropped, a piece at a
+        time; one unknown command for the whole line, or the end of input where no line end comes soon."""
+        for _ in range(256):
+            piece = self.inp.readline(MAX_LINE)
+            if not piece:
+                return ""
+            if piece.endswith("\n"):
+                return "(a line too long to be a choice)\n"
+        return ""
 
     def run(self) -> int:
         m = self.machine

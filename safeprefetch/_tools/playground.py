@@ -60,6 +60,7 @@ from collections import deque
 from typing import Any, Mapping
 
 from .._check.expand import Expander
+from .._check.lasso import by_priority
 from .._check.explore import CheckResult, check
 from .._check.result import json_value
 from .._check.replay import choice_step, replay_choices
@@ -208,7 +209,7 @@ def _move(machine: Machine, state: tuple, t: int, b: int, nxt: Any, index: Mappi
         move["to"] = index.get(nxt)
     if info.kind in ("notify_one", "notify_all") and state[machine.cond_index[info.obj]]:
         move["notifies"] = info.obj
-    if state[machine.pc_index[t]] in machine.spurious_pcs[t]:
+    if machine.spurious_move(state, t, b):
         move["spurious"] = True
     if _is_progress(machine, info):
         move["progress"] = True
@@ -226,15 +227,15 @@ def _victims(machine: Machine) -> list[int]:
     return [t for t, infos in enumerate(machine.infos) if any(_is_progress(machine, i) for i in infos.values())]
 
 
-def _held_threads(machine: Machine, moves: list) -> set[int]:
-    """Threads the strict-priority policy does not let run in a state with ``moves`` (none when fair)."""
+def _held_threads(machine: Machine, state: tuple, moves: list) -> set[int]:
+    """Threads the strict-priority policy does not let run in a state with ``moves`` (none when fair): the
+    checker's rule (:func:`~safeprefetch._check.lasso.by_priority`), a sleeper's timeout or spurious wakeup
+    neither held back nor holding others back."""
     if machine.config.get("policy") != "priority":
         return set()
-    ready = [t for t, res in moves if any(n.__class__ is tuple for _b, n in res)]
-    if not ready:
-        return set()
-    top = max(machine.priorities[t] for t in ready)
-    return {t for t, _res in moves if machine.priorities[t] != top}
+    succ = [((t, b), n) for t, res in moves for b, n in res if n.__class__ is tuple]
+    allowed = {t for (t, _b), _n in by_priority(machine, state, succ)} if succ else {t for t, _res in moves}
+    return {t for t, _res in moves if t not in allowed}
 
 
 def _state_record(machine: Machine, expander: Expander, state: tuple,
@@ -253,7 +254,7 @@ def _state_record(machine: Machine, expander: Expander, state: tuple,
         record["status"] = {"kind": bad[0], "headline": f"invariant broken: {bad[0]}", "message": bad[1]}
         return record
     moves, stuck = expander.expand(state)
-    held = _held_threads(machine, moves)
+    held = _held_threads(machine, state, moves)
     record["moves"] = [_move(machine, state, t, b, nxt, index, t in held) for t, res in moves for b, nxt in res]
     movable = {m["thread"] for m in record["moves"] if not m.get("spurious")}
     for t, name in enumerate(machine.thread_names):

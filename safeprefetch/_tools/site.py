@@ -58,7 +58,8 @@ from typing import Mapping, Sequence
 from .catalog import catalog
 from .playground import export_model
 
-__all__ = ["PUBLIC_MODULES", "SiteError", "SiteReport", "Story", "build_site", "docs_source", "require_mkdocs"]
+__all__ = ["PUBLIC_MODULES", "SITE_MARK", "SiteError", "SiteReport", "Story", "build_site", "docs_source",
+           "require_mkdocs"]
 
 #: The public modules the API reference documents (never a private path: the docs use public ones only).
 PUBLIC_MODULES = ("safeprefetch", "safeprefetch.model", "safeprefetch.testing", "safeprefetch.lowlevel")
@@ -87,6 +88,10 @@ class Story:
     stats_summary: str
     #: The demo's own report (both loops, the speed-up), as it prints it.
     demo_report: str
+
+
+#: The file a build leaves in its folder: the one mark by which a later build may empty that folder.
+SITE_MARK = ".safeprefetch-site"
 
 
 @dataclass(frozen=True)
@@ -327,9 +332,11 @@ def build_site(out: str | Path, *, story: Story | None = None, models: Sequence[
     out = Path(out).resolve()
     if out == src_docs.resolve() or src_docs.resolve().is_relative_to(out):
         raise SiteError(f"--out {out} would overwrite docs/; choose another folder")
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "index.html").is_file())):
-        # MkDocs empties its output folder first: never let it empty one that is not a site.
-        raise SiteError(f"--out {out} exists and is not a built site; choose a new or empty folder")
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / SITE_MARK).is_file())):
+        # MkDocs empties its output folder first: never let it empty one this command did not build (an
+        # index.html is no proof: a folder of the user's with one in it lost everything else).
+        raise SiteError(f"--out {out} exists and is not a site this command built (no {SITE_MARK} in it); "
+                        "choose a new or empty folder")
     with tempfile.TemporaryDirectory(prefix="safeprefetch-site-") as tmp:
         src = Path(tmp) / "docs"
         src.mkdir()
@@ -347,5 +354,7 @@ def build_site(out: str | Path, *, story: Story | None = None, models: Sequence[
             raise SiteError(f"mkdocs build failed: {type(e).__name__}: {e}") from None
         finally:
             logger.removeHandler(collect)
+    (out / SITE_MARK).write_text("built by python -m safeprefetch docs build: the next build empties this folder\n",
+                                 encoding="utf-8")
     return SiteReport(out, tuple(pages), tuple(names), data_bytes, tuple(collect.messages),
                       time.perf_counter() - t0)

@@ -26,8 +26,13 @@ It parses pan's report (``N states, stored``, ``N states, matched``,
 compares verdicts through :data:`SPIN_CATEGORY`: every hang safeprefetch
 tells apart (deadlock, lost wakeup, shutdown hang) is one thing to SPIN, a
 process stuck outside an end state; every safety violation is an assertion.
-A twin *agrees* when safeprefetch says ok and both pan runs report no error,
-or when safeprefetch's verdict maps to an error kind both pan runs report.
+A twin *agrees* when both pan runs searched to the end and report exactly
+the error kinds safeprefetch's full search meets, mapped (none, for ok), and
+the -DNOREDUCE run stored as many states as safeprefetch's full search, or
+more where an assertion fails (below): a verdict found by both tools in
+state spaces of different sizes is a twin of another configuration, and an
+error SPIN reports beyond the expected one is a disagreement too
+(:attr:`CrossCheck.disagreement` says which).
 
 How the twins mirror the models
 -------------------------------
@@ -60,7 +65,6 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import json
 import re
 import shutil
 import subprocess
@@ -72,6 +76,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .catalog import load_model
+from .jsonout import emit_json
 from .._check.explore import Explorer, check
 from .._dsl.model import ModelError
 
@@ -222,7 +227,7 @@ class PanResult:
     first_error: str | None = None
     #: ``depth reached N``.
     depth: int = 0
-    #: pan hit its depth bound (-m), so the search was not exhaustive.
+    #: pan did not search to the end: its depth bound (-m), or out of memory ("Search not completed").
     truncated: bool = False
 
     @property
@@ -269,8 +274,12 @@ def parse_pan_output(text: str) -> PanResult:
         kinds=tuple(kinds),
         first_error=first,
         depth=int(depth.group(1)) if depth else 0,
-        truncated="max search depth too small" in text,
+        truncated=any(sign in text for sign in _INCOMPLETE),
     )
+
+
+#: What pan prints when its search stopped before the end.
+_INCOMPLETE = ("max search depth too small", "Search not completed", "out of memory")
 
 
 def _tools() -> tuple[str, str]:
@@ -344,14 +353,29 @@ class CrossCheck:
     seconds: float = 0.0
     #: What SPIN should report for ``verdict`` (see SPIN_CATEGORY).
     spin_expected: str = field(default="")
+    #: Every kind of violation safeprefetch's full search met, as SPIN names it (empty when ok).
+    spin_kinds: tuple[str, ...] = ()
+
+    @property
+    def disagreement(self) -> str | None:
+        """Why the two tools do not agree on this twin, or None when they do."""
+        for name, run in (("pan", self.por), ("pan -DNOREDUCE", self.noreduce)):
+            if run.truncated:
+                return f"{name} did not search to the end"
+            if set(run.kinds) != set(self.spin_kinds) or (run.errors == 0) != (not self.spin_kinds):
+                ours = ", ".join(self.spin_kinds) or "no error"
+                return f"{name} reports {', '.join(run.kinds) or 'no error'}; safeprefetch's full search {ours}"
+        if self.spin_expected not in self.spin_kinds and self.spin_expected != "ok":
+            return f"safeprefetch's verdict {self.verdict!r} is not among its full search's kinds"
+        stored, states = self.noreduce.stored, self.states
+        if stored != states and not (ASSERTION_VIOLATED in self.spin_kinds and stored > states):
+            return (f"pan -DNOREDUCE stored {stored} states, safeprefetch's full search {states}: the twin is not "
+                    "the model at this configuration")
+        return None
 
     @property
     def agree(self) -> bool:
-        if self.por.truncated or self.noreduce.truncated:
-            return False
-        if self.spin_expected == "ok":
-            return self.por.errors == 0 and self.noreduce.errors == 0
-        return self.spin_expected in self.por.kinds and self.spin_expected in self.noreduce.kinds
+        return self.disagreement is None
 
     def to_json(self) -> dict[str, Any]:
         def pan(r: PanResult) -> dict[str, Any]:
@@ -367,15 +391,20 @@ class CrossCheck:
             "spin_expected": self.spin_expected,
             "spin": {"por": pan(self.por), "noreduce": pan(self.noreduce)},
             "agree": self.agree,
+            "disagreement": self.disagreement,
             "seconds": round(self.seconds, 3),
         }
 
 
-def _full_states(machine) -> int:
+def _full_search(machine) -> tuple[int, tuple[str, ...]]:
+    """The distinct states of the search without reduction that does not stop at a violation, and every kind
+    of violation it met, as SPIN names them."""
     kwargs: dict[str, Any] = {"stop_at_first": False}
     if "reduce" in inspect.signature(Explorer).parameters:
         kwargs["reduce"] = "none"
-    return Explorer(machine, **kwargs).run().states
+    explorer = Explorer(machine, **kwargs)
+    states = explorer.run().states
+    return states, tuple(sorted({SPIN_CATEGORY.get(k, k) for k in explorer.kinds}))
 
 
 def crosscheck(twin: Twin) -> CrossCheck:
@@ -386,7 +415,7 @@ def crosscheck(twin: Twin) -> CrossCheck:
     result = check(model, twin.config)
     if result.verdict not in SPIN_CATEGORY:
         raise ModelError(f"{twin.name}: verdict {result.verdict!r} has no SPIN counterpart")
-    states = _full_states(machine)
+    states, kinds = _full_search(machine)
     por, noreduce = run_pan(twin)
     return CrossCheck(
         model=twin.name,
@@ -399,6 +428,7 @@ def crosscheck(twin: Twin) -> CrossCheck:
         noreduce=noreduce,
         seconds=time.perf_counter() - t0,
         spin_expected=SPIN_CATEGORY[result.verdict],
+        spin_kinds=kinds,
     )
 
 
@@ -460,11 +490,14 @@ def _cmd_crosscheck(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - t0
     agreeing = sum(r.agree for r in rows)
     if args.json:
-        print(json.dumps([r.to_json() for r in rows], indent=2))
+        emit_json([r.to_json() for r in rows])
     elif args.markdown:
         print(format_markdown(rows, twins))
     else:
         print(format_table(rows, twins))
+        for r in rows:
+            if not r.agree:
+                print(f"{r.model}: {r.disagreement}")
         print(f"{agreeing}/{len(rows)} twins agree with SPIN ({seconds:.1f} s; "
               f"states: safeprefetch, full search without reduction)")
     return 0 if agreeing == len(rows) else 1

@@ -70,6 +70,8 @@ def _cmd_play(args) -> int:
     model = load_model(args.model)
     with bounded_build(f"building model {model.name!r}"):
         machine = model.compile(parse_sets(args.set or []))
+    if sys.stdin is None:  # started with standard input closed (<&-)
+        raise UsageError("play reads your moves from standard input, which is closed")
     session = Play(machine, sys.stdin, sys.stdout, summary=model_doc(model).summary)
     code = session.run()
     if args.trace:
