@@ -8,6 +8,7 @@ each fix must keep.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -21,11 +22,12 @@ import time
 import numpy as np
 import pytest
 
-from safeprefetch import OnDemandPrefetcher, Prefetcher, check
+from safeprefetch import NpyFiles, OnDemandPrefetcher, Prefetcher, catalog, check
 from safeprefetch._check.explore import check_shutdown_bound
 from safeprefetch._check.result import Trace
 from safeprefetch._check.reverify import NotReproduced, saved_claim, saved_verdict
 from safeprefetch._cli.main import main as cli_main
+from safeprefetch._tools.play import choice_numbers
 from safeprefetch._tools.spin import CrossCheck, Twin, crosscheck, find_twins, parse_config_header, parse_pan_output
 from safeprefetch.model import DONE, Model, violate
 
@@ -735,3 +737,96 @@ def test_play_reads_a_line_with_no_end_in_bounded_pieces(tmp_path):
     endless = subprocess.run([sys.executable, "-m", "safeprefetch", "play", "one_cond_signal"], cwd=tmp_path,
                              input="0" * 2_000_000, capture_output=True, text=True, timeout=60)
     assert endless.returncode == 0 and "(end of input)" in endless.stdout
+
+
+# -- 11. NpyFiles: a shard written over while it is read, errors that name no file --------------------------------
+
+
+def _rewritten_while_read(monkeypatch, tmp_path, new: np.ndarray) -> tuple[NpyFiles, np.ndarray]:
+    """A shard of float32 1.0, written over with ``new`` by np.save right after its header is parsed (as
+    another process's np.save lands between the two reads); its times set back first, as an older file's."""
+    path = tmp_path / "shard.npy"
+    np.save(path, np.ones(4096, np.float32))
+    os.utime(path, ns=(1_000_000_000, 1_000_000_000))
+    real = np.lib.format.read_array_header_1_0
+
+    def header_then_rewrite(f, *args, **kwargs):
+        header = real(f, *args, **kwargs)
+        np.save(path, new)
+        return header
+
+    monkeypatch.setattr(np.lib.format, "read_array_header_1_0", header_then_rewrite)
+    return NpyFiles([path]), np.empty(4096, np.float32)
+
+
+@pytest.mark.parametrize("new", [np.full(4096, 2, np.int32), np.full(4096, 2.0, np.float32)],
+                         ids=["int32 bits under a float32 header", "new values under the old header"])
+def test_a_shard_written_over_while_it_is_read_is_refused(monkeypatch, tmp_path, new):
+    # Before: the new data was read under the old header (int32 2 delivered as float32 2.8e-45), or the
+    # batch was two versions stitched together, silently.
+    source, out = _rewritten_while_read(monkeypatch, tmp_path, new)
+    with pytest.raises(ValueError, match="the file changed while it was read"):
+        source.fetch_into(0, out)
+
+
+def test_an_unchanged_shard_still_reads(tmp_path):
+    path = tmp_path / "shard.npy"
+    np.save(path, np.arange(6, dtype=np.int64))
+    out = np.empty(6, np.int64)
+    NpyFiles([path]).fetch_into(0, out)
+    assert out.tolist() == list(range(6))
+
+
+def test_a_header_that_does_not_close_and_a_pipe_name_their_file(tmp_path):
+    bad = tmp_path / "bad.npy"
+    np.save(bad, np.ones(3, np.float32))
+    raw = bad.read_bytes()
+    bad.write_bytes(raw.replace(b"'descr'", b"('descr'", 1))  # an unclosed bracket: tokenize's error
+    out = np.empty(3, np.float32)
+    # Before: tokenize.TokenError, naming no file and not a ValueError.
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(bad))}: "):
+        NpyFiles([bad]).fetch_into(0, out)
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(bad))}: "):
+        NpyFiles([bad])[0]
+    if not hasattr(os, "mkfifo"):
+        return
+    fifo = tmp_path / "pipe.npy"
+    os.mkfifo(fifo)
+    def write():
+        with contextlib.suppress(OSError):  # the reader gives up at its first seek: a broken pipe here
+            fifo.write_bytes(raw)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        # Before: OSError "[Errno 29] Illegal seek", with no file named.
+        with pytest.raises(OSError, match=rf"{re.escape(str(fifo))}: Illegal seek"):
+            NpyFiles([fifo]).fetch_into(0, out)
+    finally:
+        writer.join(10)
+
+
+# -- 12. play, the terminal game: the same policy and the same starvation as the checker and the page ------------
+
+
+@pytest.mark.parametrize("name,victim", [("priority_inversion", "consumer0"), ("reader_preference_rwlock", "writer0")])
+def test_play_reports_the_checkers_starvation_lasso(name, victim):
+    # Before: play offered a low-priority thread's step while a higher one was ready, and a closed starving
+    # cycle ended "unfinished" (exit 0), where the checker and the playground page report starvation.
+    model = catalog()[name]
+    result = check(model.compile({}))
+    numbers = choice_numbers(model.compile({}), result.trace)
+    done = subprocess.run([sys.executable, "-m", "safeprefetch", "play", name], capture_output=True, text=True,
+                          input="".join(f"{n}\n" for n in numbers), timeout=60)
+    assert done.returncode == 1
+    assert done.stdout.rstrip().endswith(f"starvation: {victim} never makes progress"), done.stdout[-800:]
+    if name == "priority_inversion":
+        assert "(held) unlock -- a thread of higher priority is ready" in done.stdout
+
+
+def test_the_playground_names_the_victim_the_checker_names():
+    from safeprefetch._tools.playground import export_graph
+
+    machine = catalog()["priority_inversion"].compile({})
+    victims = export_graph(machine)["victims"]
+    assert machine.thread_names[victims[0]] == "consumer0"  # the checker's: the most important first

@@ -405,3 +405,46 @@ def test_the_story_page_explains_the_learners_own_stats(page, site, source_delay
     page.fill("#boon-input", "hello")
     page.click("#boon-go")
     sync_api.expect(verdict).to_contain_text("does not look like")
+
+
+# -- the eighteenth round (docs/hardening.md): a cycle through an earlier visit, Show me's first delay, "found" --
+
+
+def test_a_fair_cycle_through_an_earlier_visit_of_the_state_is_announced(page, site):
+    # reader0 and writer0 go round a 20-step cycle (steps 9-28) in which writer0 never writes; steps 21-28
+    # also return to the state, by reader1 alone, which is unfair to reader0. Before: only the latest visit
+    # was tried, so the page said "Your turn." where the checker's rules find a strongly fair starvation.
+    root = open_model(page, site, "reader_preference_rwlock")
+    names = ["reader0", "reader1", "writer0"]
+    for t in [0] * 4 + [2] * 4 + [0] * 9 + [2] * 3 + [1] * 8:
+        page.locator(f'button.pg-step[data-thread="{names[t]}"][data-branch="0"]:not([disabled])').click()
+    sync_api.expect(root).to_have_attribute("data-steps", "28", timeout=WAIT_MS)
+    assert root.get_attribute("data-kind") == "starvation"
+    assert "writer0 never makes progress" in page.locator("#pg-status").text_content()
+
+
+def test_show_me_leaves_no_step_to_click_during_its_first_delay(page, site):
+    # Before: the first step was taken before the first timer existed, so the buttons drawn with it were live,
+    # and a click then broke the animation ("the counterexample does not fit this graph").
+    root = open_model(page, site, "one_cond_signal")
+    page.select_option("#pg-speed", "slow")
+    page.click("#pg-show")
+    sync_api.expect(root).to_have_attribute("data-playing", "yes", timeout=WAIT_MS)
+    assert page.locator("button.pg-step:not([disabled])").count() == 0
+    page.click("#pg-undo")  # stops it
+
+
+def test_undoing_a_shown_step_and_taking_it_again_is_not_finding_the_bug(page, site):
+    root = open_model(page, site, "one_cond_signal")
+    page.evaluate("localStorage.clear()")
+    page.select_option("#pg-speed", "instant")
+    page.click("#pg-show")
+    sync_api.expect(root).to_have_attribute("data-over", "yes", timeout=WAIT_MS)
+    last = json.loads(root.get_attribute("data-path"))[-1]
+    names = page.evaluate("document.querySelector('.pg-root').playground.graph.threads.map(t => t.name)")
+    page.click("#pg-undo")
+    page.click(f'button.pg-step[data-thread="{names[last[0]]}"][data-branch="{last[1]}"]')
+    sync_api.expect(root).to_have_attribute("data-over", "yes", timeout=WAIT_MS)
+    # Before: "You found the bug the checker reports.", and the index said "found it".
+    assert "You found the bug" not in page.locator("#pg-status").text_content()
+    assert "found" not in (page.evaluate("localStorage.getItem('safeprefetch-playground')") or "")

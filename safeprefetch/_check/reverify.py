@@ -109,6 +109,16 @@ def _idle(pc: Any) -> bool:
     return pc == DONE or (isinstance(pc, str) and pc.endswith("(not started)"))
 
 
+def starving_lasso(machine: Machine, trace: Trace, cycle_start: int) -> str | None:
+    """The starvation message when ``trace`` ends in a fair cycle from step ``cycle_start`` that starves a
+    thread, by the search's own rules (policy, fairness, no spurious wakeup repeated); None when it does not."""
+    try:
+        found = _lasso(machine, trace, cycle_start)
+    except NotReproduced:
+        return None
+    return None if found is None else found[1]
+
+
 def _lasso(machine: Machine, trace: Trace, cycle_start: int) -> tuple[str, str] | None:
     """``("starvation", message)`` when ``trace`` is a fair lasso that starves a thread; raises NotReproduced
     saying which condition fails."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import time
+import tokenize
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -52,8 +53,11 @@ class NpyFiles:
         path = self.paths[i]
         try:
             return np.load(path, allow_pickle=False)
-        except (ValueError, EOFError) as e:  # (an OSError names its file already)
-            raise ValueError(f"{path}: {e}") from e
+        except _UNNAMED as e:
+            named = _named(path, e)
+            if named is None:
+                raise
+            raise named from e
 
     def fetch_into(self, i: int, out: np.ndarray) -> None:
         """Read file ``i`` into ``out``: its header, then its data straight into ``out`` with one ``readinto``.
@@ -68,14 +72,16 @@ class NpyFiles:
         path = self.paths[i]
         try:
             self._read_into(path, out)
-        except (ValueError, EOFError) as e:  # (an OSError names its file already)
-            if str(e).startswith(f"{path}: "):
+        except _UNNAMED as e:
+            named = _named(path, e)  # (numpy's own messages name no file)
+            if named is None:
                 raise
-            raise ValueError(f"{path}: {e}") from e  # (numpy's own message names no file)
+            raise named from e
 
     @staticmethod
     def _read_into(path: str, out: np.ndarray) -> None:
         with open(path, "rb", buffering=0) as f:
+            before = _identity(os.fstat(f.fileno()))
             version = np.lib.format.read_magic(f)
             if version == (1, 0):
                 shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
@@ -100,10 +106,12 @@ class NpyFiles:
                     if not n:
                         raise ValueError(f"{path}: file ends after {got} of {out.nbytes} data bytes")
                     got += n
+                _unchanged(path, before, os.fstat(f.fileno()))
                 return
         # Read, not memory-mapped: a mapped file that shrinks while it is copied (np.save over it truncates it
         # first) kills the process with SIGBUS; a read raises.
         data = np.load(path, allow_pickle=False)
+        _unchanged(path, before, os.stat(path))
         if data.shape != out.shape or data.dtype != out.dtype:
             raise ValueError(f"{path}: expected shape {out.shape} dtype {out.dtype}, "
                              f"got shape {data.shape} dtype {data.dtype}")
@@ -111,6 +119,37 @@ class NpyFiles:
 
     def __repr__(self) -> str:
         return f"NpyFiles({len(self.paths)} files, latency={self.latency:g})"
+
+
+#: What reading a file raises without naming it: numpy's format errors (a header whose brackets do not close
+#: reaches ``tokenize``'s error), and an OSError of a descriptor (a pipe given as a path cannot seek).
+_UNNAMED = (ValueError, EOFError, SyntaxError, tokenize.TokenError, OSError)
+
+
+def _named(path: str, e: BaseException) -> BaseException | None:
+    """``e`` as an error naming ``path`` (an OSError keeps its class), or None when it names it already."""
+    if isinstance(e, OSError):
+        return None if e.filename is not None else type(e)(e.errno, f"{path}: {e.strerror or e}")
+    return None if str(e).startswith(f"{path}: ") else ValueError(f"{path}: {e}")
+
+
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    """What changes when a file is written over: which file, its size, when its data and its inode changed."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _unchanged(path: str, before: tuple[int, ...], now: os.stat_result) -> None:
+    """Refuse a batch read from a file that changed while it was read.
+
+    ``np.save`` over a shard truncates it, then writes it: a read between the two got the new data under the
+    old header (int32 bits delivered as float32), or half of each version stitched together, both silently.
+    The file's size and times are compared before and after the read. A rewrite within the file system's
+    timestamp granularity (a clock tick) of the file's previous write, to the same size, cannot be seen this
+    way: write shards under another name and rename them into place.
+    """
+    if _identity(now) != before:
+        raise ValueError(f"{path}: the file changed while it was read (written over by another process?); "
+                         "write shards under another name and rename them into place")
 
 
 def write_npy_batches(directory: str | os.PathLike, n: int, shape: Sequence[int], dtype: Any = np.float32,

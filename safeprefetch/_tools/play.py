@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from typing import IO, Any, Sequence
 
 from .plaintext import WRAP, blocked_reason, config_text, reflow, trace_table
-from .._check.replay import choice_step, replay_choices
+from .._check.lasso import by_priority
+from .._check.replay import choice_step, replay_choices, trace_of
+from .._check.reverify import starving_lasso
 from .._check.result import Trace, TraceStep
 from .._check.trace import changes, format_value
 from .._check.verdict import HANG, classify_hang, terminal
@@ -68,7 +70,7 @@ def play_status(machine: Machine, states: Sequence[Any], choices: Sequence[tuple
         return PlayStatus(bad[0], f"invariant broken: {bad[0]}", bad[1])
     succ = machine.successors(last)
     if not machine.is_stuck(last, succ):
-        return PlayStatus(None, "running")
+        return _closed_cycle(machine, states, choices) or PlayStatus(None, "running")
     end = terminal(machine, last)  # the explorer's own classifier
     if end is None:
         return PlayStatus("ok", "all threads done: ok")
@@ -78,14 +80,37 @@ def play_status(machine: Machine, states: Sequence[Any], choices: Sequence[tuple
     return PlayStatus(kind, f"all threads blocked: {kind}", msg)
 
 
+def _closed_cycle(machine: Machine, states: Sequence[Any], choices: Sequence[tuple[int, int]]) -> PlayStatus | None:
+    """Starvation, when the last step returned to an earlier state by a cycle the checker would report (as the
+    playground page judges it: every earlier visit tried, the latest first); None otherwise."""
+    if not machine.progress_labels or len(states) < 2 or not all(isinstance(s, tuple) for s in states):
+        return None
+    last = states[-1]
+    for k in range(len(states) - 2, -1, -1):
+        if states[k] == last:
+            message = starving_lasso(machine, trace_of(machine, states, choices), k)
+            if message is not None:
+                return PlayStatus("starvation", f"starvation: {message.split(':', 1)[0]}", message)
+    return None
+
+
 def choice_numbers(machine: Machine, trace: Trace) -> list[int]:
     """The numbers ``play`` shows for each step of ``trace`` (what to type to replay it)."""
     states, choices = replay_choices(machine, trace)
     out = []
     for state, choice in zip(states, choices):
-        options = [ch for ch, _ in machine.successors(state)]
+        options = [ch for ch, _ in allowed(machine, state)]
         out.append(options.index(choice) + 1)
     return out
+
+
+def allowed(machine: Machine, state: tuple) -> list[tuple[tuple[int, int], Any]]:
+    """The moves the scheduling policy lets the player make from ``state``: every one, or under
+    ``policy=priority`` the checker's strict-priority rule (:func:`~safeprefetch._check.lasso.by_priority`; the
+    game offered a low thread's step while a higher one was ready, where the checker and the playground page
+    hold it back)."""
+    succ = machine.successors(state)
+    return by_priority(machine, state, succ) if succ and machine.config.get("policy") == "priority" else succ
 
 
 _HELP = """\
@@ -130,7 +155,7 @@ class Play:
         last = self.states[-1]
         if not isinstance(last, tuple) or self.machine.invariant_violation(last):
             return []
-        return self.machine.successors(last)
+        return allowed(self.machine, last)
 
     def take(self, number: int) -> str:
         """Run choice ``number`` (1-based); return a one-line account of the step."""
@@ -201,6 +226,9 @@ class Play:
                 lines.append(f"      [{n}] {label}")
             if t not in by_thread and isinstance(last, tuple) and m.fire(state, t) and over:
                 lines.append(f"      (stopped) {info.label if info else m.pc(state, t)}")
+            elif t not in by_thread and isinstance(last, tuple) and m.fire(state, t):
+                lines.append(f"      (held) {info.label if info else m.pc(state, t)} -- a thread of higher "
+                             "priority is ready (strict-priority policy)")
             elif t not in by_thread:
                 pc = m.pc(state, t)
                 label = pc[: -len(" (asleep)")] if pc.endswith(" (asleep)") else (info.label if info else pc)
@@ -226,14 +254,14 @@ class Play:
                 detail = detail[len("all threads blocked: "):]
             if detail:
                 self._say(textwrap.fill(detail, WRAP, initial_indent="    ", subsequent_indent="    "))
-            if self.options():
+            if status.kind == "starvation":
+                self._say("    the scheduler may repeat that cycle forever: step on, u to undo, or q to quit")
+            elif self.options():
                 self._say("    (only spurious wakeups remain, and a spurious wakeup is never guaranteed)")
             else:
                 self._say("    the run is over: u to undo, q to quit")
 
     # -- the loop ----------------------------------------------------------------
-    #: The longest line read as one (the rest of a longer one is read, and refused, a piece at a time: a
-    #: stream with no line end, /dev/zero, ran the process out of memory in one readline).
 
     def _read_line(self) -> str:
         """The next line of input; Ctrl-C at the prompt quits like q. (Both branches return: an ``except``

@@ -223,8 +223,12 @@ def _is_progress(machine: Machine, info: Any) -> bool:
 
 
 def _victims(machine: Machine) -> list[int]:
-    """The threads that can starve: those with a progress step (a thread without one cannot be said to)."""
-    return [t for t, infos in enumerate(machine.infos) if any(_is_progress(machine, i) for i in infos.values())]
+    """The threads that can starve: those with a progress step (a thread without one cannot be said to), in
+    the order the checker names them (under strict priority the most important first, as its lasso does)."""
+    victims = [t for t, infos in enumerate(machine.infos) if any(_is_progress(machine, i) for i in infos.values())]
+    if machine.config.get("policy") == "priority":
+        victims.sort(key=lambda t: -machine.priorities[t])
+    return victims
 
 
 def _held_threads(machine: Machine, state: tuple, moves: list) -> set[int]:

@@ -129,7 +129,20 @@
     if (!this.choices.length) return;
     this.choices.pop();
     if (this.path.length > this.choices.length + 1) this.path.pop();
+    if (!this.choices.length) this.by = "hand";  // all of a shown path undone: a fresh start
     this.render();
+  };
+
+  // A step clicked after "Show me": the path is still mostly the one shown, and the bug it reaches was
+  // shown, not found (undo, then the same last step again, read "You found the bug"). Restart clears it.
+  Playground.prototype.byHand = function () {
+    if (this.by !== "show me") this.by = "hand";
+  };
+
+  // "Show me" is playing: from its first step on, before its first timer is set (a click in the first delay
+  // broke the animation, which then said the counterexample did not fit the graph).
+  Playground.prototype.playing = function () {
+    return this.timer !== null || this.root.getAttribute("data-playing") === "yes";
   };
 
   Playground.prototype.take = function (move) {
@@ -187,10 +200,19 @@
   // strong (fairness=strong): every step enabled in one of its states is taken in it -- and some thread
   // with progress steps, running (not done, not "not started") all along, takes none in it.
   Playground.prototype.starvation = function () {
+    // Every earlier visit of the state just reached closes a cycle; the latest (shortest) is tried first.
+    // (Trying only the latest missed a fair cycle through an earlier visit, whose own last loop was unfair.)
+    var path = this.path, n = path.length - 1;
+    for (var from = n - 1; from >= 0; from--) {
+      if (path[from] !== path[n]) continue;
+      var found = this.starvationFrom(from);
+      if (found) return found;
+    }
+    return null;
+  };
+
+  Playground.prototype.starvationFrom = function (from) {
     var path = this.path, n = path.length - 1, graph = this.graph, self = this;
-    if (n === 0) return null;  // lastIndexOf(x, -1) would search the whole path: no cycle yet
-    var from = path.lastIndexOf(path[n], n - 1);
-    if (from < 0) return null;
     var cycle = this.choices.slice(from, n);
     if (cycle.some(function (m) { return m.spurious; })) return null;
     var strong = graph.config.fairness === "strong";
@@ -367,8 +389,8 @@
         var text = "step: " + m.step + (m.branch_name ? " [" + m.branch_name + "]" : "");
         var b = el("button", { type: "button", cls: "pg-step", "data-thread": th.name, "data-step": m.step,
                                "data-branch": String(m.branch), text: text });
-        if (over || m.held || self.timer !== null) b.disabled = true;
-        b.addEventListener("click", function () { self.by = "hand"; self.take(m); });
+        if (over || m.held || self.playing()) b.disabled = true;
+        b.addEventListener("click", function () { self.byHand(); self.take(m); });
         buttons.appendChild(b);
       });
       var why = st.blocked[th.name];
@@ -389,13 +411,13 @@
         }
       });
       // Clicking the thread itself (its name or its program) steps it when it has exactly one step to take.
-      var only = moves.length === 1 && !(over || moves[0].held || self.timer !== null) ? moves[0] : null;
+      var only = moves.length === 1 && !(over || moves[0].held || self.playing()) ? moves[0] : null;
       var head = el("h4", { text: th.name + " (" + th.role + ")" });
       if (only) {
         [head, list].forEach(function (part) {
           part.classList.add("pg-clickable");
           part.setAttribute("title", "click to step " + th.name + ": " + only.step);
-          part.addEventListener("click", function () { self.by = "hand"; self.take(only); });
+          part.addEventListener("click", function () { self.byHand(); self.take(only); });
         });
       }
       self.threadsBox.appendChild(el("section", { cls: "pg-thread", "data-thread": th.name }, [
