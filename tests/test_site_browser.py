@@ -448,3 +448,44 @@ def test_undoing_a_shown_step_and_taking_it_again_is_not_finding_the_bug(page, s
     # Before: "You found the bug the checker reports.", and the index said "found it".
     assert "You found the bug" not in page.locator("#pg-status").text_content()
     assert "found" not in (page.evaluate("localStorage.getItem('safeprefetch-playground')") or "")
+
+
+def test_a_route_of_the_learners_own_after_show_me_is_found_by_hand(page, site):
+    # The review of the second commit: after Show me, any later click kept the path "shown", so finding the
+    # bug by another route never said "You found the bug". reader_preference_rwlock: after Undo to the shown
+    # trace's first step, a route of the learner's own (found by a search in the page) closes a starving cycle.
+    root = open_model(page, site, "reader_preference_rwlock")
+    page.evaluate("localStorage.clear()")
+    page.select_option("#pg-speed", "instant")
+    page.click("#pg-show")
+    sync_api.expect(root).to_have_attribute("data-over", "yes", timeout=WAIT_MS)
+    shown = json.loads(root.get_attribute("data-path"))
+    for _ in range(len(shown) - 1):
+        page.click("#pg-undo")
+    route = page.evaluate("""(depth) => {
+      const g = document.querySelector('.pg-root').playground, want = g.graph.checker.verdict;
+      const shown = JSON.stringify(g.graph.checker.trace), base = g.choices.length;
+      let found = null;
+      (function dfs(d) {
+        const v = g.judge();
+        if (v.kind !== null) {
+          const p = g.choices.map(m => [m.thread, m.branch]);
+          if (v.kind === want && JSON.stringify(p) !== shown) found = p.slice(base);
+          return;
+        }
+        if (d === 0) return;
+        for (const m of g.state().moves) {
+          if (found) return;
+          if (m.held || m.to === null || m.to === undefined) continue;
+          g.choices.push(m); g.path.push(m.to); dfs(d - 1); g.choices.pop(); g.path.pop();
+        }
+      })(depth);
+      return found;
+    }""", len(shown) + 4)
+    assert route, "no other route to the bug within the search's depth"
+    names = page.evaluate("document.querySelector('.pg-root').playground.graph.threads.map(t => t.name)")
+    for t, branch in route:
+        page.locator(f'button.pg-step[data-thread="{names[t]}"][data-branch="{branch}"]:not([disabled])').first.click()
+    sync_api.expect(root).to_have_attribute("data-over", "yes", timeout=WAIT_MS)
+    assert "You found the bug" in page.locator("#pg-status").text_content()
+    assert "found" in page.evaluate("localStorage.getItem('safeprefetch-playground')")

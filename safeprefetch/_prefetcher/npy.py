@@ -52,7 +52,11 @@ class NpyFiles:
             time.sleep(self.latency)
         path = self.paths[i]
         try:
-            return np.load(path, allow_pickle=False)
+            with open(path, "rb") as f:
+                before = _identity(os.fstat(f.fileno()))
+                data = np.load(f, allow_pickle=False)
+                _unchanged(path, before, os.fstat(f.fileno()))
+                return data
         except _UNNAMED as e:
             named = _named(path, e)
             if named is None:
@@ -108,10 +112,12 @@ class NpyFiles:
                     got += n
                 _unchanged(path, before, os.fstat(f.fileno()))
                 return
-        # Read, not memory-mapped: a mapped file that shrinks while it is copied (np.save over it truncates it
-        # first) kills the process with SIGBUS; a read raises.
-        data = np.load(path, allow_pickle=False)
-        _unchanged(path, before, os.stat(path))
+            # Read, not memory-mapped: a mapped file that shrinks while it is copied (np.save over it truncates
+            # it first) kills the process with SIGBUS; a read raises. From the file already open, not the path
+            # again: a shard renamed into place meanwhile is another file, read whole either way.
+            f.seek(0)
+            data = np.load(f, allow_pickle=False)
+            _unchanged(path, before, os.fstat(f.fileno()))
         if data.shape != out.shape or data.dtype != out.dtype:
             raise ValueError(f"{path}: expected shape {out.shape} dtype {out.dtype}, "
                              f"got shape {data.shape} dtype {data.dtype}")
@@ -134,8 +140,10 @@ def _named(path: str, e: BaseException) -> BaseException | None:
 
 
 def _identity(st: os.stat_result) -> tuple[int, ...]:
-    """What changes when a file is written over: which file, its size, when its data and its inode changed."""
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    """What changes when a file's data is written over: which file, its size, when its data changed. (Not
+    its inode's change time: renaming a new shard into place, the way to replace one, changes the old
+    file's, and so do chmod, a hard link and utime, none of which touch the data.)"""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _unchanged(path: str, before: tuple[int, ...], now: os.stat_result) -> None:
@@ -143,9 +151,10 @@ def _unchanged(path: str, before: tuple[int, ...], now: os.stat_result) -> None:
 
     ``np.save`` over a shard truncates it, then writes it: a read between the two got the new data under the
     old header (int32 bits delivered as float32), or half of each version stitched together, both silently.
-    The file's size and times are compared before and after the read. A rewrite within the file system's
-    timestamp granularity (a clock tick) of the file's previous write, to the same size, cannot be seen this
-    way: write shards under another name and rename them into place.
+    The file's size and data modification time are compared before and after the read, on the descriptor
+    the read used. A rewrite within the file system's timestamp granularity (a clock tick) of the file's
+    previous write, to the same size, cannot be seen this way: write shards under another name and rename
+    them into place (a reader then reads the old file or the new one, whole).
     """
     if _identity(now) != before:
         raise ValueError(f"{path}: the file changed while it was read (written over by another process?); "

@@ -224,7 +224,7 @@ class Play:
                 step = choice_step(m, state, options[n - 1][0])
                 label = step.step if step.branch is None else f"{step.step} [{step.branch}]"
                 lines.append(f"      [{n}] {label}")
-            if t not in by_thread and isinstance(last, tuple) and m.fire(state, t) and over:
+            if t not in by_thread and isinstance(last, tuple) and m.fire(state, t) and over and not options:
                 lines.append(f"      (stopped) {info.label if info else m.pc(state, t)}")
             elif t not in by_thread and isinstance(last, tuple) and m.fire(state, t):
                 lines.append(f"      (held) {info.label if info else m.pc(state, t)} -- a thread of higher "

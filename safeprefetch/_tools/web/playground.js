@@ -133,10 +133,12 @@
     this.render();
   };
 
-  // A step clicked after "Show me": the path is still mostly the one shown, and the bug it reaches was
-  // shown, not found (undo, then the same last step again, read "You found the bug"). Restart clears it.
-  Playground.prototype.byHand = function () {
-    if (this.by !== "show me") this.by = "hand";
+  // A step clicked after "Show me": while it is the shown trace's step at that point, the bug it reaches was
+  // shown, not found (undo, then the same last step again, read "You found the bug"); a step of the
+  // learner's own makes the path theirs from there on. Restart clears it.
+  Playground.prototype.byHand = function (move) {
+    var want = this.graph.checker.trace[this.choices.length];
+    if (this.by !== "show me" || !want || want[0] !== move.thread || want[1] !== move.branch) this.by = "hand";
   };
 
   // "Show me" is playing: from its first step on, before its first timer is set (a click in the first delay
@@ -390,7 +392,7 @@
         var b = el("button", { type: "button", cls: "pg-step", "data-thread": th.name, "data-step": m.step,
                                "data-branch": String(m.branch), text: text });
         if (over || m.held || self.playing()) b.disabled = true;
-        b.addEventListener("click", function () { self.byHand(); self.take(m); });
+        b.addEventListener("click", function () { self.byHand(m); self.take(m); });
         buttons.appendChild(b);
       });
       var why = st.blocked[th.name];
@@ -417,7 +419,7 @@
         [head, list].forEach(function (part) {
           part.classList.add("pg-clickable");
           part.setAttribute("title", "click to step " + th.name + ": " + only.step);
-          part.addEventListener("click", function () { self.byHand(); self.take(only); });
+          part.addEventListener("click", function () { self.byHand(only); self.take(only); });
         });
       }
       self.threadsBox.appendChild(el("section", { cls: "pg-thread", "data-thread": th.name }, [
