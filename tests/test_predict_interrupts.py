@@ -33,9 +33,15 @@ def _sweep(sc, effect, every):
     # Every fourth point, and every point of the put-back path (few, and reached only with put_back).
     chosen = pts[::every] + [p for i, p in enumerate(pts) if i % every and p.function == "ServeSide.take_returned"]
     for p in chosen:
-        r = inj.run_point(sc, p, effect)
+        # A point on a worker's path is reached again only if the workers' fetches fall the same way, which a
+        # loaded machine changes (16 of 22 in a CI run): a point not reached is run once more, and its
+        # contract checked again, before it counts as unreachable.
+        for _attempt in range(2):
+            r = inj.run_point(sc, p, effect)
+            problems += [f"{p}: {what}" for what in r.problems]
+            if r.fired:
+                break
         fired += r.fired
-        problems += [f"{p}: {what}" for what in r.problems]
     assert not problems, "\n".join(problems[:10])
     assert fired >= 0.8 * len(chosen), f"only {fired} of {len(chosen)} points reached again"
 
