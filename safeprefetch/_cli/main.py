@@ -32,7 +32,7 @@ from .._tools.catalog import catalog, load_model
 from .._check.explore import DEFAULT_MAX_STATES, DEFAULT_REDUCE, CheckResult, ReplayDivergence, Trace, TraceError, check, final_verdict
 from .._dsl.graph import format_graph, graph_json
 from .._dsl.model import ModelError
-from .._dsl.violations import ProcessExit, StepError, exit_call, refusing_fork, refusing_os_exit
+from .._dsl.violations import ProcessExit, StepError, exit_call, refusing_fork, refusing_os_exit, users_file
 from .._check.cluster import ClusterError
 from .._check.reverify import ReverifyIncomplete, saved_claim, saved_verdict
 from .._check.trace import format_table, render_result
@@ -291,17 +291,20 @@ def _check_all(args) -> int:
                   store=args.store, memory=_memory_arg(args.memory), engine=args.engine)
         from dataclasses import replace
         results.append(replace(r, expected=model.expected))
-    incomplete = [r for r in results if r.ok and not r.exhaustive]
     # An ok the search did not finish is no verdict: it differs from a declared bug by being cut, not by
     # disagreeing (3, as for one model), and it is named below.
-    mismatches = [r for r in results if r.verdict != r.expected and not (r.ok and not r.exhaustive)]
+    def cut(r: CheckResult) -> bool:
+        return r.ok and not r.exhaustive
+
+    incomplete = [r for r in results if cut(r)]
+    mismatches = [r for r in results if r.verdict != r.expected and not cut(r)]
     if args.json:
         emit_json([r.to_json() for r in results])
     else:
         w = max(len(r.model) for r in results)
         print(f"{'model'.ljust(w)}  {'expected':14}  {'verdict':14}  {'states':>9}  {'seconds':>8}  {'trace':>5}  match")
         for r in results:
-            mark = "yes" if r.verdict == r.expected else "cut" if r.ok and not r.exhaustive else "NO"
+            mark = "yes" if r.verdict == r.expected else "cut" if cut(r) else "NO"
             print(f"{r.model.ljust(w)}  {r.expected:14}  {r.verdict:14}  {r.states:>9}  {r.seconds:>8.3f}  "
                   f"{len(r.trace):>5}  {mark}")
         print(f"{sum(r.verdict == r.expected for r in results)}/{len(results)} models match their expected verdict")
@@ -485,14 +488,10 @@ def _refusing_os_exit(command: Any, args: Any) -> int:
 
 
 def _user_frame(e: BaseException) -> str:
-    """' at FILE:LINE' of the innermost frame outside safeprefetch, if any."""
-    import sysconfig
+    """' at FILE:LINE' of the innermost frame of the model's (or the user's) own code, if any."""
     import traceback
 
-    lib = tuple(sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib"))
-    # Files of the model's: not the package's (but its catalog's), not generated code (``<...>``), not the library.
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith(("<", *lib))
-              and ("/safeprefetch/" not in f.filename or "/models/" in f.filename)]
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if users_file(f.filename)]
     if not frames:
         return ""
     f = frames[-1]

@@ -30,7 +30,8 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
 
 __all__ = ["CheckError", "ModelError", "ProcessExit", "StepError", "StepViolation", "USER_ERRORS", "VIOLATION_KINDS",
-           "delivery_violation", "exit_call", "refusing_fork", "refusing_os_exit", "truth", "violate"]
+           "delivery_violation", "exit_call", "refusing_fork", "refusing_os_exit", "truth", "users_file",
+           "violate"]
 
 #: Stable names of every violation kind (part of the CLI contract).
 VIOLATION_KINDS = (
@@ -194,19 +195,31 @@ def refusing_fork(real: Callable) -> Callable:
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _forking_user(frame: Any) -> str | None:
-    """``FILE:LINE`` of the model's frame a fork is made for, or None (see :func:`refusing_fork`)."""
+def _libraries() -> tuple[str, ...]:
     import sysconfig
 
-    lib = tuple(sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib"))
+    return tuple(sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib"))
+
+
+def users_file(filename: str) -> bool:
+    """Whether code in ``filename`` is a model's or the user's: not generated (``<...>``), not the standard
+    library's or an installed package's, not the package's own (but for its catalog models)."""
+    if filename.startswith(("<", *_libraries())):
+        return False
+    return not filename.startswith(_PACKAGE + os.sep) or filename.startswith(os.path.join(_PACKAGE, "models"))
+
+
+def _forking_user(frame: Any) -> str | None:
+    """``FILE:LINE`` of the model's frame a fork is made for, or None (see :func:`refusing_fork`)."""
+    lib = _libraries()
     while frame is not None:
         name = frame.f_code.co_filename
-        if name.startswith(lib):
-            if f"{os.sep}multiprocessing{os.sep}" in name:
-                return None  # a process started by multiprocessing: its child ends by os._exit
-        elif not name.startswith("<"):
-            mine = name.startswith(_PACKAGE + os.sep) and not name.startswith(os.path.join(_PACKAGE, "models"))
-            return None if mine else f"{os.path.basename(name)}:{frame.f_lineno}"
+        if name.startswith(lib) and f"{os.sep}multiprocessing{os.sep}" in name:
+            return None  # a process started by multiprocessing: its child ends by os._exit
+        if users_file(name):
+            return f"{os.path.basename(name)}:{frame.f_lineno}"
+        if not name.startswith(("<", *lib)):
+            return None  # the library forks for itself
         frame = frame.f_back
     return None
 

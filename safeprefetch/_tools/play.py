@@ -85,10 +85,12 @@ def _closed_cycle(machine: Machine, states: Sequence[Any], choices: Sequence[tup
     playground page judges it: every earlier visit tried, the latest first); None otherwise."""
     if not machine.progress_labels or len(states) < 2 or not all(isinstance(s, tuple) for s in states):
         return None
-    last = states[-1]
+    last, trace = states[-1], None
     for k in range(len(states) - 2, -1, -1):
         if states[k] == last:
-            message = starving_lasso(machine, trace_of(machine, states, choices), k)
+            if trace is None:  # (once, for every visit tried)
+                trace = trace_of(machine, states, choices)
+            message = starving_lasso(machine, trace, k)
             if message is not None:
                 return PlayStatus("starvation", f"starvation: {message.split(':', 1)[0]}", message)
     return None
