@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import array
 import functools
+import json
 import subprocess
 import sys
 import textwrap
@@ -648,8 +649,11 @@ def test_check_code_on_a_file_that_exits_at_import_is_no_pass(tmp_path):
     f.write_text("import sys\nsys.exit(0)\n\ndef t():\n    pass\n")
     r = subprocess.run([sys.executable, "-m", "safeprefetch", "check-code", f"{f}::t", "--json"],
                        capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and r.stdout == ""
+    assert r.returncode == 2
     assert r.stderr.strip() == f"error: importing {str(f)!r} raised SystemExit(0): nothing was checked"
+    # (the nineteenth round: --json says so on standard output too, as an error document with no verdict)
+    assert json.loads(r.stdout) == {"error": f"importing {str(f)!r} raised SystemExit(0): nothing was checked",
+                                    "exit_code": 2, "command": "check-code"}
 
 
 def test_a_progress_bound_trace_cut_before_shutdown_does_not_reproduce(tmp_path):

@@ -24,6 +24,7 @@ import math
 import os
 import sys
 import time
+import contextlib
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -43,7 +44,7 @@ from .._interleave import api as _code_commands
 from .._tools import spin as _spin_commands
 from .._tools import teach as _teach_commands
 from .._tools.cliargs import UsageError, parse_sets, read_json_file
-from .._tools.jsonout import emit_json, json_stdout
+from .._tools.jsonout import emit_json, emitted, json_stdout
 from . import cluster as _cluster_args
 from . import live as _live_commands
 from . import tour as _tour_commands
@@ -424,6 +425,7 @@ _MODEL_COMMANDS = {"check", "replay", "explain", "play", "crosscheck", "run", "c
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = None
+    before = emitted()
     try:
         args = parser.parse_args(argv)
         if args.command is None:
@@ -435,32 +437,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         with json_stdout(getattr(args, "json", False) is True):
             return _refusing_os_exit(COMMANDS[args.command], args)
     except (UsageError, ModelError, TraceError, ReplayDivergence) as e:
-        print(f"error: {e}", file=sys.stderr)
         table = getattr(e, "table", None)  # a step that raised, a wrong symmetry: the schedule that got there
-        if table:
-            print(f"the trace that reached it:\n{table}", file=sys.stderr)
-        return 2
+        return _failed(args, before, 2, f"error: {e}", table and f"the trace that reached it:\n{table}")
     except ClusterError as e:  # a worker died, an actor was lost: the cluster's failure, not the model's
-        print(f"error: the dask cluster failed under the search: {e}", file=sys.stderr)
-        return 2
+        return _failed(args, before, 2, f"error: the dask cluster failed under the search: {e}")
     except ProcessExit as e:  # os._exit where nothing reported it (a fork's child ends by the real one)
-        print(f"error: {_whose(args)} called {exit_call(e)}: the process would have ended there, with no verdict",
-              file=sys.stderr)
-        return 2
+        return _failed(args, before, 2, f"error: {_whose(args)} called {exit_call(e)}: the process would have "
+                       "ended there, with no verdict")
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt as e:
         # Inside the model's own code (a step that never returns, say): say where.
         where = _user_frame(e)
-        print(f"interrupted{where and f' in the model code{where}'}", file=sys.stderr)
-        return 130
+        return _failed(args, before, 130, f"interrupted{where and f' in the model code{where}'}")
     except BaseException as e:  # an exception raised by model code (a step, a guard, a check)
         if isinstance(e, SystemExit) or os.environ.get("SAFEPREFETCH_TRACEBACK"):
             raise  # (argparse's usage error and --help; a model's sys.exit is a ModelError by now)
         where = _user_frame(e)
-        print(f"error: {_whose(args)} raised {type(e).__name__}: {e}{where} "
-              "(set SAFEPREFETCH_TRACEBACK=1 for the traceback)", file=sys.stderr)
-        return 2
+        return _failed(args, before, 2, f"error: {_whose(args)} raised {type(e).__name__}: {e}{where} "
+                       "(set SAFEPREFETCH_TRACEBACK=1 for the traceback)")
+
+
+def _failed(args: Any, before: int, code: int, message: str, detail: str | None = None) -> int:
+    """Report a command that ended without its result: ``message`` (and ``detail``) on standard error, and,
+    under ``--json``, a document saying so on standard output -- unless the command wrote its own already.
+    A pipeline reading ``--json`` got an empty standard output on every error path, and no JSON to parse."""
+    print(message, file=sys.stderr)
+    if detail:
+        print(detail, file=sys.stderr)
+    if getattr(args, "json", False) is True and emitted() == before:
+        with contextlib.suppress(OSError, ValueError):
+            emit_json({"error": message.removeprefix("error: "), "exit_code": code,
+                       "command": getattr(args, "command", None)})
+    return code
 
 
 def _whose(args: Any) -> str:

@@ -54,7 +54,7 @@ class NpyFiles:
         try:
             with open(path, "rb") as f:
                 before = _identity(os.fstat(f.fileno()))
-                data = np.load(f, allow_pickle=False)
+                data = _load_whole(path, f)
                 _unchanged(path, before, os.fstat(f.fileno()))
                 return data
         except _UNNAMED as e:
@@ -116,7 +116,7 @@ class NpyFiles:
             # it first) kills the process with SIGBUS; a read raises. From the file already open, not the path
             # again: a shard renamed into place meanwhile is another file, read whole either way.
             f.seek(0)
-            data = np.load(f, allow_pickle=False)
+            data = _load_whole(path, f)
             _unchanged(path, before, os.fstat(f.fileno()))
         if data.shape != out.shape or data.dtype != out.dtype:
             raise ValueError(f"{path}: expected shape {out.shape} dtype {out.dtype}, "
@@ -137,6 +137,27 @@ def _named(path: str, e: BaseException) -> BaseException | None:
     if isinstance(e, OSError):
         return None if e.filename is not None else type(e)(e.errno, f"{path}: {e.strerror or e}")
     return None if str(e).startswith(f"{path}: ") else ValueError(f"{path}: {e}")
+
+
+def _load_whole(path: str, f: Any) -> np.ndarray:
+    """``np.load`` of the open file ``f``, refused unless it is one array and the file holds nothing after it.
+
+    ``np.load`` reads a ``.npz`` archive as a lazy ``NpzFile`` on the descriptor (not a batch: closed here,
+    so an error kept does not keep the file open), and ignores bytes after an array's data in every format
+    version: a file with more data than its header declares is not this batch (``fetch_into``'s own read
+    refuses it too, so the probe for the slots' shape and the fetches agree)."""
+    data = np.load(f, allow_pickle=False)
+    if not isinstance(data, np.ndarray):
+        close = getattr(data, "close", None)
+        if close is not None:
+            close()
+        raise ValueError(f"{path}: holds a {type(data).__name__}, not one array (.npz archives hold several: "
+                         "NpyFiles reads one .npy file per batch)")
+    if not data.dtype.hasobject:  # (refused above by allow_pickle=False; a pickle's size is not its nbytes)
+        extra = os.fstat(f.fileno()).st_size - f.tell()
+        if extra > 0:
+            raise ValueError(f"{path}: {extra} bytes after the {data.nbytes} data bytes its header declares")
+    return data
 
 
 def _identity(st: os.stat_result) -> tuple[int, ...]:

@@ -16,10 +16,19 @@ import os
 import sys
 from typing import Any, Iterator, TextIO
 
-__all__ = ["emit_json", "json_stdout"]
+__all__ = ["emit_json", "emitted", "json_stdout"]
 
 #: Where :func:`emit_json` writes while :func:`json_stdout` is in force (None: ``sys.stdout``).
 _document: TextIO | None = None
+
+#: How many documents :func:`emit_json` has written in this process.
+_emitted = 0
+
+
+def emitted() -> int:
+    """How many documents :func:`emit_json` has written so far (a command's error path writes its error
+    document only when the command wrote none: two documents in a row are not JSON)."""
+    return _emitted
 
 
 @contextlib.contextmanager
@@ -70,5 +79,7 @@ def json_stdout(active: bool) -> Iterator[None]:
 
 def emit_json(value: Any) -> None:
     """Print ``value`` as indented JSON to standard output, past :func:`json_stdout`'s redirection."""
+    global _emitted
     target = _document if _document is not None else sys.stdout
+    _emitted += 1
     print(json.dumps(value, indent=2), file=target, flush=True)

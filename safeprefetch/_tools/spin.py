@@ -68,7 +68,6 @@ import inspect
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -475,18 +474,18 @@ def _cmd_crosscheck(args: argparse.Namespace) -> int:
     twins = find_twins(args.models)
     if not twins:
         raise ModelError("no SPIN twins are installed (expected safeprefetch/models/spin/*.pml)")
+    from .cliargs import UsageError
+
     try:
         _tools()
-    except SpinUnavailable as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except SpinUnavailable as e:  # (main reports it: one line, exit 2, and under --json a document)
+        raise UsageError(str(e)) from None
     rows = []
     for twin in twins:
         try:
             rows.append(crosscheck(twin))
         except (RuntimeError, ValueError) as e:
-            print(f"error: {twin.name}: {e}", file=sys.stderr)
-            return 2
+            raise UsageError(f"{twin.name}: {e}") from None
     seconds = time.perf_counter() - t0
     agreeing = sum(r.agree for r in rows)
     if args.json:
