@@ -22,6 +22,7 @@ from ._interleave.api import check as check
 from ._interleave.api import replay as replay
 from ._interleave.api import test as test
 from ._interleave.check import Fresh as Fresh
+from ._interleave.check import InterleavingWarning as InterleavingWarning
 from ._interleave.check import Interrupt as Interrupt
 from ._interleave.explore import Nondeterministic as Nondeterministic
 from ._interleave.queues import ShutDown as ShutDown
@@ -36,6 +37,7 @@ __all__ = [
     "CodeCheckResult",
     "Fresh",
     "InterleavingFailure",
+    "InterleavingWarning",
     "Interrupt",
     "Nondeterministic",
     "SchedulerStuck",

@@ -13,7 +13,7 @@ import os
 import numpy as np
 import pytest
 
-from safeprefetch import NpyFiles, Prefetcher
+from safeprefetch import NpyFiles, Prefetcher, catalog, check
 
 # -- 1. NpyFiles: a .npz, and bytes after the data in any format version --------------------------------------
 
@@ -110,3 +110,780 @@ def test_json_a_command_that_wrote_its_document_adds_no_second_one(tmp_path):
     assert code == 2 and "--svg" in err
     document = json.loads(out)
     assert "error" not in document and document["verdict"] == "deadlock"
+
+
+# -- 3. play's starvation check: one pass over the path, the same answer as one replay per earlier visit ------
+
+
+def _per_visit(machine, states, choices):
+    """The plain rule ``play`` used: every earlier visit of the last state, latest first, replayed."""
+    from safeprefetch._check.replay import trace_of
+    from safeprefetch._check.reverify import starving_lasso
+
+    trace = trace_of(machine, states, choices)
+    for k in range(len(states) - 2, -1, -1):
+        if states[k] == states[-1]:
+            message = starving_lasso(machine, trace, k)
+            if message is not None:
+                return message
+    return None
+
+
+@pytest.mark.parametrize("name, config, walks_starve", [
+    ("priority_inversion", {}, True),
+    ("priority_inversion", {"policy": "fair"}, False),  # (nobody starves)
+    ("reader_preference_rwlock", {}, True),
+    ("reader_preference_rwlock", {"fairness": "strong"}, True),
+    ("reader_preference_rwlock", {"spurious": "on"}, False),  # (random walks' cycles take a spurious wakeup)
+    ("priority_inversion", {"fairness": "strong"}, True),
+])
+def test_play_starvation_in_one_pass_agrees_with_a_replay_per_visit(name, config, walks_starve):
+    import random
+
+    from safeprefetch._check.reverify import latest_starving_visit
+    from safeprefetch._tools.play import allowed
+
+    machine = catalog()[name].compile(config)
+    found = compared = 0
+    for seed in range(30):
+        rng = random.Random(seed)
+        states, choices = [machine.init], []
+        for _ in range(60):
+            options = [(c, n) for c, n in allowed(machine, states[-1]) if isinstance(n, tuple)]
+            if not options:
+                break
+            choice, state = rng.choice(options)
+            states.append(state)
+            choices.append(choice)
+            if state in states[:-1]:
+                fast = latest_starving_visit(machine, states, choices)
+                assert (fast and fast[1]) == _per_visit(machine, states, choices), (seed, choices)
+                compared += 1
+                found += fast is not None
+    assert compared > 50
+    assert (found > 0) == walks_starve
+
+
+# -- 4. fetch_into: a bool, a datetime, a 0-d float or a MaskedArray returned is no status -----------------------
+
+
+class _Returning:
+    """A fetch_into source that returns ``value(i)`` and, unless ``writes``, leaves out as it was."""
+
+    def __init__(self, value, writes=None, n=6):
+        self.value, self.writes, self.n = value, writes, n
+
+    def __len__(self):
+        return self.n
+
+    def fetch_into(self, i, out):
+        if self.writes is not None:
+            out[...] = self.writes(i)
+        return self.value(i)
+
+
+def _both_ways(source, shape, dtype):
+    """The stream, read by a Prefetcher and by an OnDemandPrefetcher."""
+    from safeprefetch import OnDemandPrefetcher
+
+    with Prefetcher(source, capacity=2, workers=1, shape=shape, dtype=dtype) as pf:
+        streamed = [b.copy() for b in pf]
+    with OnDemandPrefetcher(source, capacity=2, workers=1, predict=None, shape=shape, dtype=dtype) as od:
+        asked = [od.get(i) for i in range(len(source))]
+    return streamed, asked
+
+
+@pytest.mark.parametrize("shape, dtype, value", [
+    ((), bool, lambda i: i % 3 != 1),  # a label stream of Python bools, `return self.y[i]`
+    ((1,), np.float32, lambda i: np.float32(i + 0.5)),  # `return self.labels[i, 0]`
+    ((1,), np.float64, lambda i: i + 0.5),  # a Python float
+    ((), "M8[s]", lambda i: __import__("datetime").datetime(2024, 1, 1 + i)),
+    ((), np.float64, lambda i: __import__("fractions").Fraction(i + 1, 3)),
+])
+def test_a_batch_returned_by_fetch_into_with_out_left_alone_is_refused(shape, dtype, value):
+    # Before: a status, ignored: the slot's old bytes (zeros, or an earlier batch) delivered for every item.
+    for how in ("streamed", "asked"):
+        with pytest.raises(TypeError, match=r"item 0: fetch_into returned"):
+            streamed, asked = _both_ways(_Returning(value), shape, dtype)
+            (streamed if how == "streamed" else asked)  # (not reached)
+
+
+@pytest.mark.parametrize("shape, dtype, value, writes", [
+    ((), np.int64, lambda i: True, lambda i: i + 1),  # True, done: out written (its bytes changed)
+    ((), np.int64, lambda i: i, lambda i: i),  # the label returned and written
+    ((), "M8[s]", lambda i: "ok", lambda i: np.datetime64(1_700_000_000 + i, "s")),  # a string: a status
+    ((3,), np.float32, lambda i: True, lambda i: i),  # a bool where the batch cannot be one: a status
+    ((3,), np.float32, lambda i: np.bool_(True), lambda i: i),
+    ((3,), np.float32, lambda i: np.int64(3), lambda i: i),  # a count of values, as a numpy int
+    ((3,), np.float32, lambda i: np.array(12), lambda i: i),  # a count of bytes, as a 0-d array
+])
+def test_statuses_and_whole_counts_still_pass(shape, dtype, value, writes):
+    streamed, asked = _both_ways(_Returning(value, writes), shape, dtype)
+    expected = [np.full(shape, writes(i), dtype) for i in range(6)]
+    for got in (streamed, asked):
+        assert all(np.array_equal(g, e) for g, e in zip(got, expected, strict=True))
+
+
+def test_a_bool_status_on_a_0d_batch_whose_value_did_not_change_is_refused_as_the_readme_says():
+    # True, done, after writing out the value it held already: from outside, that is `return self.y[i]` with
+    # out left as it was. Refused, never guessed (README: for a 0-d batch return None).
+    with pytest.raises(TypeError, match=r"item 1: fetch_into returned True where out holds np.False_"):
+        _both_ways(_Returning(lambda i: True, lambda i: i % 2 == 0), (), bool)
+
+
+def test_a_masked_array_returned_by_fetch_into_is_refused_even_over_out():
+    # Before: copied in with its mask dropped (or, over out, accepted): the masked values delivered as data.
+    data = lambda i: np.array([i, -999, i], np.int64)  # noqa: E731
+    copied = _Returning(lambda i: np.ma.masked_equal(data(i), -999))
+    for source in (copied, _Returning(None, data)):
+        if source is not copied:  # a masked view of out itself
+            source.fetch_into = lambda i, out: (out.__setitem__(..., data(i)), np.ma.masked_equal(out, -999))[1]
+        for how in (0, 1):
+            with pytest.raises(TypeError, match=r"item 0: fetch_into returned a numpy.ma.MaskedArray: its mask"):
+                _both_ways(source, (3,), np.int64)[how]
+
+
+# -- 5. the constructor's first read is the caller's buffer: copied at once -----------------------------------
+
+
+class _PerThreadBuffer:
+    """Thread-safe: each thread decodes into a buffer of its own, reused across its calls."""
+
+    def __init__(self, n):
+        import threading
+
+        self.n, self.local = n, threading.local()
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        buf = getattr(self.local, "buf", None)
+        if buf is None:
+            buf = self.local.buf = np.empty(64, np.int64)
+        buf[:] = i
+        return buf
+
+
+def test_the_first_read_is_copied_before_the_caller_reads_the_source_again():
+    # Before: kept by reference (thread_safe=True, no executor) until a worker reached position 0; the caller
+    # peeking at the source meanwhile refilled its buffer, and batch 0 held item 5. The worker is held at its
+    # first fill by a trace hook until the peek is done.
+    import threading
+
+    go = threading.Event()
+
+    def hold_workers(frame, event, arg):
+        if event == "call" and frame.f_code.co_name == "_fill" and frame.f_code.co_filename.endswith("fetching.py"):
+            go.wait(30)
+
+    source = _PerThreadBuffer(8)
+    threading.settrace(hold_workers)
+    try:
+        pf = Prefetcher(source, capacity=2, workers=1)
+    finally:
+        threading.settrace(None)
+    with pf:
+        assert int(source[5][0]) == 5  # the caller's peek, on its own thread's buffer
+        go.set()
+        assert [int(b[0]) for b in pf] == list(range(8))
+
+
+# -- 6. a worker waiting for a shared source lock is no fetch: close() does not wait for it -------------------
+
+
+def _waiting_for_the_source_lock(thread) -> bool:
+    import sys
+
+    frame = sys._current_frames().get(thread.ident)
+    while frame is not None:
+        if frame.f_code.co_name == "wait_gate":
+            return True
+        frame = frame.f_back
+    return False
+
+
+@pytest.mark.parametrize("close_timeout", [2.0, None])
+def test_close_does_not_wait_for_workers_queued_on_a_source_lock_another_prefetcher_holds(close_timeout):
+    # Before: B.close() waited its whole close_timeout for workers that never entered the source (for ever
+    # with None), named them "still inside a fetch", and left their threads running.
+    import threading
+    import warnings
+
+    from _polling import wait_until
+
+    hung, inside = threading.Event(), threading.Event()
+
+    class Dataset:  # not thread-safe: every prefetcher over it takes turns
+        def __len__(self):
+            return 100
+
+        def __getitem__(self, i):
+            if threading.current_thread().name.startswith("safeprefetch-A-"):
+                inside.set()
+                hung.wait(60)  # A's fetch is stuck (a hung network read)
+            return np.full(4, i, np.float32)
+
+    ds = Dataset()
+    a = Prefetcher(ds, capacity=2, workers=1, thread_safe=False, shape=(4,), dtype=np.float32, name="A",
+                   close_timeout=0.5)
+    try:
+        assert inside.wait(30)
+        b = Prefetcher(ds, capacity=2, workers=2, thread_safe=False, shape=(4,), dtype=np.float32, name="B",
+                       close_timeout=close_timeout)
+        workers = [t for t in threading.enumerate() if t.name.startswith("safeprefetch-B-worker")]
+        assert len(workers) == 2
+        assert wait_until(lambda: all(_waiting_for_the_source_lock(t) for t in workers), 30)
+        closer = threading.Thread(target=b.close)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            closer.start()
+            closer.join(30)  # (a bound for the test, not a sleep: it returns as soon as close does)
+        assert not closer.is_alive(), "close() waited for workers that were only waiting for the source lock"
+        assert not [w for w in caught if "inside a fetch" in str(w.message)]
+        assert not any(t.is_alive() for t in workers)
+    finally:
+        hung.set()
+        a.close()
+
+
+# -- 7. a batch handed out has the slot's bytes, an aligned struct's padding included ---------------------------
+
+
+@pytest.mark.parametrize("dtype, holes", [
+    (np.float32, False),
+    (np.dtype([("a", "i1"), ("b", "f8")]), False),  # packed
+    (np.dtype([("a", "i1", (3,)), ("b", "i1")]), False),
+    (np.dtype("V8"), False),
+    (np.dtype([("a", "i1"), ("b", "f8")], align=True), True),
+    (np.dtype((np.dtype([("a", "i1"), ("b", "f8")], align=True), (2,))), True),
+    (np.dtype({"names": ["a"], "formats": ["i4"], "offsets": [4], "itemsize": 8}), True),
+])
+def test_dtypes_with_holes_are_told_apart(dtype, holes):
+    from safeprefetch._prefetcher.sources import _has_holes
+
+    assert _has_holes(np.dtype(dtype)) is holes
+
+
+def test_get_hands_out_the_slots_bytes_with_a_padded_dtype():
+    # Before: np.array(view) copied field by field into a fresh allocation: the padding came out as whatever
+    # that memory held (40 of 40 batches in the review's run), where the slot holds zeros.
+    from safeprefetch import OnDemandPrefetcher
+
+    dtype = np.dtype([("label", "i1"), ("weight", "f8")], align=True)  # 7 bytes of padding per record
+    source = np.zeros((40, 256), dtype)
+    source["label"], source["weight"] = 1, 0.5
+
+    def padding(batch):
+        return np.frombuffer(batch.tobytes(), np.uint8).reshape(-1, 16)[:, 1:8]
+
+    def dirty_the_heap():  # what a fresh batch-sized allocation is likely to be given next
+        junk = np.full(source[0].nbytes, 0xAB, np.uint8)
+        del junk
+
+    with Prefetcher(source, capacity=2) as pf:
+        streamed = []
+        for batch in pf:
+            streamed.append(batch)
+            dirty_the_heap()
+    with OnDemandPrefetcher(source, predict=None) as od:
+        asked = []
+        for i in range(40):
+            dirty_the_heap()
+            asked.append(od.get(i))
+    for batch in streamed + asked:
+        assert not padding(batch).any()
+        assert batch.flags.writeable and batch.flags.owndata and np.array_equal(batch, source[0])
+
+
+def test_a_predict_that_returns_none_is_named():
+    from safeprefetch import OnDemandPrefetcher, Predictor
+
+    class Forgetful(Predictor):
+        def predict(self, depth):
+            [self]  # (forgot its return)
+
+    with OnDemandPrefetcher(np.zeros((8, 2)), predict=Forgetful()) as od:
+        # Before: TypeError: 'NoneType' object is not iterable, naming neither the predictor nor the mistake.
+        with pytest.raises(TypeError, match=r"predictor .*: predict\(\d+\) returned None \(NoneType\); it must "
+                                            r"return the indices to fetch next"):
+            od.get(0)
+
+
+# -- 8. OnDemandStats: a request answered by close() or by SourceBusy counts as no request --------------------
+
+
+def test_a_late_hit_cut_short_by_close_used_nothing():
+    # Before: late_hits=1, used=1, accuracy 100%, and a request counted, for a caller that got PrefetcherClosed.
+    import threading
+    import warnings
+
+    from _polling import wait_until
+
+    from safeprefetch import OnDemandPrefetcher, PrefetcherClosed
+    from safeprefetch.models import _predictive_protocol as Q
+
+    release, fetching = threading.Event(), threading.Event()
+
+    class Slow:
+        def __len__(self):
+            return 10
+
+        def __getitem__(self, i):
+            if i == 1 and threading.current_thread().name.startswith("safeprefetch"):
+                fetching.set()
+                release.wait(30)  # the speculative fetch of 1 is slow
+            return np.full(4, i, np.float32)
+
+    od = OnDemandPrefetcher(Slow(), capacity=4, workers=1, predict="sequential", shape=(4,), dtype=np.float32,
+                            close_timeout=0.2)
+    try:
+        od.get(0)  # predicts 1: the worker starts on it
+        assert fetching.wait(30)
+        outcome = []
+
+        def caller():
+            try:
+                od.get(1)  # joins the fetch in flight: a late hit, waiting
+                outcome.append("got it")
+            except PrefetcherClosed:
+                outcome.append("closed")
+
+        t = threading.Thread(target=caller)
+        t.start()
+        core = od._core
+        assert wait_until(lambda: core.rt.state[core.i_consumer_pc] == Q.SERVE, 30)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (the stuck fetch is named)
+            od.close()
+        t.join(30)
+        assert outcome == ["closed"]
+        s = od.stats
+        assert (s.requests, s.hits, s.late_hits, s.misses, s.used) == (1, 0, 0, 1, 0)
+        assert s.hits + s.late_hits + s.misses == s.requests
+    finally:
+        release.set()
+        od.close()
+
+
+def test_a_source_busy_timeout_is_no_request_and_no_miss():
+    # Before: requests=3, misses=3 for two answered requests.
+    import threading
+
+    from safeprefetch import OnDemandPrefetcher, PrefetchTimeout
+
+    hold, in_fetch = threading.Event(), threading.Event()
+
+    class Source:
+        def __len__(self):
+            return 100
+
+        def __getitem__(self, i):
+            if i == 1 and threading.current_thread().name.startswith("safeprefetch"):
+                in_fetch.set()
+                hold.wait(30)  # a worker's speculative fetch holds the source's lock
+            return np.full(2, i, np.float32)
+
+    with OnDemandPrefetcher(Source(), capacity=4, workers=1, predict="sequential", thread_safe=False,
+                            shape=(2,), dtype=np.float32) as od:
+        od.get(0)
+        assert in_fetch.wait(30)
+        with pytest.raises(PrefetchTimeout, match="the source is busy"):
+            od.get(50, timeout=0.05)
+        hold.set()
+        assert od.get(50, timeout=30)[0] == 50
+        s = od.stats
+        assert (s.requests, s.misses, s.errors) == (2, 2, 0)
+
+
+def test_an_iterator_whose_first_item_a_refused_constructor_read_says_so():
+    # Before: the item was gone with no word; a retry with the same iterator silently started at item 1.
+    items = (np.full(1024, i, np.float32) for i in range(5))
+    with pytest.raises(ValueError, match="more than memory_budget=1000") as refused:
+        Prefetcher(items, memory_budget=1000)
+    assert any("the iterator has lost its first item" in note for note in refused.value.__notes__)
+    source = np.zeros((4, 1024), np.float32)  # a map-style source loses nothing: no note
+    with pytest.raises(ValueError, match="more than memory_budget=1000") as refused:
+        Prefetcher(source, memory_budget=1000)
+    assert not getattr(refused.value, "__notes__", None)
+
+
+# -- 9. interleavings: what a blocked thread can still do, subclasses' clocks, code with no file --------------
+
+import queue as _queue_module  # noqa: E402
+import threading as _threading  # noqa: E402
+
+from safeprefetch import interleavings  # noqa: E402
+from safeprefetch.interleavings import Interrupt  # noqa: E402
+
+
+def _waiter_woken_for_nothing():
+    cond, jobs, started, other = _threading.Condition(), [], _threading.Event(), _threading.Lock()
+
+    def worker():
+        with cond:
+            started.set()
+            if not jobs:  # `if`, not `while`: a spurious wakeup falls through
+                cond.wait()
+            jobs.pop(0)  # IndexError after a spurious wakeup
+
+    _threading.Thread(target=worker, name="worker", daemon=True).start()
+    started.wait()
+    with other:  # unrelated work, then the body returns
+        pass
+
+
+def _handler_that_raises_while_blocked():
+    q, cond, in_flight, other = _queue_module.Queue(), _threading.Condition(), [], _threading.Lock()
+
+    def worker():
+        item = q.get_nowait()
+        try:
+            with cond:
+                cond.wait()  # a daemon: it may wait for good
+        except KeyboardInterrupt:
+            in_flight.remove(item)  # the Ctrl-C path's bug: ValueError
+
+    q.put("job")
+    _threading.Thread(target=worker, name="worker", daemon=True).start()
+    with other:
+        pass
+
+
+def _ctrl_c():
+    raise KeyboardInterrupt
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("body, options, error", [
+    (_waiter_woken_for_nothing, {"spurious": "on"}, "IndexError"),
+    (_handler_that_raises_while_blocked, {"interrupts": (Interrupt(_ctrl_c, threads="worker", when="blocked"),)},
+     "ValueError"),
+])
+def test_dpor_explores_what_a_blocked_thread_can_still_do(body, options, error):
+    # Before: the default search (DPOR) said "ok, exhaustive"; the plain search found each in 2-3 schedules.
+    plain = interleavings.check(body, allow_alive=("worker",), reduce="none", **options)
+    found = interleavings.check(body, allow_alive=("worker",), **options)
+    assert plain.verdict == found.verdict == "uncaught_exception"
+    assert error in found.violation.message and error in plain.violation.message
+
+
+class _JobQueue(_queue_module.Queue):  # an ordinary subclass, made before any check
+    pass
+
+
+class _Slots(_threading.Semaphore):
+    pass
+
+
+@pytest.mark.parametrize("make, wait", [(_JobQueue, lambda q: q.get(timeout=0.2)),
+                                        (lambda: _Slots(0), lambda s: s.acquire(timeout=0.2) or 1 / 0)])
+def test_a_subclass_made_before_the_check_times_out_in_virtual_time(make, wait):
+    # Before: CPython's own get/acquire counted their timeout on the real clock around virtual waits: this
+    # timeout never fired ("ok", where a real run raises), and a long one ran virtual time out (a false hang).
+    import time as time_module
+
+    def late_producer():
+        box = make()
+        t = _threading.Thread(target=wait, args=(box,), name="consumer")
+        t.start()
+        time_module.sleep(0.5)
+        box.put("late") if hasattr(box, "put") else box.release()
+        t.join()
+
+    def patient():
+        box = _JobQueue()
+
+        def consumer():
+            with contextlib.suppress(_queue_module.Empty):
+                box.get(timeout=5.0)
+
+        t = _threading.Thread(target=consumer)
+        t.start()
+        t.join()
+
+    import contextlib
+
+    assert interleavings.check(late_producer).verdict == "uncaught_exception"
+    assert interleavings.check(patient).verdict == "ok"
+
+
+_RACY = '''
+import threading
+def racy():
+    st = {"n": 0}
+    def w():
+        st["n"] += 1
+    ts = [threading.Thread(target=w) for _ in range(2)]
+    for t in ts: t.start()
+    for t in ts: t.join()
+    assert st["n"] == 2, st["n"]
+'''
+
+
+def test_lines_mode_stops_in_code_with_no_file():
+    # Before: `python -c`, the REPL, exec'd code and doctests (file names in <...>) had no line points: a lost
+    # update there was "ok, exhaustive".
+    namespace: dict = {}
+    exec(compile(_RACY, "<string>", "exec"), namespace)
+    assert interleavings.check(namespace["racy"], lines=True).verdict == "assertion"
+
+
+def test_lines_mode_leaves_namedtuples_and_our_own_generated_code_alone():
+    import collections
+    import dataclasses
+
+    Pair = collections.namedtuple("Pair", "a b")
+
+    @dataclasses.dataclass
+    class Box:
+        x: int
+
+    def body():
+        got = []
+        t = _threading.Thread(target=lambda: got.append((Pair(1, 2), Box(3))))
+        t.start()
+        t.join()
+        assert got[0][0].b == 2 and got[0][1].x == 3
+
+    result = interleavings.check(body, lines=True)
+    assert result.verdict == "ok" and result.exhaustive
+
+
+def test_an_allowed_daemon_with_a_timed_loop_is_no_hang_once_the_body_returns():
+    # Before: virtual time went on for the allowed thread alone until time_limit: "hang" of a correct body.
+    def heartbeat_body():
+        stop = _threading.Event()
+
+        def heartbeat():
+            while not stop.wait(1.0):
+                pass
+
+        _threading.Thread(target=heartbeat, name="heartbeat", daemon=True).start()
+
+    def poller_raising_late():  # what the allowed thread does before the body returns still counts
+        def poll():
+            raise ValueError("poller broke")
+
+        t = _threading.Thread(target=poll, name="poller", daemon=True)
+        t.start()
+        t.join()
+
+    assert interleavings.check(heartbeat_body, allow_alive=("heartbeat",)).verdict == "ok"
+    assert interleavings.check(poller_raising_late, allow_alive=("poller",)).verdict == "uncaught_exception"
+
+
+def test_allow_alive_takes_a_users_own_name_that_ends_in_a_number():
+    def body():
+        stop = _threading.Event()
+        for i in (1, 2):
+            _threading.Thread(target=stop.wait, name=f"conn#{i}", daemon=True).start()
+
+    assert interleavings.check(body, allow_alive=("conn#1", "conn#2")).verdict == "ok"  # before: leaked_thread
+    assert interleavings.check(body, allow_alive=("conn",)).verdict == "ok"
+    assert interleavings.check(body, allow_alive=("conn#1",)).verdict == "leaked_thread"
+
+
+@pytest.mark.parametrize("make", [
+    lambda: (lambda: _async_body()),
+    lambda: (lambda: _generator_body()),
+])
+def test_a_body_that_returns_a_coroutine_or_a_generator_is_refused(make):
+    # Before: nothing ran, "ok, exhaustive" of an `assert False`.
+    with pytest.raises(TypeError, match=r"the body returned a (coroutine|generator) .*its code never runs"):
+        interleavings.check(make())
+
+
+async def _async_body():
+    assert False
+
+
+def _generator_body():
+    assert False
+    yield
+
+
+_LAZY = {"instance": None}
+
+
+def _lazy_singleton_body():
+    def get():
+        if _LAZY["instance"] is None:  # check-then-act, no lock
+            _LAZY["instance"] = object()
+        return _LAZY["instance"]
+
+    got = []
+    ts = [_threading.Thread(target=lambda: got.append(get())) for _ in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert got[0] is got[1]
+
+
+def test_a_first_run_that_differs_from_the_second_is_warned_of():
+    # Before: the uncounted warm-up built the singleton, and its race was "ok, bound covered", silently.
+    _LAZY["instance"] = None
+    with pytest.warns(interleavings.InterleavingWarning, match="the first run of the body took other steps"):
+        interleavings.check(_lazy_singleton_body, lines=True, preemption_bound=1)
+    import warnings
+
+    with warnings.catch_warnings():  # a body with no such state: no warning
+        warnings.simplefilter("error", interleavings.InterleavingWarning)
+        interleavings.check(_waiter_woken_for_nothing, allow_alive=("worker",))
+
+
+_PYTEST_FILE = '''
+import threading
+import pytest
+from safeprefetch import interleavings
+
+
+class Account:
+    def __init__(self):
+        self.lock = threading.Lock()
+
+
+@pytest.fixture
+def accounts():
+    return Account(), Account()
+
+
+@interleavings.test()
+def test_fixture_with_real_locks(accounts):
+    pass
+
+
+@interleavings.test()
+def test_skips():
+    pytest.importorskip("no_such_module_for_this_test")
+
+
+@interleavings.test()
+def test_imports_a_sibling():
+    from sibling_helper import VALUE
+    assert VALUE == 7
+'''
+
+
+def test_pytest_skips_fixtures_with_real_locks_and_sibling_imports(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "test_generated.py").write_text(_PYTEST_FILE)
+    (tmp_path / "sibling_helper.py").write_text("VALUE = 7\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA",
+                           str(tmp_path / "test_generated.py")], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    out = done.stdout
+    # Before: the fixture's real locks passed (a lock-order inversion over them was "ok"); a skip failed.
+    assert "FAILED test_generated.py::test_fixture_with_real_locks - TypeError" in out, out[-2000:]
+    assert "argument 0[0].lock holds a real lock" in out or "accounts[0].lock holds a real lock" in out, out
+    assert "SKIPPED" in out and "no_such_module_for_this_test" in out
+    assert "PASSED test_generated.py::test_imports_a_sibling" in out
+    # check-code keeps the file's folder on sys.path for the check too (before: ModuleNotFoundError, exit 1).
+    code = subprocess.run([sys.executable, "-m", "safeprefetch", "check-code",
+                           f"{tmp_path / 'test_generated.py'}::test_imports_a_sibling"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path / "..")
+    assert code.returncode == 0, code.stdout + code.stderr
+
+
+# -- 10. the checker: preempt's proof, strict priority's events, idle threads, generated names, cluster options -
+
+
+def test_preempt_covering_every_state_still_checks_for_starvation():
+    # Before: "ok, exhaustive", exit 0, of priority_inversion, whose full check finds starvation.
+    from safeprefetch._check.strategies import search
+
+    machine = catalog()["priority_inversion"].compile({})
+    full = check(machine)
+    found = search(machine, "preempt", preemptions=50)
+    assert full.verdict == found.verdict == "starvation" and found.exhaustive
+    assert "starving fair cycle" in found.note
+
+
+def _starving_low(kind, branch, label="fetch"):
+    from safeprefetch.model import Model
+
+    class Starving(Model):
+        name = "starving_low"
+        settings = {"policy": "priority"}
+
+        def build(self, m):
+            m.shared(n=0)
+            hi = m.program("high")
+            hi.step("spin", lambda s, me: None, next="spin")  # always ready
+            lo = m.program("low")
+            if kind == "external":
+                lo.external(label, "fetch", branches=("ok", branch), next=label)
+            else:
+                lo.step(label, branches=("ok", branch), next=label)
+            m.thread("hi", hi)
+            m.thread("lo", lo)
+            m.priority("hi", 1)
+            m.progress(label)
+
+    return Starving
+
+
+@pytest.mark.parametrize("kind, branch, label", [
+    ("external", "timed out", "fetch"),  # before: "ok" (the branch taken for a primitive's timeout)
+    ("external", "timeout", "fetch"),
+    ("step", "timed out", "fetch"),
+    ("step", "ok again", "report (not started)"),  # before: "ok" (the label read as a thread not started)
+])
+def test_a_users_names_do_not_hide_strict_prioritys_victim(kind, branch, label):
+    result = check(_starving_low(kind, branch, label))
+    assert result.verdict == "starvation" and result.exhaustive
+    assert "low never makes progress" in result.violation.message or "lo never" in result.violation.message
+
+
+def _slug_clash(n):
+    from safeprefetch.model import DONE, Model, violate
+
+    class SlugClash(Model):
+        name = "slug_clash"
+
+        def build(self, m):
+            m.shared(n=0, x=0)
+
+            def put(s, me):
+                s.x = 2
+                violate("overflow", "put item found the buffer full")
+
+            def harmless(s, me):
+                s.x = 1
+
+            def count(s, me):
+                s.n += 1
+
+            p = m.program("worker")
+            p.step("begin", lambda s, me: None, next="put-item")
+            p.step("put item", put, next=DONE)  # declared first: its generated functions were replaced
+            p.step("put-item", harmless, next=lambda s, me: "count" if s.n == 0 else DONE, to=["count", DONE])
+            p.step("count", count, next=lambda s, me: "count" if s.n < n else "put item", to=["count", "put item"])
+            m.thread("w", p)
+            m.invariant("x and n stay in range", lambda s: 0 <= s.x <= 2 and s.n >= 0)
+
+    return SlugClash
+
+
+def test_two_labels_with_one_slug_get_functions_of_their_own():
+    # Before: the generated engine ran "put-item"'s code for "put item": "ok" where the model overflows.
+    from safeprefetch._dsl.codegen import compile_transitions
+
+    model = _slug_clash(20)
+    plain = check(model, engine="plain", reduce="none")
+    generated = check(model, engine="generated", reduce="none")
+    assert plain.verdict == generated.verdict == "overflow"
+    assert plain.states == generated.states and len(plain.trace) == len(generated.trace)
+    source = compile_transitions(model.compile({}), model).source
+    assert "def t0_put_item_0(" in source and "def t0_put_item_2_0(" in source
+
+
+@pytest.mark.parametrize("extra", [["--cluster", "local:1", "--engine", "compiled"],
+                                   ["--cluster", "local:1", "--swarm", "2", "--budget", "3", "--store", "bitstate"],
+                                   ["--cluster", "local:1", "--swarm", "2", "--budget", "3", "--engine", "generated"]])
+def test_cluster_and_swarm_refuse_the_options_they_would_not_use(extra):
+    code, out, err = _cli("check", "one_cond_signal", *extra)  # before: accepted, and ignored
+    assert code == 2 and "error:" in err and out == ""

@@ -64,9 +64,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
 from .._dsl.model import DONE, Machine
+from .._dsl.program import NOT_STARTED
 from .expand import Expander
 
-__all__ = ["FAIRNESS", "PRODUCT_LIMIT", "GraphCapped", "LassoPath", "PolicyGraph", "by_priority", "components",
+__all__ = ["FAIRNESS", "PRODUCT_LIMIT", "GraphCapped", "LassoPath", "PolicyGraph", "by_priority", "components", "idle",
            "shortest_lasso"]
 
 #: The ``fairness`` setting's values.
@@ -77,9 +78,10 @@ FAIRNESS = ("weak", "strong")
 #: a few hundred MB at worst, and the catalog's liveness models need a few thousand.
 PRODUCT_LIMIT = 2_000_000
 
-#: Program counters of a thread that is not running: finished, or not started yet.
-def _idle(pc: Any) -> bool:
-    return pc == DONE or (isinstance(pc, str) and pc.endswith("(not started)"))
+def idle(pc: Any) -> bool:
+    """Whether a thread at program counter ``pc`` is not running: finished, or not started yet. (Exactly those
+    two: a user's label that merely ends in "(not started)" made its thread idle, and its starvation "ok".)"""
+    return pc == DONE or pc == NOT_STARTED
 
 
 @dataclass(frozen=True)
@@ -204,7 +206,7 @@ def shortest_lasso(graph: PolicyGraph, victims: Iterable[int], fairness: str,
 def _cycle_edges(graph: PolicyGraph, victim: int, is_progress: Callable) -> list[list[tuple[int, int, int]]]:
     """Per state, the moves a cycle may take: no progress of the victim, no spurious wakeup, victim running."""
     pc = graph.machine.pc_index[victim]
-    running = [not _idle(s[pc]) for s in graph.states]
+    running = [not idle(s[pc]) for s in graph.states]
     out = []
     for i, s in enumerate(graph.states):
         if not running[i]:

@@ -39,13 +39,13 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Mapping
 
-from .._dsl.model import DONE, VIOLATION_KINDS, Machine
+from .._dsl.model import VIOLATION_KINDS, Machine
 from .expand import Expander
-from .lasso import by_priority
+from .lasso import by_priority, idle
 from .replay import final_verdict, replay_choices
 from .result import Trace, TraceError
 
-__all__ = ["NotReproduced", "ReverifyIncomplete", "saved_claim", "saved_verdict"]
+__all__ = ["NotReproduced", "ReverifyIncomplete", "latest_starving_visit", "saved_claim", "saved_verdict"]
 
 
 class NotReproduced(TraceError):
@@ -105,10 +105,6 @@ def saved_verdict(machine: Machine, trace: Trace, claim: Mapping[str, Any],
     return found
 
 
-def _idle(pc: Any) -> bool:
-    return pc == DONE or (isinstance(pc, str) and pc.endswith("(not started)"))
-
-
 def starving_lasso(machine: Machine, trace: Trace, cycle_start: int) -> str | None:
     """The starvation message when ``trace`` ends in a fair cycle from step ``cycle_start`` that starves a
     thread, by the search's own rules (policy, fairness, no spurious wakeup repeated); None when it does not."""
@@ -128,7 +124,7 @@ def _lasso(machine: Machine, trace: Trace, cycle_start: int) -> tuple[str, str] 
     if states[-1] != states[cycle_start]:
         raise NotReproduced(f"the trace does not reproduce its saved verdict 'starvation': it does not end in "
                             f"the state after step {cycle_start}, where its cycle starts, so nothing repeats")
-    pcs, prio = machine.pc_index, machine.priorities
+    pcs = machine.pc_index
     priority = machine.config.get("policy") == "priority"
     fairness = machine.config.get("fairness", "weak")
     successors = Expander(machine).successors
@@ -166,14 +162,8 @@ def _lasso(machine: Machine, trace: Trace, cycle_start: int) -> tuple[str, str] 
             u = (lazy & -lazy).bit_length() - 1
             raise NotReproduced(f"the cycle is not weakly fair: {names[u]} is enabled throughout it and never runs")
     cycle = range(cycle_start, len(choices))
-    # As the search does: a thread with no progress step cannot be said to starve; under strict
-    # priority the most important victim is named first.
-    order = [v for v in range(len(names)) if any(pc in machine.progress_labels or info.label in
-                                                 machine.progress_labels for pc, info in machine.infos[v].items())]
-    if priority:
-        order.sort(key=lambda v: -prio[v])
-    for v in order:
-        if any(_idle(states[i][pcs[v]]) for i in cycle):
+    for v in _victims(machine, priority):
+        if any(idle(states[i][pcs[v]]) for i in cycle):
             continue
         if any(choices[i][0] == v and _progress(machine, states[i], v) for i in cycle):
             continue
@@ -181,6 +171,65 @@ def _lasso(machine: Machine, trace: Trace, cycle_start: int) -> tuple[str, str] 
                               f"{cycle_start} repeats forever, fairly")
     raise NotReproduced("the trace does not reproduce its saved verdict 'starvation': every thread running "
                         "in the cycle makes progress in it")
+
+
+def _victims(machine: Machine, priority: bool) -> list[int]:
+    """The threads a lasso may starve, in the order the search names them: a thread with no progress step
+    cannot be said to starve; under strict priority the most important victim comes first."""
+    order = [v for v in range(len(machine.thread_names))
+             if any(pc in machine.progress_labels or info.label in machine.progress_labels
+                    for pc, info in machine.infos[v].items())]
+    if priority:
+        order.sort(key=lambda v: -machine.priorities[v])
+    return order
+
+
+def latest_starving_visit(machine: Machine, states: list, choices: list) -> tuple[int, str] | None:
+    """``(k, message)`` for the latest earlier visit ``k`` of the path's last state from which the path ends
+    in a starving fair lasso: what :func:`starving_lasso` says of the first such ``k`` tried latest first,
+    in one pass over the path instead of one replay per visit (``play`` asks after every step, and a long
+    session that keeps returning to a state made that quadratic: 4.9 s a step after 2,006 steps).
+
+    Everything the lasso rule asks of a cycle is a fold over its steps -- the threads fairly enabled
+    throughout, those that ran, the steps enabled and taken, the threads idle or making progress somewhere,
+    a spurious wakeup anywhere -- so the cycles from every visit are the suffixes of one backward scan.
+    ``states`` are the path's states (all ordinary), ``choices`` its ``len(states) - 1`` moves.
+    """
+    names, pcs = machine.thread_names, machine.pc_index
+    priority = machine.config.get("policy") == "priority"
+    strong = machine.config.get("fairness", "weak") == "strong"
+    successors = Expander(machine).successors
+    fair_after: list[list[tuple[int, Any]]] = []
+    for state, move in zip(states, choices):
+        succ = [c for c, n in successors(state)[0] if n.__class__ is tuple]
+        if priority and succ:
+            succ = [c for c, _n in by_priority(machine, state, [(c, None) for c in succ])]
+            if move not in succ:
+                return None  # a step strict priority does not allow: no lasso of this path is a run
+        fair_after.append(succ)
+    last, victims = states[-1], _victims(machine, priority)
+    always, moved, idle_ones, progressed = (1 << len(names)) - 1, 0, 0, 0
+    enabled_steps: set[tuple[int, Any]] = set()
+    taken: set[tuple[int, Any]] = set()
+    for k in range(len(choices) - 1, -1, -1):
+        state, (t, b) = states[k], choices[k]
+        if machine.spurious_move(state, t, b):
+            return None  # every cycle from here back contains it
+        fair = {u for u, ub in fair_after[k] if not machine.spurious_move(state, u, ub)}
+        always &= sum(1 << u for u in fair)
+        enabled_steps |= {(u, state[pcs[u]]) for u in fair}
+        taken.add((t, state[pcs[t]]))
+        moved |= 1 << t
+        idle_ones |= sum(1 << v for v in victims if idle(state[pcs[v]]))
+        if _progress(machine, state, t):
+            progressed |= 1 << t
+        if state != last or (enabled_steps - taken if strong else always & ~moved):
+            continue
+        for v in victims:
+            if not (idle_ones | progressed) >> v & 1:
+                return k, (f"{names[v]} never makes progress: the cycle of {len(choices) - k} steps after step "
+                           f"{k} repeats forever, fairly")
+    return None
 
 
 def _progress(machine: Machine, state: tuple, thread: int) -> bool:

@@ -104,6 +104,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from .._dsl.model import Machine, Model, ModelError
+from .liveness import STARVATION_CAPPED, bounded_starvation
 from .replay import replay_choices
 from .result import CheckResult
 from .schedules import SPURIOUS_RATE, Clock, Runner, hypothesis_search, pct, preempt, random_walk
@@ -269,6 +270,16 @@ def search(model: Machine | type[Model], strategy: str, *, seed: int = 0, budget
         extra["bound_covered"] = bool(out["covered"]) and runner.truncated == 0
         note, exhaustive = _preempt_note(out, runner, clock, preemptions, violation is not None,
                                          extra["bound_covered"])
+        if violation is None and exhaustive and machine.progress_labels:
+            # Every reachable state without a violation is what the safety check says; a model with progress
+            # steps is proved only once its graph has no starving fair cycle either (preempt said "ok,
+            # exhaustive", exit 0, of priority_inversion, whose full check finds starvation).
+            lasso, exhaustive = bounded_starvation(machine, max_nodes)
+            if lasso is not None:
+                violation, exhaustive = lasso, True
+                note += "; but the starvation search over the whole graph finds a starving fair cycle"
+            elif not exhaustive:
+                note += f"; but {STARVATION_CAPPED}"
     else:
         note = f"{strategy}: {runner.schedules} schedule(s) of at most {max_steps} steps, seed {seed}"
         if violation is None:

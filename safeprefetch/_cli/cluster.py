@@ -45,6 +45,10 @@ def check_on_cluster(args: Any, model: Any, overrides: dict[str, str],
     if args.memory is not None:
         raise UsageError("--memory applies to a single-process search; on a cluster each dask worker has its "
                          "own memory limit")
+    if args.engine not in (None, "auto", "plain"):  # (accepted, and not used: each worker expands states itself)
+        raise UsageError(f"--engine {args.engine} expands a single-process search, not one on a cluster")
+    if args.swarm is not None and args.store != "full":
+        raise UsageError(f"--swarm runs sampling searches, which store no states: drop --store {args.store}")
     if args.swarm is not None:
         from .._check.swarm import SWARM_STRATEGIES, swarm_search
 

@@ -125,7 +125,10 @@ def _events(pc: str, si: StepInfo) -> list[tuple[str, int]]:
     a spurious wakeup, a timed condvar sleep's timeout and spurious wakeup, another primitive's timeout."""
     if si.kind == "spurious" or (si.kind == "timed_wait" and pc.endswith(ASLEEP)):
         return [(pc, b) for b in range(max(1, len(si.branches)))]
-    return [(pc, b) for b, name in enumerate(si.branches) if name == "timed out" and si.kind != "step"]
+    # (A user's own step's or external action's branch named "timed out" is a move of a running thread: taken
+    # for a timeout, it let strict priority's victim run "by event", and a starving thread read "ok".)
+    return [(pc, b) for b, name in enumerate(si.branches)
+            if name == "timed out" and si.kind not in ("step", "external")]
 
 
 def _with_threads(check: Callable, threads_view: Callable) -> Callable:

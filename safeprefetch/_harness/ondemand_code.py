@@ -52,7 +52,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .._interleave import api
 from .._interleave.check import Interrupt
 from .._interleave.report import CodeCheckResult
 from .._prefetcher.api import _abandon
@@ -63,7 +62,7 @@ from .._prefetcher.ondemand_serve import ServeSide
 from .._prefetcher.waits import wait_gate
 from ..models import _predictive_protocol as Q
 from .injection_ondemand import _Fixed as Fixed  # proposes the same indices at every request
-from .prefetcher_code import ALLOW_ALIVE, _armed, _ctrl_c, _current, _finalizer, _signal_close, patches
+from .prefetcher_code import ALLOW_ALIVE, _armed, _ctrl_c, _current, _finalizer, _signal_close, checked, patches
 
 __all__ = ["REGRESSIONS", "SCENARIOS", "SLOW_SCENARIOS", "CodeScenario", "HeldSource", "check_regression",
            "check_scenario", "run_suite"]
@@ -356,7 +355,7 @@ def check_scenario(sc: CodeScenario, **options: Any) -> CodeCheckResult:
     opts = dict(preemption_bound=sc.bound, reduce="none", interrupts=_interrupts(sc.interrupt),
                 allow_alive=ALLOW_ALIVE, lock_release="any", patch_globals=patches(), name=sc.name)
     opts.update(options)
-    return api.check(sc.body, **opts)
+    return checked(sc.body, **opts)
 
 
 # -- what can fail: two regressions, put back ------------------------------------------------------

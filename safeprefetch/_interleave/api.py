@@ -151,7 +151,8 @@ def test(*, expect: str = "ok", **options: Any) -> Callable[[Callable[..., Any]]
 
     The test passes when the verdict is ``expect`` (``"ok"`` by default; a
     deliberately broken design names the violation it must show). Pytest
-    fixtures still work: they are bound before the body is checked. A check
+    fixtures still work: they are bound before the body is checked, so one that holds a real lock, condition,
+    event, semaphore, barrier or queue is refused (return a factory the body calls instead). A check
     that was cut short (neither exhaustive nor covering its bound) without a
     violation fails too, unless the strategy samples.
     """
@@ -168,6 +169,7 @@ def test(*, expect: str = "ok", **options: Any) -> Callable[[Callable[..., Any]]
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> None:
+            _refuse_real_primitives(fn, args, kwargs)
             body = functools.partial(fn, *args, **kwargs) if (args or kwargs) else fn
             result = check(body, name=fn.__qualname__, **options)
             if result.verdict != expect:
@@ -185,6 +187,46 @@ def test(*, expect: str = "ok", **options: Any) -> Callable[[Callable[..., Any]]
         return wrapper
 
     return decorate
+
+
+def _real_kinds() -> tuple[type, ...]:
+    import _thread
+    import queue
+    import threading
+
+    return (_thread.LockType, type(threading.RLock()), threading.Condition, threading.Semaphore, threading.Event,
+            threading.Barrier, queue.Queue, queue.SimpleQueue)
+
+
+def _refuse_real_primitives(fn: Callable[..., Any], args: tuple, kwargs: dict) -> None:
+    """Refuse a pytest fixture's value that holds a real lock, condition, event, semaphore, barrier or queue
+    (itself, or up to two levels inside it: attributes, items). It was made before the check, so it is no
+    scheduling point, and every schedule shares it: a lock-order inversion over a fixture's two accounts
+    passed, and a correct counter failed once the warm-up and the failing run had both added to it."""
+    kinds = _real_kinds()
+
+    def find(value: Any, where: str, depth: int) -> str | None:
+        if isinstance(value, kinds):
+            return f"{where} holds a real {type(value).__name__}"
+        if depth == 0 or isinstance(value, (str, bytes, type)):
+            return None
+        if isinstance(value, (list, tuple, set, frozenset)):
+            inner = [(f"{where}[{i}]", v) for i, v in enumerate(list(value)[:100])]
+        elif isinstance(value, dict):
+            inner = [(f"{where}[{k!r}]", v) for k, v in list(value.items())[:100]]
+        elif isinstance(getattr(value, "__dict__", None), dict):
+            inner = [(f"{where}.{k}", v) for k, v in list(vars(value).items())[:100]]
+        else:
+            return None
+        return next((hit for w, v in inner if (hit := find(v, w, depth - 1)) is not None), None)
+
+    named = [(f"argument {i}", a) for i, a in enumerate(args)] + list(kwargs.items())
+    for name, value in named:
+        hit = find(value, name, 2)
+        if hit is not None:
+            raise TypeError(f"{fn.__qualname__}: {hit}, made before the check: it is no scheduling point and "
+                            "every schedule would share it. Build it in the body, or have the fixture return "
+                            "a factory the body calls")
 
 
 # -- the command line ---------------------------------------------------------------------
@@ -211,13 +253,24 @@ def register(sub: Any) -> dict[str, Callable[[Any], int]]:
 
 
 def _cmd_check_code(args: Any) -> int:
-    from .._tools.cliargs import UsageError, read_json_file
+    from .._tools.cliargs import UsageError
 
     if args.svg:  # before the search, as ``check`` does: a bad path is known now
         where = Path(args.svg)
         if where.is_dir() or not where.parent.is_dir():
             raise UsageError(f"cannot write --svg {args.svg!r}: "
                              + ("it is a directory" if where.is_dir() else "its directory does not exist"))
+    folder = str(Path(args.target.partition("::")[0]).resolve().parent)
+    sys.path.insert(0, folder)  # for the import and the check (pytest keeps it too: a body imports siblings)
+    try:
+        return _check_code(args)
+    finally:
+        sys.path.remove(folder)
+
+
+def _check_code(args: Any) -> int:
+    from .._tools.cliargs import UsageError, read_json_file
+
     fn, options = _load_target(args.target, UsageError)
     for opt in ("strategy", "preemption_bound", "max_schedules", "seed", "notify", "spurious", "reduce",
                 "time_budget"):
@@ -265,15 +318,12 @@ def _load_target(target: str, usage: type) -> tuple[Callable[[], Any], dict[str,
     if spec is None or spec.loader is None:
         raise usage(f"cannot import {path_text!r}")
     module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(path.resolve().parent))
-    try:
+    try:  # (the file's folder is on sys.path: _cmd_check_code put it there, for the check too)
         sys.modules[modname] = module
         spec.loader.exec_module(module)
     except SystemExit as e:  # not a pass: nothing was checked (exit 0 would read as "every schedule passed")
         what = f"called {exit_call(e)}" if isinstance(e, ProcessExit) else f"raised SystemExit({e.code!r})"
         raise usage(f"importing {path_text!r} {what}: nothing was checked") from None
-    finally:
-        sys.path.remove(str(path.resolve().parent))
     obj: Any = module
     for part in attr.split("."):
         obj = getattr(obj, part, None)

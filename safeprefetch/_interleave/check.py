@@ -31,10 +31,12 @@ sampled one is also reproduced by its seed.
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import random as _random
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -199,8 +201,9 @@ def check_code(fn: Callable[[], Any], *, strategy: str = "dfs", preemption_bound
     stats = _Stats()
     record = recorded_settings(settings, interrupts, patch_globals)
     fn, patch_globals = _with_fresh(fn, patch_globals)
+    fn = _runs_when_called(fn)
     with patched(patch_globals):
-        warm_up(fn, settings, interrupts)
+        warm_up(fn, settings, interrupts, name)
         covered = _search(fn, strategy, preemption_bound, max_schedules, seed, interrupts, settings, reduce, depth,
                           time_budget, stats)
         found = stats.first
@@ -269,7 +272,7 @@ def _with_fresh(fn: Callable[[], Any], extra: dict | None) -> tuple[Callable[[],
     return body, static
 
 
-def warm_up(fn: Callable[[], Any], settings: Settings, interrupts: tuple) -> None:
+def warm_up(fn: Callable[[], Any], settings: Settings, interrupts: tuple, name: str | None = None) -> None:
     """Run ``fn`` once, under the schedule that always lets the running thread go on, and forget it.
 
     Real code initializes things lazily the first time it runs -- a compiled
@@ -278,9 +281,58 @@ def warm_up(fn: Callable[[], Any], settings: Settings, interrupts: tuple) -> Non
     operations than every later one. A search that started with it would
     see the second run offer other choices and stop with
     :class:`Nondeterministic`; so would a replay in a fresh process. One
-    uncounted run first puts every later one on the same footing.
+    uncounted run first puts every later one on the same footing. With the check's ``name``, a second one
+    is compared with it, and an :class:`InterleavingWarning` says when they differ.
     """
-    run_once(fn, Scripted(()), settings, interrupts)
+    first = run_once(fn, Scripted(()), settings, interrupts)
+    _pass_test_outcome(first)
+    if name is None:
+        return
+    second = run_once(fn, Scripted(()), settings, interrupts)
+    if [(e.t, e.label) for e in first.events] != [(e.t, e.label) for e in second.events]:
+        # The first run did work no later one does: a race in it (a lazy singleton's check-then-act, double-
+        # checked locking) is never explored, and nothing said so.
+        warnings.warn(f"{name}: the first run of the body took other steps than "
+                      "the second (lazy initialization?); that first run is not checked, so a race in that "
+                      "initialization is not found: reset the state it builds at the start of the body",
+                      InterleavingWarning, stacklevel=4)
+
+
+class InterleavingWarning(UserWarning):
+    """A check's verdict holds for less than the code: the first run, not checked, did work no later run does."""
+
+
+def _pass_test_outcome(ex: Execution) -> None:
+    """Raise pytest's skip/xfail/fail that the body raised: the test's outcome, not a finding of the check
+    (``pytest.importorskip`` in an ``@interleavings.test`` body failed the test with "uncaught_exception");
+    and a body that ran nothing (:func:`_runs_when_called`), as the usage error it is."""
+    e = ex.exception
+    if e is None or not ex.message.startswith("the test body "):
+        return
+    if isinstance(e, _RanNothing):
+        raise TypeError(str(e)) from None
+    if any(base.__module__ == "_pytest.outcomes" for base in type(e).__mro__):  # (Skipped says "builtins")
+        raise e
+
+
+class _RanNothing(TypeError):
+    pass
+
+
+def _runs_when_called(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``fn``, refusing what it returns when that is a coroutine or a generator: the body's code never ran
+    (``check(lambda: my_async_test())`` was "ok, exhaustive" of an ``assert False``)."""
+    def body() -> Any:
+        out = fn()
+        if inspect.iscoroutine(out) or inspect.isgenerator(out) or inspect.isasyncgen(out):
+            if not inspect.isasyncgen(out):
+                out.close()  # (no "never awaited" warning)
+            raise _RanNothing(f"the body returned a {type(out).__name__} ({getattr(out, '__qualname__', out)}): "
+                              "its code never runs; check a plain function (run the coroutine to completion "
+                              "in it, or iterate the generator)")
+        return out
+
+    return body
 
 
 def _search(fn: Callable[[], Any], strategy: str, bound: int | None, max_schedules: int | None, seed: int,

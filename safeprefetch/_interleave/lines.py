@@ -51,7 +51,10 @@ def traced_file(filename: str) -> bool:
     hit = _cache.get(filename)
     if hit is None:
         path = os.path.abspath(filename)
-        hit = not (filename.startswith("<") or path.startswith(_HERE) or path.startswith(_LIBS))
+        # Code with no file is the user's too: ``python -c``/``-``, the REPL, ``exec``'d or generated code,
+        # doctests (left out, a racy counter there was "ok, exhaustive"); the frozen modules are Python's own.
+        hit = not (filename.startswith("<frozen ") or (not filename.startswith("<") and (
+            path.startswith(_HERE) or path.startswith(_LIBS))))
         _cache[filename] = hit
     return hit
 
@@ -80,10 +83,21 @@ def _local(frame: Any, event: str, arg: Any) -> Any:
 
 
 def _global(frame: Any, event: str, arg: Any) -> Any:
-    if event == "call" and traced_file(frame.f_code.co_filename):
+    if event == "call" and traced_file(filename := frame.f_code.co_filename) and (
+            filename[0] != "<" or _users_namespace(frame.f_globals)):
         frame.f_trace_opcodes = True
         return _local
     return None
+
+
+def _users_namespace(namespace: dict) -> bool:
+    """Whether code with no file of its own runs in the user's namespace: ``python -c``, the REPL, a doctest,
+    ``exec`` in a module of theirs -- not a namedtuple's methods, nor a dataclass's made by this package or
+    the standard library (a scheduling point inside the scheduler's own record broke the run)."""
+    if str(namespace.get("__name__", "")).startswith("namedtuple_"):
+        return False
+    module_file = namespace.get("__file__")
+    return not isinstance(module_file, str) or traced_file(module_file)
 
 
 def trace_current_thread(on: bool) -> None:

@@ -364,6 +364,13 @@ def _table() -> list[tuple[Any, str, Any]]:
                            ("perf_counter", _MONO_BASE, False), ("perf_counter_ns", _MONO_BASE, True),
                            ("time", _EPOCH_BASE, False), ("time_ns", _EPOCH_BASE, True)):
         t.append((_time, name, _timefunc(getattr(_time, name), base, ns)))
+    # CPython's own Queue.get/put and Semaphore.acquire, run by a subclass made before the check (``class
+    # JobQueue(queue.Queue)``: its base is the real class), wait on the controlled Condition in virtual time
+    # but count their timeout on these module clocks: on the real one, a get(timeout=0.2) never timed out
+    # (ok, where a real run raises Empty) and a get(timeout=5) ran virtual time out (a false hang).
+    for module, name in ((_queue, "time"), (threading, "_time")):
+        if getattr(module, name, None) is _time.monotonic:
+            t.append((module, name, _timefunc(_time.monotonic, _MONO_BASE, False)))
     return t
 
 

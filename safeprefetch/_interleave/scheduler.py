@@ -402,11 +402,10 @@ class Execution:
         return vt
 
     def _advance_clock(self) -> list[Choice] | None:
-        """The choices of the current state, after moving virtual time on while no thread can move:
-        to the next deadline, again and again (a timed-out wait may still need a lock whose holder
-        sleeps past it). None when time passed ``time_limit`` (the execution has ended, a hang)."""
+        """The current state's choices, virtual time moved to each next deadline while no thread can move (not
+        after the body: an allowed daemon's timed loop ran to ``time_limit``, a false hang); None past it."""
         opts = self.choices()
-        while not self._moves(opts):
+        while not self._moves(opts) and not self.root_done:
             deadlines = [vt.op.deadline for vt in self.threads if not vt.finished and vt.op is not None
                          and vt.op.deadline is not None and vt.op.deadline > self.clock]
             if not deadlines:

@@ -12,7 +12,6 @@ kind calls nothing).
 
 from __future__ import annotations
 
-import math
 import sys
 import weakref
 from dataclasses import dataclass, field
@@ -21,14 +20,15 @@ from typing import Any
 import numpy as np
 
 from .._runtime.interrupts import deliver, guard, outermost, protected
-from .args import as_bool, as_dtype, as_int, as_seconds, as_shape, check_batch_dtype, check_out
+from .args import as_bool, as_dtype, as_int, as_seconds, as_shape, check_out
 from .consumer import COPY, DEFAULT, END, GET, LEASE
 from .core import Core
 from .lease import Lease, Leases, NotCopyable
 from .lifecycle import reaper, register, want_sigint
 from .machine import RUNTIMES, default_runtime, machine_for, transitions_for
 from .policy import DEFAULT_AUTOTUNE_MAX, MAX_RUN
-from .sources import SourceBox, executor_reader, gate_of, index_plan, item_reader, plan_copy, read_first, read_under
+from .sources import (SourceBox, executor_reader, gate_of, index_plan, item_reader, plan_copy, read_first, read_under,
+                      slot_pool)
 from .stats import PrefetchStats
 
 __all__ = ["DEFAULT_CLOSE_TIMEOUT", "Prefetcher"]
@@ -131,7 +131,8 @@ class Prefetcher(NotCopyable):
                             max_capacity=max_capacity, timeline=timeline, name=name or f"{id(self):x}",
                             runtime=default_runtime() if runtime is None else runtime)
         opened = _open(source, cfg)
-        pool, slots = _pool(opened, cfg)
+        pool, slots = slot_pool(opened.shape, opened.dtype, opened.items if opened.sized else None, cfg.slots,
+                                cfg.memory_budget, lost=opened.iterator is not None and bool(opened.preloaded))
         workers = min(cfg.workers, max(1, opened.items)) if opened.map_style else cfg.workers
         self._indices: np.ndarray | None = None  # what ``indices`` shows: a copy of the plan, made when asked
         # The source, reachable from the worker threads only through a weak reference (see SourceBox).
@@ -530,11 +531,12 @@ def _open_map(source: Any, cfg: _Config, opened: _Opened, want_first: bool) -> N
         read = item_reader(source) if cfg.executor is None else executor_reader(cfg.executor, source)
         read = read_under(None if cfg.thread_safe else gate_of(source), read)  # another prefetcher's may be busy
         first = read_first(lambda: read(index), cfg.timeout, cfg.name, map_style=True)
-        if ((not cfg.thread_safe or cfg.executor is not None) and first[0] == "item"
-                and isinstance(first[1], np.ndarray) and opened.fetch_into is None):  # (fetch_into: only sizes)
-            # Later results are copied under the source lock (on an executor's thread, before its next fetch);
-            # this one only when a worker reaches position 0, and a source handing out one buffer (per thread)
-            # may have refilled it by then for another call (silently: batch 0 would hold item 1).
+        if first[0] == "item" and isinstance(first[1], np.ndarray) and opened.fetch_into is None:
+            # (fetch_into: the first read only sizes the pool.) Later results are copied into their slot by the
+            # thread that read them, before it reads again; this one only when a worker reaches position 0, and
+            # a source handing out one buffer (per thread: the caller's thread is one, and it may read the
+            # source again meanwhile, for a peek or another prefetcher) may have refilled it by then: batch 0
+            # would hold another item, silently. Copied now, whatever thread_safe says.
             first = ("item", first[1].copy(order="K"))  # (a subclass stays one: its own check comes later)
         opened.preloaded[0] = first
 
@@ -562,25 +564,6 @@ def _open_iterator(source: Any, cfg: _Config, opened: _Opened, want_first: bool)
             opened.preloaded[0] = (kind, first)
             if kind == "error":
                 opened.items, opened.sized = 1, True
-
-
-def _pool(opened: _Opened, cfg: _Config) -> tuple[np.ndarray | None, int]:
-    """The preallocated slot pool (None when no batch shape is known) and its number of slots."""
-    slots = cfg.slots
-    if opened.sized and opened.items < slots:
-        # No more slots than batches: a stream of 4 never holds a fifth, and each slot costs memory and a
-        # field of every model state (capacity=10**6 for 4 items took 364 MB and slow steps).
-        slots = max(1, opened.items)
-    if opened.shape is None or opened.dtype is None:
-        return None, slots
-    batch_bytes = math.prod(opened.shape) * check_batch_dtype(opened.dtype, "the first batch").itemsize
-    if cfg.memory_budget is not None and batch_bytes:
-        if batch_bytes > cfg.memory_budget:
-            raise ValueError(f"one batch of shape {opened.shape} dtype {opened.dtype} takes {batch_bytes} bytes, "
-                             f"more than memory_budget={cfg.memory_budget}")
-        slots = max(1, min(slots, cfg.memory_budget // batch_bytes))
-    # Zeros, not empty: a fetch_into that writes part of a slot leaves zeros, never another allocation's bytes.
-    return np.zeros((slots, *opened.shape), opened.dtype), slots
 
 
 def _close_failed(core: Any) -> None:

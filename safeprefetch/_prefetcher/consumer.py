@@ -257,7 +257,7 @@ class ConsumerSide:
         if self.spans is not None:
             t0 = time.perf_counter()
         if api is GET:
-            data = np.array(self.slot_views[k])  # a copy: the caller owns it
+            data = self.own_copy(self.slot_views[k])  # a copy: the caller owns it
             value = data
         elif api is COPY:
             np.copyto(out, self.slot_views[k], casting="no")
@@ -377,14 +377,14 @@ class ConsumerSide:
         """Turn the stashed outcome of an interrupted call of another API into this call's outcome."""
         kind, value, pos, data, _ref = self.stash
         if api is GET:
-            copied = np.array(data)
+            copied = self.own_copy(data)
             new = (api, copied, pos, copied, None)
         elif api is COPY:
             if out is not data:
                 np.copyto(out, data, casting="no")
             new = (api, True, pos, out, None)
         else:  # a Lease over a private read-only copy: no slot is held for it
-            private = as_strided(np.array(data), writeable=False)  # its flag cannot be set back, as a slot's
+            private = as_strided(self.own_copy(data), writeable=False)  # its flag cannot be set back, as a slot's
             lease = Lease(self, private, pos, int(self.plan[pos]) if self.plan is not None else pos, private=True)
             new = (api, lease, pos, private, weakref.ref(lease))
         self.stash = new

@@ -28,7 +28,7 @@ from .closing import CloseSide
 from .consumer import TERMINAL, ConsumerSide
 from .fetching import FetchSide
 from .policy import Autotuner, RunPolicy
-from .sources import SourceBox, new_token
+from .sources import SourceBox, new_token, owned_copy
 from .stats import Counters, PrefetchStats
 from .waits import new_gate
 
@@ -67,6 +67,7 @@ class Core(FetchSide, ConsumerSide, CloseSide):
         ro = _read_only_alias(pool) if pool is not None else None
         self.ro_views = [ro[k, ...] for k in range(pool.shape[0])] if pool is not None else []
         self.shape, self.dtype = shape, dtype
+        self.own_copy = owned_copy(dtype)  # (np.array, unless the dtype has holes: sources.owned_copy)
         # -- the source
         self.plan = plan
         self.source_ref = weakref.ref(box)  # the executor too (``box.executor``): an executor referring back

@@ -26,7 +26,7 @@ from ..models import _protocol as P
 from .errors import from_source
 from .sources import (FILLED, LocalSlot, SourceBox, batch_problem, check_future, fill_into, remote_item,
                       stop_iteration_error)
-from .waits import SOURCE_BUSY, first_driver, left, start_threads, wait_gate
+from .waits import NOT_TAKEN, first_driver, left, start_threads, wait_gate
 
 __all__ = ["FetchSide", "worker_main"]
 
@@ -67,7 +67,7 @@ class FetchSide:
         try:
             if box.lock is None:
                 return self._fill(box, pos, k)
-            with (box.lock if wait_gate(box.lock, None, deliver_deferred=False) else SOURCE_BUSY):
+            with (box.lock if wait_gate(box.lock, None, deliver_deferred=False, stop=self._closing) else NOT_TAKEN):
                 t = time.perf_counter()  # waiting for another worker's call is not fetch time, nor blocked time
                 self.counts.lock_seconds[w] += t - t0; t0 = t  # noqa: E702
                 if self._closing():

@@ -55,8 +55,8 @@ from .ondemand_serve import ServeSide
 from .ondemand_stats import OnDemandCounters, OnDemandStats
 from .predictors import Predictor, label
 from .errors import from_source
-from .sources import SourceBox, fill_into, new_token, stop_iteration_error
-from .waits import SOURCE_BUSY, SourceBusy, first_driver, left, new_gate, start_threads, wait_gate
+from .sources import SourceBox, fill_into, new_token, owned_copy, stop_iteration_error
+from .waits import NOT_TAKEN, SOURCE_BUSY, SourceBusy, first_driver, left, new_gate, start_threads, wait_gate
 
 __all__ = ["OnDemandCore", "compile_predictive"]
 
@@ -104,6 +104,7 @@ class OnDemandCore(ServeSide, CloseSide):
         self._index_machine(m, workers)
         self.pool, self.shape, self.dtype, self.plan = pool, pool.shape[1:], pool.dtype, None
         self.slot_views = [pool[k, ...] for k in range(capacity)]
+        self.own_copy = owned_copy(pool.dtype)  # (np.array, unless the dtype has holes: sources.owned_copy)
         self.batch_bytes = int(pool[0, ...].nbytes) if capacity else 0  # (pool[0] of a 0-d object pool: its object)
         self.length = length
         self.source_ref = weakref.ref(box)
@@ -130,6 +131,9 @@ class OnDemandCore(ServeSide, CloseSide):
         self.close_started = self.closed = self.forked = self.sigint = False
         self.stuck: list[str] = []
         self.wait_uncounted = False  # a late hit's wait was cut short and uncounted (ondemand_serve)
+        #: What this call's request counted (counter names), taken back when it is answered by no batch and no
+        #: error of the source's (closed, or SourceBusy); None once taken back: no request to count.
+        self.counted: tuple[str, ...] | None = ()
         self.remote_running: list[tuple[threading.Event, str]] = []  # fetches left running on the executor
         self.remote_stuck: list[str] = []  # those still running when the close returned
         self.threads: list[threading.Thread] = []
@@ -241,7 +245,9 @@ class OnDemandCore(ServeSide, CloseSide):
         (a miss's, behind a worker's speculative call; SourceBusy when it passes). A speculative fetch closed
         while it waited for that lock does not call the source: close() has returned, or given up on it."""
         if box.lock is not None:
-            with (box.lock if wait_gate(box.lock, deadline, deliver_deferred=False) else SOURCE_BUSY):
+            stop = self._closing if speculative else None  # (a speculative fetch has no deadline)
+            with (box.lock if wait_gate(box.lock, deadline, deliver_deferred=False, stop=stop)
+                  else NOT_TAKEN if stop is not None else SOURCE_BUSY):
                 if speculative and self._closing():
                     return Q.FETCH_OK  # discarded by the model when it lands, as in _spec_fetch
                 return self._fill_unlocked(box, index, k)

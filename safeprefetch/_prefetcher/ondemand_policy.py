@@ -108,7 +108,14 @@ def ask(core: Any, index: int) -> list[int] | None:
     seen: set[int] = set()
     # At most read_limit(depth) proposals are read: a predictor that proposes only indices it cannot have
     # (out of range, the one just asked for) forever hung the request, past its timeout.
-    for p in itertools.islice(predictor.predict(depth), read_limit(depth)):
+    predicted = predictor.predict(depth)
+    try:
+        predicted = iter(predicted)
+    except TypeError:  # (a predict() that forgot its return: "'NoneType' object is not iterable", naming nothing)
+        raise TypeError(f"predictor {label(predictor)}: predict({depth}) returned {predicted!r} "
+                        f"({type(predicted).__name__}); it must return the indices to fetch next (an iterable "
+                        "of ints, possibly empty)") from None
+    for p in itertools.islice(predicted, read_limit(depth)):
         if isinstance(p, bool) or not isinstance(p, (int, np.integer)):
             raise TypeError(f"predictor {label(predictor)} proposed {p!r} ({type(p).__name__}); a proposal is an "
                             "index: an int")

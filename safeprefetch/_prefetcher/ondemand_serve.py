@@ -96,7 +96,8 @@ class ServeSide:
                             raise PrefetcherClosed(f"prefetcher {self.name!r} is closed")
                         self._serve(index, api, out, deadline)
                         entry = self.stash
-                        self.counts.requests += 1
+                        if self.counted is not None:  # (None: closed, or the source busy: no answer)
+                            self.counts.requests += 1
                         self.counts.wait_seconds += time.perf_counter() - t0
                     elif entry[0] is not ERROR and entry[0] is not CLOSED and (entry[0] is not api
                                                                              or entry[3] is not out):
@@ -138,7 +139,7 @@ class ServeSide:
         """An interrupted call's batch, for this call's API (or ``out``)."""
         _kind, _value, index, data = entry
         if api is GET:
-            copied = np.array(data)
+            copied = self.own_copy(data)
             return (GET, copied, index, copied)
         np.copyto(out, data, casting="no")
         return (COPY, True, index, out)
@@ -154,10 +155,12 @@ class ServeSide:
         """Drive the model consumer until ``index`` is served; its outcome goes into the stash."""
         rt, c, i_pc = self.rt, self.consumer, self.i_consumer_pc
         asked = predicted = False
+        self.counted = ()
         while True:
             state = rt.state
             pc = state[i_pc]
             if pc == DONE:
+                self._uncount()  # (a late hit's wait ended by close: it used nothing)
                 self.stash = (CLOSED, PrefetcherClosed(f"prefetcher {self.name!r} was closed"), index, None)
                 return
             if pc == Q.RELEASE:
@@ -184,8 +187,9 @@ class ServeSide:
                 error = box.errors.pop(k, None) if box is not None else None
                 if error is None:  # cannot happen: the slot's error is stored before it is published
                     error = RuntimeError(f"prefetcher {self.name!r}: the fetch of index {index} failed")
-                if error is self.busy:  # this request's timeout, not the source's error
+                if error is self.busy:  # this request's timeout, not the source's error: no miss, no answer
                     self.busy = None
+                    self._uncount()
                 else:
                     self.counts.errors += 1
                 self.stash = (ERROR, error, index, None)
@@ -206,17 +210,23 @@ class ServeSide:
         rt.step(self.consumer, self.branches_request[tag])
         pc = rt.state[self.i_consumer_pc]
         counts = self.counts
-        if pc == Q.RELEASE:
+        if pc == Q.RELEASE or pc == Q.REQUEST:  # (REQUEST: a speculative fetch's error, ready, answered it)
             counts.hits += 1
             counts.used += 1
+            self.counted = ("hits", "used")
         elif pc == Q.SERVE:
             counts.late_hits += 1
             counts.used += 1
+            self.counted = ("late_hits", "used")
         elif pc == Q.DEMAND_FETCH:
             counts.misses += 1
-        elif pc == Q.REQUEST:  # a speculative fetch's error, ready: it answered this request
-            counts.hits += 1  # (uncounted, hits + late hits + misses fell short of the requests)
-            counts.used += 1
+            self.counted = ("misses",)
+
+    def _uncount(self) -> None:
+        """Take back what this call's request counted: it was answered by nothing (closed, or SourceBusy)."""
+        for name in self.counted or ():
+            setattr(self.counts, name, getattr(self.counts, name) - 1)
+        self.counted = None
 
     def _wait_in_flight(self, deadline: float | None) -> None:
         """Wait for a worker's fetch of the asked-for index (the only step of a call that parks)."""
@@ -224,6 +234,7 @@ class ServeSide:
         counts = self.counts
         if self.wait_uncounted:  # a wait a timeout or an interrupt cut short, resumed: a late hit again
             counts.late_hits += 1; counts.used += 1; self.wait_uncounted = False  # noqa: E702
+            self.counted = ("late_hits", "used")
         try:
             self.rt.step(self.consumer, self.branches_serve,
                          timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
@@ -232,6 +243,7 @@ class ServeSide:
             # request taking the batch as a hit counted it again (4 outcomes for 3 requests, "used 2" of one
             # speculative fetch). Uncounted until a call resumes this wait.
             counts.late_hits -= 1; counts.used -= 1; self.wait_uncounted = True  # noqa: E702
+            self.counted = ()
             if isinstance(e, StepTimeout):
                 raise PrefetchTimeout("the batch being fetched did not arrive within the timeout") from None
             raise
@@ -242,7 +254,7 @@ class ServeSide:
         """Copy the leased slot out into the stash, then release it (the stash first: see the module doc)."""
         view = self.slot_views[k]
         if api is GET:
-            data = np.array(view)  # a copy: the caller owns it
+            data = self.own_copy(view)  # a copy: the caller owns it
             self.stash = (GET, data, index, data)
         else:
             np.copyto(out, view, casting="no")

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import array
 import itertools
+import math
 import os
 import pickle
 import sys
@@ -37,12 +38,13 @@ from typing import Any, Callable
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from .args import check_batch_dtype
 from .errors import PrefetchTimeout, SourceErrorNotSent, from_source
 from .waits import SOURCE_BUSY, Gate, new_gate, wait_event, wait_gate
 
 __all__ = ["EXECUTING", "FILLED", "LocalSlot", "SourceBox", "batch_problem", "check_future", "executing",
            "executor_reader", "fill_into", "gate_of", "index_plan", "item_reader", "new_token", "plan_copy",
-           "read_first", "read_under", "remote_item", "stop_iteration_error"]
+           "owned_copy", "read_first", "read_under", "remote_item", "slot_pool", "stop_iteration_error"]
 
 #: The threads of this process inside an executor's fetch: thread ident -> the tokens of the prefetchers whose
 #: fetches it runs, outermost first (an executor may run a fetch on a thread already inside another's). Only the
@@ -87,6 +89,73 @@ def batch_problem(item: Any, shape: tuple[int, ...] | None, dtype: np.dtype | No
     if item.shape != shape or item.dtype != dtype:
         return ValueError, (f"expected shape {shape} dtype {dtype}, got shape {item.shape} dtype {item.dtype}")
     return None
+
+
+def slot_pool(shape: tuple[int, ...] | None, dtype: np.dtype | None, items: int | None, slots: int,
+              memory_budget: int | None, lost: bool = False) -> tuple[np.ndarray | None, int]:
+    """The preallocated slot pool (None when no batch shape is known) and its number of slots: ``slots`` asked
+    for, no more than the ``items`` of a stream of known length, no more than ``memory_budget`` bytes hold.
+    ``lost``: the first batch was read from an iterator to size it, and an error here loses it (said so)."""
+    if items is not None and items < slots:
+        # No more slots than batches: a stream of 4 never holds a fifth, and each slot costs memory and a
+        # field of every model state (capacity=10**6 for 4 items took 364 MB and slow steps).
+        slots = max(1, items)
+    if shape is None or dtype is None:
+        return None, slots
+    try:
+        batch_bytes = math.prod(shape) * check_batch_dtype(dtype, "the first batch").itemsize
+        if memory_budget is not None and batch_bytes > memory_budget:
+            raise ValueError(f"one batch of shape {shape} dtype {dtype} takes {batch_bytes} bytes, more than "
+                             f"memory_budget={memory_budget}")
+    except Exception as e:
+        if lost:  # (a retry with the same iterator started at its second item, silently)
+            e.add_note("the first batch was read from the iterator to size the slot pool, and is lost with this "
+                       "error: the iterator has lost its first item, so do not hand it to a new prefetcher")
+        raise
+    if memory_budget is not None and batch_bytes:
+        slots = max(1, min(slots, memory_budget // batch_bytes))
+    # Zeros, not empty: a fetch_into that writes part of a slot leaves zeros, never another allocation's bytes.
+    return np.zeros((slots, *shape), dtype), slots
+
+
+def owned_copy(dtype: np.dtype | None) -> Callable[[np.ndarray], np.ndarray]:
+    """How a batch handed to the caller is copied out of its slot: ``np.array``, or, for a dtype with bytes no
+    field covers (an aligned struct's padding), a copy of the slot's raw bytes. ``np.array`` copies such a
+    dtype field by field and leaves the holes as its allocation found them: another object's bytes, different
+    every run, where the slot holds zeros (its ``tobytes()``, a hash of it, a shard written from it all
+    differed from run to run)."""
+    if dtype is None or not _has_holes(dtype):
+        return np.array
+    return _raw_copy
+
+
+def _has_holes(dtype: np.dtype) -> bool:
+    if dtype.fields is None and dtype.subdtype is None:
+        return False
+    covered = bytearray(dtype.itemsize)
+
+    def cover(dt: np.dtype, at: int) -> None:
+        if dt.fields is not None:
+            for field in dt.fields.values():
+                cover(field[0], at + field[1])
+        elif dt.subdtype is not None:
+            base, shape = dt.subdtype
+            if base.fields is None and base.subdtype is None:
+                covered[at:at + dt.itemsize] = b"\1" * dt.itemsize
+            else:
+                for j in range(math.prod(shape)):
+                    cover(base, at + j * base.itemsize)
+        else:
+            covered[at:at + dt.itemsize] = b"\1" * dt.itemsize
+
+    cover(dtype, 0)
+    return 0 in covered
+
+
+def _raw_copy(view: np.ndarray) -> np.ndarray:
+    copied = np.empty(view.shape, view.dtype)
+    copied.reshape(-1).view(np.uint8)[...] = np.ascontiguousarray(view).reshape(-1).view(np.uint8)
+    return copied
 
 
 def new_token() -> tuple[int, int]:
@@ -197,13 +266,21 @@ def fill_into(fetch_into: Callable[[int, np.ndarray], Any], index: int, slot: np
     shown = "an array"
     if not isinstance(returned, np.ndarray):
         if isinstance(returned, int):
-            return None if returned.__class__ is bool else _count_problem(returned, slot, before)  # bool: a status
+            if returned.__class__ is bool and slot.ndim:
+                return None  # a status (True: done), where it cannot be the batch
+            return _count_problem(returned, slot, before)  # (a 0-d batch's bool is judged like its int)
         if isinstance(returned, np.integer) and slot.ndim:
             return _count_problem(int(returned), slot, None)
         shown = f"an object of type {type(returned).__name__!r}"
-        returned = _array_like(returned, slot.dtype)
+        value, returned = returned, _array_like(returned, slot.dtype)
         if returned is None:
-            return None  # a status (a string, a dict, a tuple of mixed values): nothing that could be the batch
+            # A status (a string, a dict, a tuple of mixed values): nothing that could be the batch -- but
+            # where the batch is 0-d, a value numpy converts to its dtype (a datetime, a Decimal) returned
+            # with out left as it was is the batch, written like __getitem__: refused, as an int is.
+            return _scalar_problem(value, slot, before) if not slot.ndim else None
+    elif isinstance(returned, np.ma.MaskedArray):  # (out itself, masked, too: the mask says which are invalid)
+        return ("fetch_into returned a numpy.ma.MaskedArray: its mask would be dropped; fill out with the data "
+                "(out[...] = batch.filled(value)) and return None")
     if slot.ndim == 0 and returned.ndim == 0:
         # A 0-d batch (a label stream): a numpy 0-d value or a Python float returned is the batch (``return
         # self.y[i]``, written like __getitem__, left out as it was: every label was 0) or a count (out
@@ -213,7 +290,14 @@ def fill_into(fetch_into: Callable[[int, np.ndarray], Any], index: int, slot: np
             return None
         return (f"fetch_into returned {returned[()]!r} where out holds {slot[()]!r}: for a 0-d batch write the "
                 "value into out (out[...] = value) and return None (or a Python int)")
-    if returned.ndim == 0 or returned.size == 0:
+    if returned.ndim == 0:
+        if returned.dtype.kind in "iu":
+            return _count_problem(int(returned), slot, None)
+        if returned.dtype.kind == "b":
+            return None  # a status, as a Python bool is
+        return (f"fetch_into returned the 0-d value {returned[()]!r}, neither a count nor out nor a batch (shape "
+                f"{slot.shape} dtype {slot.dtype}): fill out in place (out[...] = batch) and return None")
+    if returned.size == 0:
         return None
     if np.shares_memory(returned, slot):
         return None  # out, or a view of it (a memoryview of out, a tensor over it)
@@ -240,6 +324,22 @@ def _count_problem(count: int, slot: np.ndarray, before: Any) -> str | None:
     return (f"fetch_into returned {count}, a count that is not out's whole ({slot.nbytes} bytes, {slot.size} "
             f"values, {slot.shape[0]} rows): the rest of the slot would hold an earlier batch's bytes; fill "
             "out whole (a short read is an error to raise) and return None")
+
+
+def _scalar_problem(value: Any, slot: np.ndarray, before: bytes | None) -> str | None:
+    """What is wrong with ``value``, returned for the 0-d batch ``slot`` by a call that did not write it and
+    numpy reads only as an object; None when it is a status (not convertible to the batch's dtype, or equal
+    to what out holds, or the call wrote out)."""
+    if slot.tobytes() != before:
+        return None
+    try:
+        converted = np.asarray(value, dtype=slot.dtype)
+        if converted.shape != () or bool(converted == slot[()]):
+            return None
+    except Exception:  # noqa: BLE001 - not convertible to the batch's dtype: a status
+        return None
+    return (f"fetch_into returned {value!r} where out holds {slot[()]!r}, as before the call: for a 0-d batch "
+            "write the value into out (out[...] = value) and return None")
 
 
 def _array_like(value: Any, batch: np.dtype) -> np.ndarray | None:

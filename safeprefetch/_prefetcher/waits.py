@@ -11,6 +11,7 @@ a with-block's exit must have it.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from typing import Any, Callable
@@ -18,8 +19,8 @@ from typing import Any, Callable
 from .._runtime.interrupts import deliver, guard, interruptible, interruptible_until_owned, protected
 from .errors import PrefetchTimeout
 
-__all__ = ["Gate", "NO_GATE", "SOURCE_BUSY", "SourceBusy", "first_driver", "hold_gate", "join_threads", "left",
-           "start_threads", "wait_event", "wait_gate"]
+__all__ = ["Gate", "NOT_TAKEN", "NO_GATE", "SOURCE_BUSY", "STOP_SLICE", "SourceBusy", "first_driver", "hold_gate",
+           "join_threads", "left", "start_threads", "wait_event", "wait_gate"]
 
 _TIMEOUT_MAX = threading.TIMEOUT_MAX
 
@@ -91,8 +92,10 @@ def join_threads(threads: list[threading.Thread], deadline: float | None, me: th
 
 
 @interruptible_until_owned("gate")
-def wait_gate(gate: Any, deadline: float | None, deliver_deferred: bool = True) -> bool:
-    """Take the consumer gate, waiting until ``deadline``; True once owned.
+def wait_gate(gate: Any, deadline: float | None, deliver_deferred: bool = True,
+              stop: Callable[[], bool] | None = None) -> bool:
+    """Take the consumer gate, waiting until ``deadline``; True once owned; False past the deadline, or as
+    soon as ``stop()`` (checked every :data:`STOP_SLICE` seconds while waiting) turns true.
 
     Interruptible while waiting; once the gate is owned, an interrupt is
     deferred (SIGINT wrapper) or, raised anyway, releases it here before
@@ -107,16 +110,20 @@ def wait_gate(gate: Any, deadline: float | None, deliver_deferred: bool = True) 
     # (No ``return gate.acquire()``: an interrupt at the end of that call is caught by the
     # ``except`` below, but the instruction after it, the return, lies outside the ``try``.)
     try:
-        if deadline is None:
+        if deadline is None and stop is None:
             if deliver_deferred and guard.deferred:
                 deliver()
             got = gate.acquire()
             return got
         while True:
-            remaining = deadline - time.monotonic()
+            remaining = _TIMEOUT_MAX if deadline is None else deadline - time.monotonic()
+            if stop is not None:
+                remaining = min(remaining, STOP_SLICE)
             if gate.acquire(True, min(remaining, _TIMEOUT_MAX)) if remaining > 0 else gate.acquire(False):
                 return True
-            if time.monotonic() >= deadline:
+            if stop is not None and stop():
+                return False
+            if deadline is not None and time.monotonic() >= deadline:
                 return False
     except BaseException:
         if gate._is_owned():
@@ -199,6 +206,15 @@ class _SourceBusy:
 
 
 SOURCE_BUSY = _SourceBusy()
+
+#: How often a worker waiting for a ``thread_safe=False`` source's lock, held by another prefetcher's call (or
+#: an on-demand caller's), looks whether its own prefetcher is closing: a close waited for such workers as if
+#: they were inside a fetch -- for ever with ``close_timeout=None`` while the other call was stuck.
+STOP_SLICE = 0.02
+
+#: What a worker's ``with`` enters when its wait for the source lock was cut short by close: nothing to take
+#: or give back (the body sees ``closing`` and calls nothing).
+NOT_TAKEN = contextlib.nullcontext()
 
 
 class CloseBusy(Exception):

@@ -24,8 +24,8 @@ from typing import IO, Any, Sequence
 
 from .plaintext import WRAP, blocked_reason, config_text, reflow, trace_table
 from .._check.lasso import by_priority
-from .._check.replay import choice_step, replay_choices, trace_of
-from .._check.reverify import starving_lasso
+from .._check.replay import choice_step, replay_choices
+from .._check.reverify import latest_starving_visit
 from .._check.result import Trace, TraceStep
 from .._check.trace import changes, format_value
 from .._check.verdict import HANG, classify_hang, terminal
@@ -85,15 +85,13 @@ def _closed_cycle(machine: Machine, states: Sequence[Any], choices: Sequence[tup
     playground page judges it: every earlier visit tried, the latest first); None otherwise."""
     if not machine.progress_labels or len(states) < 2 or not all(isinstance(s, tuple) for s in states):
         return None
-    last, trace = states[-1], None
-    for k in range(len(states) - 2, -1, -1):
-        if states[k] == last:
-            if trace is None:  # (once, for every visit tried)
-                trace = trace_of(machine, states, choices)
-            message = starving_lasso(machine, trace, k)
-            if message is not None:
-                return PlayStatus("starvation", f"starvation: {message.split(':', 1)[0]}", message)
-    return None
+    if states[-1] not in states[:-1]:
+        return None
+    found = latest_starving_visit(machine, list(states), list(choices))
+    if found is None:
+        return None
+    message = found[1]
+    return PlayStatus("starvation", f"starvation: {message.split(':', 1)[0]}", message)
 
 
 def choice_numbers(machine: Machine, trace: Trace) -> list[int]:

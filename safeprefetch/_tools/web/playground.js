@@ -204,49 +204,43 @@
   Playground.prototype.starvation = function () {
     // Every earlier visit of the state just reached closes a cycle; the latest (shortest) is tried first.
     // (Trying only the latest missed a fair cycle through an earlier visit, whose own last loop was unfair.)
-    var path = this.path, n = path.length - 1;
-    for (var from = n - 1; from >= 0; from--) {
-      if (path[from] !== path[n]) continue;
-      var found = this.starvationFrom(from);
-      if (found) return found;
-    }
-    return null;
-  };
-
-  Playground.prototype.starvationFrom = function (from) {
-    var path = this.path, n = path.length - 1, graph = this.graph, self = this;
-    var cycle = this.choices.slice(from, n);
-    if (cycle.some(function (m) { return m.spurious; })) return null;
+    // Everything the rule asks of a cycle is a fold over its steps, so the cycles from every visit are the
+    // suffixes of one backward scan (as reverify.latest_starving_visit): one replay per visit made a long
+    // session that keeps coming back to a state quadratic (6.8 s a step after 10,006 steps).
+    var path = this.path, n = path.length - 1, graph = this.graph, choices = this.choices, self = this;
+    if (path.lastIndexOf(path[n], n - 1) < 0) return null;
     var strong = graph.config.fairness === "strong";
-    var owed = {}, paid = {}, always = null;
-    cycle.forEach(function (m, k) { paid[m.thread + " " + self.pcOf(path[from + k], m.thread)] = true; });
-    for (var i = from; i < n; i++) {
-      var enabled = {};
-      graph.states[path[i]].moves.forEach(function (m) {
-        if (m.spurious || m.held || m.violation) return;
-        enabled[m.thread] = true;
-        owed[m.thread + " " + self.pcOf(path[i], m.thread)] = true;
+    var owed = {}, paid = {}, always = null, moved = {}, idle = {}, progressed = {};
+    for (var from = n - 1; from >= 0; from--) {
+      var m = choices[from], here = path[from], enabled = {};
+      if (m.spurious) return null;  // every cycle from here back takes it
+      paid[m.thread + " " + self.pcOf(here, m.thread)] = true;
+      moved[m.thread] = true;
+      if (m.progress) progressed[m.thread] = true;
+      graph.states[here].moves.forEach(function (e) {
+        if (e.spurious || e.held || e.violation) return;
+        enabled[e.thread] = true;
+        owed[e.thread + " " + self.pcOf(here, e.thread)] = true;
       });
       always = always === null ? enabled : Object.keys(always).reduce(function (acc, t) {
         if (enabled[t]) acc[t] = true; return acc; }, {});
-    }
-    var fair = strong ? Object.keys(owed).every(function (k) { return paid[k]; })
-                      : Object.keys(always || {}).every(function (t) {
-                          return cycle.some(function (m) { return String(m.thread) === t; }); });
-    if (!fair) return null;
-    for (var v = 0; v < graph.victims.length; v++) {
-      var t = graph.victims[v];
-      var running = path.slice(from).every(function (s) {
-        var note = graph.places[t][self.pcOf(s, t)].note;
-        return note !== "done" && note !== "not started";
+      graph.victims.forEach(function (t) {
+        var note = graph.places[t][self.pcOf(here, t)].note;
+        if (note === "done" || note === "not started") idle[t] = true;
       });
-      var progressed = cycle.some(function (m) { return m.thread === t && m.progress; });
-      if (running && !progressed) {
-        return { kind: "starvation", headline: "starvation: " + graph.threads[t].name + " never makes progress",
-                 message: "you closed a cycle of " + cycle.length + (cycle.length === 1 ? " step" : " steps") +
-                          " (from step " + from +
-                          ") that the scheduler may repeat forever, and " + graph.threads[t].name +
-                          " takes no progress step in it" };
+      if (here !== path[n]) continue;
+      var fair = strong ? Object.keys(owed).every(function (k) { return paid[k]; })
+                        : Object.keys(always).every(function (t) { return moved[t]; });
+      if (!fair) continue;
+      for (var v = 0; v < graph.victims.length; v++) {
+        var t = graph.victims[v], steps = n - from;
+        if (!idle[t] && !progressed[t]) {
+          return { kind: "starvation", headline: "starvation: " + graph.threads[t].name + " never makes progress",
+                   message: "you closed a cycle of " + steps + (steps === 1 ? " step" : " steps") +
+                            " (from step " + from +
+                            ") that the scheduler may repeat forever, and " + graph.threads[t].name +
+                            " takes no progress step in it" };
+        }
       }
     }
     return null;
