@@ -98,7 +98,8 @@ def test_a_step_calling_sys_exit_is_a_step_error_from_the_api(tmp_path):
     (("--depth", "2"), "--depth applies to --strategy pct and --swarm, not to --strategy bfs"),
     (("--budget", "50"), "--budget applies to the sampling strategies"),
     (("--strategy", "random", "--preemptions", "1"), "--preemptions applies to --strategy preempt"),
-    (("--seed", "3"), "--seed applies to the sampling strategies (random, pct, hypothesis) and --swarm, not to "
+    (("--seed", "3"), "--seed applies to the sampling strategies (random, pct, hypothesis), --swarm and --store "
+                      "bitstate, not to "
                       "--strategy bfs"),  # it was accepted and did nothing
     (("--strategy", "preempt", "--seed", "3"), "--seed applies to the sampling strategies"),
     (("--set", "items=2", "--set", "items=3"), "--set items given twice"),
@@ -204,7 +205,7 @@ def _set(key, value):
 
 @pytest.mark.parametrize("model, check_args, edit, message", [
     ("priority_inversion", (), _set("cycle_start", 5), "does not end in the state after step 5"),
-    ("priority_inversion", (), _set("cycle_start", None), "needs its cycle_start"),
+    ("priority_inversion", (), _set("cycle_start", None), "saved verdict 'starvation': its end is no violation"),
     ("priority_inversion", (), _set("cycle_start", 99), "cycle_start must be a step count from 0 to 6"),
     ("priority_inversion", (), _set("verdict", "deadlock"), "a cycle_start belongs to a starvation lasso"),
     ("one_cond_signal", (), _set("verdict", "lost_wakeup"), "saved verdict 'lost_wakeup': it shows deadlock"),

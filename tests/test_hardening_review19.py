@@ -887,3 +887,231 @@ def test_two_labels_with_one_slug_get_functions_of_their_own():
 def test_cluster_and_swarm_refuse_the_options_they_would_not_use(extra):
     code, out, err = _cli("check", "one_cond_signal", *extra)  # before: accepted, and ignored
     assert code == 2 and "error:" in err and out == ""
+
+
+# -- 11. the review of this round's first commits: what the fixes above broke or missed --------------------------
+
+
+def test_a_resumed_late_hit_whose_fetch_fails_raises_the_sources_error_once():
+    # Before: the resumed call asked again (a miss, a demand fetch): the source's error swallowed, one request
+    # counted as a late hit and a miss.
+    import threading
+
+    from safeprefetch import OnDemandPrefetcher, PrefetchTimeout
+
+    release, fetching = threading.Event(), threading.Event()
+
+    class Failing:
+        def __len__(self):
+            return 10
+
+        def __getitem__(self, i):
+            if i == 1 and threading.current_thread().name.startswith("safeprefetch"):
+                fetching.set()
+                release.wait(30)
+                raise OSError("disk error on 1")
+            return np.full(4, i, np.float32)
+
+    with OnDemandPrefetcher(Failing(), capacity=4, workers=1, predict="sequential", shape=(4,),
+                            dtype=np.float32) as od:
+        od.get(0)
+        assert fetching.wait(30)
+        with pytest.raises(PrefetchTimeout):
+            od.get(1, timeout=0.05)  # joins the fetch in flight; cut short
+        release.set()
+        with pytest.raises(OSError, match="disk error on 1"):
+            od.get(1, timeout=30)  # resumes the wait: the fetch failed
+        s = od.stats
+        assert (s.requests, s.late_hits, s.misses, s.errors) == (2, 1, 1, 1)
+        assert s.hits + s.late_hits + s.misses == s.requests
+        assert not od._core.source_ref().errors
+
+
+_REAL_JOBS = _queue_module.Queue()  # made at import: real, as a module-level work queue is
+_REAL_SLOTS = _threading.Semaphore(0)
+
+
+@pytest.mark.parametrize("wait", [lambda: _REAL_JOBS.get(timeout=0.05), lambda: _REAL_SLOTS.acquire(timeout=0.05)])
+def test_a_real_queue_made_before_the_check_still_times_out_in_real_time(wait):
+    # Before (with item 14's first version): the deadline counted in virtual time on a real wait never came,
+    # and the check died with SchedulerStuck.
+    def body():
+        with contextlib.suppress(_queue_module.Empty):
+            wait()
+
+    import contextlib
+
+    result = interleavings.check(body, wall_timeout=20)
+    assert result.verdict == "ok" and result.exhaustive
+
+
+def test_a_non_daemon_allowed_thread_still_runs_its_timed_work_after_the_body():
+    # Item 16 stops virtual time after the body only when daemons alone are left: a non-daemon thread keeps a
+    # process alive, and its failure after a sleep is found (before the fix of the fix: "ok").
+    import time as time_module
+
+    def body():
+        def flusher():
+            time_module.sleep(0.5)
+            raise RuntimeError("flush failed after the body returned")
+
+        _threading.Thread(target=flusher, name="flusher").start()
+
+    result = interleavings.check(body, allow_alive=("flusher",))
+    assert result.verdict == "uncaught_exception" and "flush failed" in result.violation.message
+
+
+def test_lines_mode_takes_no_point_inside_a_queued_items_repr():
+    # The scheduler describes a queue's items with their repr, on the controlled thread; a dataclass's
+    # generated __repr__ (code with no file, in the user's module) got a line point there: a false deadlock.
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Job:
+        n: int
+
+    def body():
+        q = _queue_module.Queue()
+        t = _threading.Thread(target=lambda: q.put(Job(1)))
+        t.start()
+        assert q.get().n == 1
+        t.join()
+
+    result = interleavings.check(body, lines=True, preemption_bound=1)
+    assert result.verdict == "ok" and (result.exhaustive or result.bound_covered)
+
+
+_FIXTURES_FILE = '''
+import dataclasses
+import threading
+from unittest import mock
+import queue
+import pytest
+from safeprefetch import interleavings
+import json as a_module_that_is_data
+
+
+@pytest.fixture
+def module():
+    return a_module_that_is_data
+
+
+@pytest.fixture
+def mocked():
+    return mock.MagicMock(spec=queue.Queue)
+
+
+@dataclasses.dataclass(slots=True)
+class Account:
+    lock: threading.Lock
+
+
+@pytest.fixture
+def slotted():
+    return Account(threading.Lock())
+
+
+@interleavings.test()
+def test_module_and_mock(module, mocked, tmp_path, monkeypatch, capsys, request):
+    pass
+
+
+@interleavings.test()
+def test_slotted(slotted):
+    pass
+'''
+
+
+def test_fixture_refusal_ignores_modules_and_mocks_and_sees_slots(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "test_fixtures.py").write_text(_FIXTURES_FILE)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA",
+                           str(tmp_path / "test_fixtures.py")], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    out = done.stdout
+    assert "PASSED test_fixtures.py::test_module_and_mock" in out, out[-3000:]  # before: refused, both
+    assert "FAILED test_fixtures.py::test_slotted - TypeError" in out and "slotted.lock holds a real lock" in out
+
+
+# -- 12. the checker's inputs: a priority level, a bitstate seed, a step's own starvation -----------------------
+
+
+@pytest.mark.parametrize("level", [float("nan"), "high", True, float("inf")])
+def test_a_priority_level_must_be_a_finite_number(level):
+    # Before: NaN compared false with every level, and the starving thread read "ok"; a string failed inside
+    # the search with an unrelated TypeError.
+    from safeprefetch.model import ModelError
+
+    model = _starving_low("step", "ok again")
+    original = model.build
+
+    def build(self, m):
+        original(self, m)
+        m.priority("hi", level)
+
+    model.build = build
+    with pytest.raises(ModelError, match=r"the priority of thread 'hi' must be a finite number"):
+        check(model)
+
+
+def test_the_bitstate_seed_reaches_the_hash_functions():
+    # Before: --seed was refused with --store bitstate and check() took none: the docs' second run with
+    # another seed could not be made.
+    machine = catalog()["one_cond_signal"].compile({})
+    runs = [check(machine, store="bitstate", seed=seed) for seed in (0, 1, 2)]
+    assert all(r.verdict == "deadlock" for r in runs)
+    code, out, err = _cli("check", "one_cond_signal", "--store", "bitstate", "--seed", "7")
+    assert code == 1, err
+    from safeprefetch.model import ModelError
+
+    with pytest.raises(ModelError, match="seed picks the bitstate store's hash functions"):
+        check(machine, seed=1)
+
+
+_BOUNDED_WAIT = '''
+from safeprefetch.model import DONE, Model, violate
+
+
+class BoundedWait(Model):
+    name = "bounded_wait"
+    expected = "starvation"
+
+    def build(self, m):
+        m.shared(passes=0)
+        m.mutex("lock")
+
+        def passed_over(s, me):
+            s.passes += 1
+            if s.passes >= 2:
+                violate("starvation", "the waiter was passed over twice")
+
+        w = m.program("waiter")
+        w.try_acquire("try", "lock", next="got it", busy="passed over")
+        w.step("passed over", passed_over, next="try")
+        w.release("got it", "lock", next=DONE)
+        g = m.program("greedy", left=2)
+
+        def use(s, me):
+            me.left -= 1
+
+        g.acquire("take", "lock", next="use")
+        g.step("use", use, next="give")
+        g.release("give", "lock", next=lambda s, me: "take" if me.left else DONE, to=["take", DONE])
+        m.thread("waiter", w)
+        m.thread("greedy", g)
+'''
+
+
+def test_a_steps_own_starvation_report_replays(tmp_path):
+    # Before: replay refused check --json's own output: "a starvation counterexample needs its cycle_start".
+    model = tmp_path / "bounded_wait.py"
+    model.write_text(_BOUNDED_WAIT)
+    code, out, err = _cli("check", str(model), "--json")
+    assert code == 1 and json.loads(out)["verdict"] == "starvation" and json.loads(out)["cycle_start"] is None
+    trace = tmp_path / "trace.json"
+    trace.write_text(out)
+    code, out, err = _cli("replay", str(model), str(trace))
+    assert code == 1, err
+    assert "the waiter was passed over twice" in out

@@ -59,7 +59,7 @@ STORES = ("full", "fingerprint", "bitstate")
 def explore(machine: Machine, *, strategy: str = "bfs", max_states: int = DEFAULT_MAX_STATES,
             progress: Callable[[int, int, float], None] | None = None, reduce: str = DEFAULT_REDUCE,
             progress_every: float = 3.0, store: str = "full", memory: int | None = None,
-            engine: str | None = None) -> CheckResult:
+            engine: str | None = None, seed: int | None = None) -> CheckResult:
     """Search every reachable state of ``machine``; return the verdict and the shortest trace.
 
     ``store="fingerprint"`` keeps 64-bit fingerprints instead of states (BFS only): the same
@@ -70,10 +70,14 @@ def explore(machine: Machine, *, strategy: str = "bfs", max_states: int = DEFAUL
     with ``stop_reason="memory"``, instead of raising MemoryError.
     ``engine`` picks what expands states in the full-store BFS (``_check/generated.py``):
     ``auto`` (the generated expansion where it applies), ``plain``, ``generated``, ``compiled``;
-    None reads ``SAFEPREFETCH_ENGINE`` (default ``auto``).
+    None reads ``SAFEPREFETCH_ENGINE`` (default ``auto``). ``seed`` picks the bitstate store's hash
+    functions (two runs with different seeds that store as many states are SPIN's evidence of coverage).
     """
+    if seed is not None and store != "bitstate":
+        raise ModelError(f"seed picks the bitstate store's hash functions; store={store!r} has none")
     try:
-        return _explore(machine, strategy, max_states, progress, reduce, progress_every, store, memory, engine)
+        return _explore(machine, strategy, max_states, progress, reduce, progress_every, store, memory, engine,
+                        seed or 0)
     except StepError as e:  # a step's own code raised: say how the search got there
         raise step_error_with_trace(machine, e, max_states) from e.__cause__
     except PathLost as e:
@@ -86,7 +90,8 @@ def explore(machine: Machine, *, strategy: str = "bfs", max_states: int = DEFAUL
 
 
 def _explore(machine: Machine, strategy: str, max_states: int, progress: Callable | None, reduce: str,
-             progress_every: float, store: str, memory: int | None, engine: str | None = None) -> CheckResult:
+             progress_every: float, store: str, memory: int | None, engine: str | None = None,
+             seed: int = 0) -> CheckResult:
     if store not in STORES:
         raise ModelError(f"unknown store {store!r} (known: {', '.join(STORES)})")
     engine = default_engine() if engine is None else engine
@@ -112,7 +117,7 @@ def _explore(machine: Machine, strategy: str, max_states: int, progress: Callabl
                              f"({format_bytes(held)}): no search fits in it")
     if store == "bitstate":  # depth first by design: its trace is the stack
         return BitstateExplorer(machine, max_states=max_states, progress=progress, reduce=reduce,
-                                progress_every=progress_every, memory=memory).run()
+                                progress_every=progress_every, memory=memory, seed=seed).run()
     if store == "fingerprint":
         if strategy != "bfs":
             raise ModelError("store='fingerprint' searches breadth first: use strategy='bfs'")
@@ -126,7 +131,7 @@ def check(model: type[Model] | Machine, config: Mapping[str, Any] | None = None,
           max_states: int = DEFAULT_MAX_STATES,
           progress: Callable[[int, int, float], None] | None = None, reduce: str = DEFAULT_REDUCE,
           progress_every: float = 3.0, store: str = "full", memory: int | None = None,
-          engine: str | None = None) -> CheckResult:
+          engine: str | None = None, seed: int | None = None) -> CheckResult:
     """Compile ``model`` at ``config`` (defaults updated with it) and explore it (see :func:`explore`).
 
     This is the function to call from pytest::
@@ -143,7 +148,7 @@ def check(model: type[Model] | Machine, config: Mapping[str, Any] | None = None,
         machine = model.compile(config)
         expected = model.expected if not config or _is_default(model, machine.config) else None
     result = explore(machine, strategy=strategy, max_states=max_states, progress=progress, reduce=reduce,
-                     progress_every=progress_every, store=store, memory=memory, engine=engine)
+                     progress_every=progress_every, store=store, memory=memory, engine=engine, seed=seed)
     if expected is not None:
         result = replace(result, expected=expected)
     return result

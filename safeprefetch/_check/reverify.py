@@ -71,8 +71,9 @@ def saved_claim(value: Any, steps: int) -> dict[str, Any]:
             raise TraceError(f"a cycle_start belongs to a starvation lasso, not to a {verdict}")
         if not isinstance(cycle, int) or isinstance(cycle, bool) or not 0 <= cycle < steps:
             raise TraceError(f"cycle_start must be a step count from 0 to {steps - 1}, not {cycle!r}")
-    elif verdict == "starvation":
-        raise TraceError("a starvation counterexample needs its cycle_start (where the lasso's cycle begins)")
+    # (A starvation with no cycle_start is a step's, an invariant's or an end check's own report of that kind
+    # -- violate("starvation", ...) -- judged by the safety rules like any other; a lasso whose cycle_start was
+    # dropped is refused there, its end being no violation. It was refused outright, a valid trace included.)
     if bound is not None and (not isinstance(bound, int) or isinstance(bound, bool) or bound < 0):
         raise TraceError(f"progress_bound must be a number of steps, at least 0, not {bound!r}")
     return {"verdict": verdict, "cycle_start": cycle, "progress_bound": bound}

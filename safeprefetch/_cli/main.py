@@ -119,7 +119,8 @@ def _check_options(args) -> None:
             ("budget", 1, sampling, "the sampling strategies (random, pct, hypothesis) and --swarm"),
             ("depth", 1, args.strategy == "pct" or args.swarm is not None, "--strategy pct and --swarm"),
             ("preemptions", 0, args.strategy == "preempt", "--strategy preempt"),
-            ("seed", -2**63, sampling, "the sampling strategies (random, pct, hypothesis) and --swarm"),
+            ("seed", -2**63, sampling or args.store == "bitstate",
+             "the sampling strategies (random, pct, hypothesis), --swarm and --store bitstate"),
             ("progress_bound", 0, True, "")):
         value = getattr(args, name)
         flag = "--" + name.replace("_", "-")
@@ -211,7 +212,8 @@ def _check_one(args, model) -> int:
         _engine_applies(args)
         result = check(machine, strategy=args.strategy, max_states=args.max_states,
                        progress=_Progress(memory), reduce=args.reduce, progress_every=args.progress_seconds,
-                       store=args.store, memory=memory, engine=args.engine)
+                       store=args.store, memory=memory, engine=args.engine,
+                       seed=args.seed if args.store == "bitstate" else None)
     else:
         _engine_applies(args)
         if args.memory is not None or args.store != "full":

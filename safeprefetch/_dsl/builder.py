@@ -223,5 +223,9 @@ class Builder:
 
     def priority(self, thread: str, level: int) -> None:
         """Strict scheduling priority of a thread (higher runs first) for liveness checks."""
+        if isinstance(level, bool) or not isinstance(level, (int, float)) or level != level or level in (
+                float("inf"), float("-inf")):  # (a NaN compared false with every level: starvation read "ok")
+            raise ModelError(f"the priority of thread {thread!r} must be a finite number (higher runs first), "
+                             f"not {level!r}")
         self.priorities[thread] = level
 

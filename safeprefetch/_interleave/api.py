@@ -23,6 +23,7 @@ import functools
 import importlib.util
 import inspect
 import sys
+import types
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -198,6 +199,20 @@ def _real_kinds() -> tuple[type, ...]:
             threading.Barrier, queue.Queue, queue.SimpleQueue)
 
 
+def _fields(value: Any) -> dict[str, Any]:
+    """An object's attributes as stored: its ``__dict__`` and its ``__slots__`` (a ``dataclass(slots=True)``,
+    an attrs class has no ``__dict__``); no property is run."""
+    found = dict(vars(value)) if isinstance(getattr(value, "__dict__", None), dict) else {}
+    for cls in type(value).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        for name in (slots,) if isinstance(slots, str) else slots if isinstance(slots, (tuple, list)) else ():
+            try:
+                found.setdefault(name, object.__getattribute__(value, name))
+            except AttributeError:  # (a slot never set)
+                pass
+    return found
+
+
 def _refuse_real_primitives(fn: Callable[..., Any], args: tuple, kwargs: dict) -> None:
     """Refuse a pytest fixture's value that holds a real lock, condition, event, semaphore, barrier or queue
     (itself, or up to two levels inside it: attributes, items). It was made before the check, so it is no
@@ -206,18 +221,16 @@ def _refuse_real_primitives(fn: Callable[..., Any], args: tuple, kwargs: dict) -
     kinds = _real_kinds()
 
     def find(value: Any, where: str, depth: int) -> str | None:
-        if isinstance(value, kinds):
+        if issubclass(type(value), kinds):  # (the type itself: a MagicMock(spec=Queue) says it is one)
             return f"{where} holds a real {type(value).__name__}"
-        if depth == 0 or isinstance(value, (str, bytes, type)):
+        if depth == 0 or isinstance(value, (str, bytes, type, types.ModuleType)):  # (a module's own globals)
             return None
-        if isinstance(value, (list, tuple, set, frozenset)):
+        if type(value) in (list, tuple, set, frozenset):
             inner = [(f"{where}[{i}]", v) for i, v in enumerate(list(value)[:100])]
-        elif isinstance(value, dict):
+        elif type(value) is dict:
             inner = [(f"{where}[{k!r}]", v) for k, v in list(value.items())[:100]]
-        elif isinstance(getattr(value, "__dict__", None), dict):
-            inner = [(f"{where}.{k}", v) for k, v in list(vars(value).items())[:100]]
         else:
-            return None
+            inner = [(f"{where}.{k}", v) for k, v in list(_fields(value).items())[:100]]
         return next((hit for w, v in inner if (hit := find(v, w, depth - 1)) is not None), None)
 
     named = [(f"argument {i}", a) for i, a in enumerate(args)] + list(kwargs.items())

@@ -368,10 +368,27 @@ def _table() -> list[tuple[Any, str, Any]]:
     # JobQueue(queue.Queue)``: its base is the real class), wait on the controlled Condition in virtual time
     # but count their timeout on these module clocks: on the real one, a get(timeout=0.2) never timed out
     # (ok, where a real run raises Empty) and a get(timeout=5) ran virtual time out (a false hang).
+    # Only for such an object whose condition is the controlled one: a real queue or semaphore made before the
+    # check waits on a real condition, in real time, and its deadline must be real too (counted virtual, it
+    # never came: the check died with SchedulerStuck).
     for module, name in ((_queue, "time"), (threading, "_time")):
         if getattr(module, name, None) is _time.monotonic:
-            t.append((module, name, _timefunc(_time.monotonic, _MONO_BASE, False)))
+            t.append((module, name, _owners_clock(_timefunc(_time.monotonic, _MONO_BASE, False), _time.monotonic)))
     return t
+
+
+def _owners_clock(virtual: Callable[[], float], real: Callable[[], float]) -> Callable[[], float]:
+    """``virtual`` for the calling method's object when its condition is a controlled one (CPython's own
+    ``Queue.get``, ``Semaphore.acquire``, ``Condition.wait_for``, run on an object made from a subclass
+    defined before the check); the real clock for a real object's."""
+    def monotonic() -> float:
+        owner = sys._getframe(1).f_locals.get("self")
+        cond = next((c for c in (getattr(owner, "not_empty", None), getattr(owner, "_cond", None), owner)
+                     if isinstance(c, VCondition)), None)
+        return virtual() if cond is not None else real()  # (not _time.monotonic: the virtual one by then)
+
+    monotonic.__name__ = "monotonic"
+    return monotonic
 
 
 #: Modules whose own bindings are not scanned: the patched modules themselves (their names are

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import heapq
 import queue as _queue
+import sys
 from collections import deque
 from typing import Any
 
@@ -65,7 +66,14 @@ def _short(items: Any) -> str:
         seq = list(items)
     except TypeError:
         return "?"
-    text = [repr(x) for x in seq[:4]]
+    # The items' repr is the user's code, run inside the scheduler's bookkeeping: with line mode's tracer on, a
+    # scheduling point in it (a dataclass's generated __repr__, a hand-written one) broke the run.
+    tracer = sys.gettrace()
+    sys.settrace(None)
+    try:
+        text = [repr(x) for x in seq[:4]]
+    finally:
+        sys.settrace(tracer)
     if len(seq) <= 4 and all(len(t) <= 12 for t in text):
         return "[" + ", ".join(text) + "]"
     return f"{len(seq)} items"

@@ -403,9 +403,9 @@ class Execution:
 
     def _advance_clock(self) -> list[Choice] | None:
         """The current state's choices, virtual time moved to each next deadline while no thread can move (not
-        after the body: an allowed daemon's timed loop ran to ``time_limit``, a false hang); None past it."""
+        once the body returned and only daemons are left: a heartbeat ran to ``time_limit``); None past it."""
         opts = self.choices()
-        while not self._moves(opts) and not self.root_done:
+        while not self._moves(opts) and not (self.root_done and all(v.daemon or v.finished for v in self.threads)):
             deadlines = [vt.op.deadline for vt in self.threads if not vt.finished and vt.op is not None
                          and vt.op.deadline is not None and vt.op.deadline > self.clock]
             if not deadlines:

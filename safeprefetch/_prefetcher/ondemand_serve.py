@@ -179,6 +179,9 @@ class ServeSide:
             elif pc == Q.SERVE:
                 if self._mine(state, index):
                     self._wait_in_flight(deadline)
+                    asked = True  # (a wait resumed from an interrupted call: its request was made then; a failed
+                    # fetch is this request's error, not a reason to ask again -- a second request, a miss,
+                    # swallowed the source's error and counted one request twice)
                 else:
                     rt.step(c, Q.WITHDRAW)  # an interrupted call's wait, for another index
             elif asked:  # back at "request or predict": this request's fetch failed
