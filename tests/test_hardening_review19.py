@@ -1115,3 +1115,36 @@ def test_a_steps_own_starvation_report_replays(tmp_path):
     code, out, err = _cli("replay", str(model), str(trace))
     assert code == 1, err
     assert "the waiter was passed over twice" in out
+
+
+@pytest.mark.parametrize("argv, says", [
+    (("check", "one_cond_signal", "--json", "--strategy", "bogus"), "argument --strategy: invalid choice"),
+    (("check", "one_cond_signal", "--json", "--budget", "x"), "argument --budget: invalid int value"),
+])
+def test_json_a_refused_command_line_prints_its_error_document(argv, says):
+    # The review of the second commit: item 2 missed the parser's own errors (no document, exit 2).
+    code, out, err = _cli(*argv)
+    assert code == 2 and says in err
+    document = json.loads(out)
+    assert document["exit_code"] == 2 and says in document["error"] and document["command"] is None
+
+
+_CONN_IDS = iter(range(1, 1_000_000))
+
+
+def _conn_named_per_run():
+    done = []
+    t = _threading.Thread(target=lambda: done.append(1), name=f"conn-{next(_CONN_IDS)}")
+    t.start()
+    t.join()
+
+
+def test_the_warm_up_comparison_ignores_names_that_change_per_run():
+    # The review of the second commit: labels carry thread names; a body naming its threads from a per-run
+    # counter got the lazy-initialization warning though both runs did the same work.
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", interleavings.InterleavingWarning)
+        result = interleavings.check(_conn_named_per_run)
+    assert result.verdict == "ok" and result.exhaustive

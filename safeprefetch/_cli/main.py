@@ -426,7 +426,8 @@ _MODEL_COMMANDS = {"check", "replay", "explain", "play", "crosscheck", "run", "c
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = None
+    given = list(sys.argv[1:] if argv is None else argv)
+    args: Any = argparse.Namespace(command=None, json="--json" in given)  # (until parsed: a refused line's --json)
     before = emitted()
     try:
         args = parser.parse_args(argv)

@@ -289,13 +289,19 @@ def warm_up(fn: Callable[[], Any], settings: Settings, interrupts: tuple, name: 
     if name is None:
         return
     second = run_once(fn, Scripted(()), settings, interrupts)
-    if [(e.t, e.label) for e in first.events] != [(e.t, e.label) for e in second.events]:
+    if _steps(first) != _steps(second):
         # The first run did work no later one does: a race in it (a lazy singleton's check-then-act, double-
         # checked locking) is never explored, and nothing said so.
         warnings.warn(f"{name}: the first run of the body took other steps than "
                       "the second (lazy initialization?); that first run is not checked, so a race in that "
                       "initialization is not found: reset the state it builds at the start of the body",
                       InterleavingWarning, stacklevel=4)
+
+
+def _steps(ex: Execution) -> list[tuple[int, str, Any]]:
+    """A run's steps as the warm-up compares them: thread, kind and source line (not the label, which names
+    objects and threads: a body naming its threads from a per-run counter is no lazy initialization)."""
+    return [(e.t, e.op.kind, e.op.where) for e in ex.events]
 
 
 class InterleavingWarning(UserWarning):
