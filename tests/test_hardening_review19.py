@@ -209,7 +209,6 @@ def test_a_batch_returned_by_fetch_into_with_out_left_alone_is_refused(shape, dt
 
 
 @pytest.mark.parametrize("shape, dtype, value, writes", [
-    ((), np.int64, lambda i: True, lambda i: i + 1),  # True, done: out written (its bytes changed)
     ((), np.int64, lambda i: i, lambda i: i),  # the label returned and written
     ((), "M8[s]", lambda i: "ok", lambda i: np.datetime64(1_700_000_000 + i, "s")),  # a string: a status
     ((3,), np.float32, lambda i: True, lambda i: i),  # a bool where the batch cannot be one: a status
@@ -224,11 +223,13 @@ def test_statuses_and_whole_counts_still_pass(shape, dtype, value, writes):
         assert all(np.array_equal(g, e) for g, e in zip(got, expected, strict=True))
 
 
-def test_a_bool_status_on_a_0d_batch_whose_value_did_not_change_is_refused_as_the_readme_says():
-    # True, done, after writing out the value it held already: from outside, that is `return self.y[i]` with
-    # out left as it was. Refused, never guessed (README: for a 0-d batch return None).
-    with pytest.raises(TypeError, match=r"item 1: fetch_into returned True where out holds np.False_"):
-        _both_ways(_Returning(lambda i: True, lambda i: i % 2 == 0), (), bool)
+@pytest.mark.parametrize("labels", [[1, 0, 1, 0, 0, 1], [1, 2, 3, 4, 5, 6]])
+def test_a_bool_returned_for_a_0d_batch_is_refused_whatever_the_labels(labels):
+    # True, done, after writing out: from outside it may be `return self.y[i]` with out left alone. Judged by
+    # out's bytes (the first version of item 4), the refusal came or not depending on the labels (the review
+    # of the second commit); refused at once now, whatever they are (README: for a 0-d batch return None).
+    with pytest.raises(TypeError, match=r"item 0: fetch_into returned True for a 0-d batch, where a bool may "):
+        _both_ways(_Returning(lambda i: True, lambda i: labels[i]), (), np.int64)
 
 
 def test_a_masked_array_returned_by_fetch_into_is_refused_even_over_out():
@@ -1147,4 +1148,34 @@ def test_the_warm_up_comparison_ignores_names_that_change_per_run():
     with warnings.catch_warnings():
         warnings.simplefilter("error", interleavings.InterleavingWarning)
         result = interleavings.check(_conn_named_per_run)
+    assert result.verdict == "ok" and result.exhaustive
+
+
+def test_lines_mode_runs_code_compiled_with_an_empty_file_name():
+    # The review of the second commit: the tracer indexed filename[0] (IndexError in the body).
+    namespace: dict = {}
+    exec(compile("def body():\n    x = [1]\n    x.append(2)\n    assert x == [1, 2]\n", "", "exec"), namespace)
+    result = interleavings.check(namespace["body"], lines=True)
+    assert result.verdict == "ok" and result.exhaustive
+
+
+def _work_then_a_lazy_result():
+    results, lock = [], _threading.Lock()
+
+    def worker(i):
+        with lock:
+            results.append(i)
+
+    ts = [_threading.Thread(target=worker, args=(i,)) for i in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert sorted(results) == [0, 1]
+    return (r * 2 for r in results)
+
+
+def test_a_body_that_did_its_work_may_return_a_generator():
+    # The review of the second commit: item 20 refused any generator returned, after all the work too.
+    result = interleavings.check(_work_then_a_lazy_result)
     assert result.verdict == "ok" and result.exhaustive

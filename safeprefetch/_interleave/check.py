@@ -47,7 +47,7 @@ from .explore import DFS, PCT, Nondeterministic, RandomWalk, Replay, Scripted, a
 from .patching import MISSING, controlled, patched
 from .report import CodeCheckResult, StepDetail
 from .runner import run_once
-from .scheduler import Execution, Settings, VThread
+from .scheduler import Execution, Settings, VThread, current
 
 __all__ = ["DEFAULT_SAMPLES", "Fresh", "Interrupt", "MINIMIZE_SCHEDULES", "SHRINK_SCHEDULES", "STRATEGIES",
            "check_code", "fingerprint", "outcomes", "recorded_settings", "replay_code", "settings_of", "warm_up"]
@@ -326,11 +326,15 @@ class _RanNothing(TypeError):
 
 
 def _runs_when_called(fn: Callable[[], Any]) -> Callable[[], Any]:
-    """``fn``, refusing what it returns when that is a coroutine or a generator: the body's code never ran
-    (``check(lambda: my_async_test())`` was "ok, exhaustive" of an ``assert False``)."""
+    """``fn``, refusing what it returns when that is a coroutine or a generator and it reached no scheduling
+    point: the body's code never ran (``check(lambda: my_async_test())`` was "ok, exhaustive" of an
+    ``assert False``)."""
     def body() -> Any:
+        here = current()
+        steps = len(here[0].events) if here is not None else 0
         out = fn()
-        if inspect.iscoroutine(out) or inspect.isgenerator(out) or inspect.isasyncgen(out):
+        ran = here is not None and len(here[0].events) > steps  # (work done, then a lazy result returned: fine)
+        if not ran and (inspect.iscoroutine(out) or inspect.isgenerator(out) or inspect.isasyncgen(out)):
             if not inspect.isasyncgen(out):
                 out.close()  # (no "never awaited" warning)
             raise _RanNothing(f"the body returned a {type(out).__name__} ({getattr(out, '__qualname__', out)}): "

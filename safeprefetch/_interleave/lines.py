@@ -84,7 +84,7 @@ def _local(frame: Any, event: str, arg: Any) -> Any:
 
 def _global(frame: Any, event: str, arg: Any) -> Any:
     if event == "call" and traced_file(filename := frame.f_code.co_filename) and (
-            filename[0] != "<" or _users_namespace(frame.f_globals)):
+            filename[:1] != "<" or _users_namespace(frame.f_globals)):  # ("": compile(src, "", "exec"))
         frame.f_trace_opcodes = True
         return _local
     return None

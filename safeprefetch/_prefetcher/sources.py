@@ -266,9 +266,13 @@ def fill_into(fetch_into: Callable[[int, np.ndarray], Any], index: int, slot: np
     shown = "an array"
     if not isinstance(returned, np.ndarray):
         if isinstance(returned, int):
-            if returned.__class__ is bool and slot.ndim:
-                return None  # a status (True: done), where it cannot be the batch
-            return _count_problem(returned, slot, before)  # (a 0-d batch's bool is judged like its int)
+            if returned.__class__ is bool:
+                # A status (True: done), where it cannot be the batch; where the batch is 0-d it can be (a bool
+                # label returned, out left alone), and judged by out's bytes the refusal depended on the labels.
+                return None if slot.ndim else (
+                    f"fetch_into returned {returned!r} for a 0-d batch, where a bool may be the label itself: "
+                    "write the value into out (out[...] = value) and return None")
+            return _count_problem(returned, slot, before)
         if isinstance(returned, np.integer) and slot.ndim:
             return _count_problem(int(returned), slot, None)
         shown = f"an object of type {type(returned).__name__!r}"
