@@ -414,6 +414,30 @@ def test_a_predict_that_returns_none_is_named():
 # -- 8. OnDemandStats: a request answered by close() or by SourceBusy counts as no request --------------------
 
 
+class _HeldOnWorkers:
+    """A map-style source whose item 1, fetched on a prefetcher's own thread (a speculative fetch), is held
+    until ``release`` is set (``entered`` says it is), then returned or, with ``fails``, raises it."""
+
+    def __init__(self, n, fails=None):
+        import threading
+
+        self.n, self.fails = n, fails
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        import threading
+
+        if i == 1 and threading.current_thread().name.startswith("safeprefetch"):
+            self.entered.set()
+            self.release.wait(30)
+            if self.fails is not None:
+                raise self.fails
+        return np.full(4, i, np.float32)
+
+
 def test_a_late_hit_cut_short_by_close_used_nothing():
     # Before: late_hits=1, used=1, accuracy 100%, and a request counted, for a caller that got PrefetcherClosed.
     import threading
@@ -424,23 +448,12 @@ def test_a_late_hit_cut_short_by_close_used_nothing():
     from safeprefetch import OnDemandPrefetcher, PrefetcherClosed
     from safeprefetch.models import _predictive_protocol as Q
 
-    release, fetching = threading.Event(), threading.Event()
-
-    class Slow:
-        def __len__(self):
-            return 10
-
-        def __getitem__(self, i):
-            if i == 1 and threading.current_thread().name.startswith("safeprefetch"):
-                fetching.set()
-                release.wait(30)  # the speculative fetch of 1 is slow
-            return np.full(4, i, np.float32)
-
-    od = OnDemandPrefetcher(Slow(), capacity=4, workers=1, predict="sequential", shape=(4,), dtype=np.float32,
+    slow = _HeldOnWorkers(10)  # the speculative fetch of 1 is slow
+    od = OnDemandPrefetcher(slow, capacity=4, workers=1, predict="sequential", shape=(4,), dtype=np.float32,
                             close_timeout=0.2)
     try:
         od.get(0)  # predicts 1: the worker starts on it
-        assert fetching.wait(30)
+        assert slow.entered.wait(30)
         outcome = []
 
         def caller():
@@ -463,35 +476,23 @@ def test_a_late_hit_cut_short_by_close_used_nothing():
         assert (s.requests, s.hits, s.late_hits, s.misses, s.used) == (1, 0, 0, 1, 0)
         assert s.hits + s.late_hits + s.misses == s.requests
     finally:
-        release.set()
+        slow.release.set()
         od.close()
 
 
 def test_a_source_busy_timeout_is_no_request_and_no_miss():
     # Before: requests=3, misses=3 for two answered requests.
-    import threading
 
     from safeprefetch import OnDemandPrefetcher, PrefetchTimeout
 
-    hold, in_fetch = threading.Event(), threading.Event()
-
-    class Source:
-        def __len__(self):
-            return 100
-
-        def __getitem__(self, i):
-            if i == 1 and threading.current_thread().name.startswith("safeprefetch"):
-                in_fetch.set()
-                hold.wait(30)  # a worker's speculative fetch holds the source's lock
-            return np.full(2, i, np.float32)
-
-    with OnDemandPrefetcher(Source(), capacity=4, workers=1, predict="sequential", thread_safe=False,
-                            shape=(2,), dtype=np.float32) as od:
+    source = _HeldOnWorkers(100)  # a worker's speculative fetch of 1 holds the source's lock
+    with OnDemandPrefetcher(source, capacity=4, workers=1, predict="sequential", thread_safe=False,
+                            shape=(4,), dtype=np.float32) as od:
         od.get(0)
-        assert in_fetch.wait(30)
+        assert source.entered.wait(30)
         with pytest.raises(PrefetchTimeout, match="the source is busy"):
             od.get(50, timeout=0.05)
-        hold.set()
+        source.release.set()
         assert od.get(50, timeout=30)[0] == 50
         s = od.stats
         assert (s.requests, s.misses, s.errors) == (2, 2, 0)
@@ -896,30 +897,17 @@ def test_cluster_and_swarm_refuse_the_options_they_would_not_use(extra):
 def test_a_resumed_late_hit_whose_fetch_fails_raises_the_sources_error_once():
     # Before: the resumed call asked again (a miss, a demand fetch): the source's error swallowed, one request
     # counted as a late hit and a miss.
-    import threading
 
     from safeprefetch import OnDemandPrefetcher, PrefetchTimeout
 
-    release, fetching = threading.Event(), threading.Event()
-
-    class Failing:
-        def __len__(self):
-            return 10
-
-        def __getitem__(self, i):
-            if i == 1 and threading.current_thread().name.startswith("safeprefetch"):
-                fetching.set()
-                release.wait(30)
-                raise OSError("disk error on 1")
-            return np.full(4, i, np.float32)
-
-    with OnDemandPrefetcher(Failing(), capacity=4, workers=1, predict="sequential", shape=(4,),
+    failing = _HeldOnWorkers(10, fails=OSError("disk error on 1"))
+    with OnDemandPrefetcher(failing, capacity=4, workers=1, predict="sequential", shape=(4,),
                             dtype=np.float32) as od:
         od.get(0)
-        assert fetching.wait(30)
+        assert failing.entered.wait(30)
         with pytest.raises(PrefetchTimeout):
             od.get(1, timeout=0.05)  # joins the fetch in flight; cut short
-        release.set()
+        failing.release.set()
         with pytest.raises(OSError, match="disk error on 1"):
             od.get(1, timeout=30)  # resumes the wait: the fetch failed
         s = od.stats

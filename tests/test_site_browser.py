@@ -71,6 +71,29 @@ def page(browser):
     assert remote == []
 
 
+#: A seeded random walk by clicks (``[seed, limit]``) until the page says the run is over: the path, and
+#: after each click the page's kind and status line.
+RANDOM_WALK = """([seed, limit]) => {
+    let x = seed;
+    const root = document.querySelector('.pg-root'), kinds = [];
+    for (let i = 0; i < limit && root.getAttribute('data-over') !== 'yes'; i++) {
+        const buttons = [...document.querySelectorAll('button.pg-step:not([disabled])')];
+        if (!buttons.length) break;
+        x = (x * 1103515245 + 12345) % 2147483648;
+        buttons[x % buttons.length].click();
+        kinds.push([root.getAttribute('data-kind'), document.querySelector('#pg-status').textContent]);
+    }
+    return [JSON.parse(root.getAttribute('data-path')), kinds];
+}"""
+
+
+def show_me_at_once(page, root):
+    """Play the checker's counterexample with no delay, to its end."""
+    page.select_option("#pg-speed", "instant")
+    page.click("#pg-show")
+    sync_api.expect(root).to_have_attribute("data-over", "yes", timeout=WAIT_MS)
+
+
 def open_model(page, site, name, variant=None):
     page.goto((site / "playground" / f"{name}.html").as_uri())
     root = page.locator(".pg-root")
@@ -214,9 +237,7 @@ def test_show_me_plays_the_shortest_trace_to_the_checkers_end_state(page, site, 
     assert "bounded excerpt" not in page.locator("#pg-verdict").text_content()
     if result.ok:
         return
-    page.select_option("#pg-speed", "instant")
-    page.click("#pg-show")
-    sync_api.expect(root).to_have_attribute("data-over", "yes", timeout=WAIT_MS)
+    show_me_at_once(page, root)
     states = replay(machine, result.trace)
     if isinstance(states[-1], StepViolation):
         states = states[:-1]
@@ -319,17 +340,6 @@ WALKED = ("one_cond_signal", "no_predicate_wait", "unlocked_check", "notify_one_
 def test_random_walks_end_where_the_checker_says(page, site, names):
     # The page finishes two verdicts from the path (lost wakeup vs deadlock, starvation cycles):
     # walk at random through every model, under two settings, and judge each end in Python.
-    walk = """([seed, limit]) => {
-        let x = seed;
-        const root = document.querySelector('.pg-root');
-        for (let i = 0; i < limit && root.getAttribute('data-over') !== 'yes'; i++) {
-            const buttons = [...document.querySelectorAll('button.pg-step:not([disabled])')];
-            if (!buttons.length) break;
-            x = (x * 1103515245 + 12345) % 2147483648;
-            buttons[x % buttons.length].click();
-        }
-        return [JSON.parse(root.getAttribute('data-path')), root.getAttribute('data-kind')];
-    }"""
     seen = set()
     for name in names:
         for variant in ("model fifo off", "model any on"):
@@ -337,7 +347,8 @@ def test_random_walks_end_where_the_checker_says(page, site, names):
             open_model(page, site, name, variant)
             for seed in range(4):
                 page.click("#pg-restart")
-                path, kind = page.evaluate(walk, [seed + 1, 80])
+                path, kinds = page.evaluate(RANDOM_WALK, [seed + 1, 80])
+                kind = kinds[-1][0] if kinds else page.locator(".pg-root").get_attribute("data-kind")
                 choices = [tuple(c) for c in path]
                 if kind == "starvation":  # a cycle closed by hand: only where the checker finds one
                     assert check(machine).verdict == "starvation", name
@@ -348,10 +359,7 @@ def test_random_walks_end_where_the_checker_says(page, site, names):
 
 
 def test_a_screenshot_of_a_playground_page_is_saved(page, site):
-    open_model(page, site, "one_cond_signal")
-    page.select_option("#pg-speed", "instant")
-    page.click("#pg-show")
-    sync_api.expect(page.locator(".pg-root")).to_have_attribute("data-over", "yes", timeout=WAIT_MS)
+    show_me_at_once(page, open_model(page, site, "one_cond_signal"))
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTIFACTS / "playground-one_cond_signal.png"
     page.screenshot(path=str(shot), full_page=True)
@@ -437,9 +445,7 @@ def test_show_me_leaves_no_step_to_click_during_its_first_delay(page, site):
 def test_undoing_a_shown_step_and_taking_it_again_is_not_finding_the_bug(page, site):
     root = open_model(page, site, "one_cond_signal")
     page.evaluate("localStorage.clear()")
-    page.select_option("#pg-speed", "instant")
-    page.click("#pg-show")
-    sync_api.expect(root).to_have_attribute("data-over", "yes", timeout=WAIT_MS)
+    show_me_at_once(page, root)
     last = json.loads(root.get_attribute("data-path"))[-1]
     names = page.evaluate("document.querySelector('.pg-root').playground.graph.threads.map(t => t.name)")
     page.click("#pg-undo")
@@ -456,9 +462,7 @@ def test_a_route_of_the_learners_own_after_show_me_is_found_by_hand(page, site):
     # trace's first step, a route of the learner's own (found by a search in the page) closes a starving cycle.
     root = open_model(page, site, "reader_preference_rwlock")
     page.evaluate("localStorage.clear()")
-    page.select_option("#pg-speed", "instant")
-    page.click("#pg-show")
-    sync_api.expect(root).to_have_attribute("data-over", "yes", timeout=WAIT_MS)
+    show_me_at_once(page, root)
     shown = json.loads(root.get_attribute("data-path"))
     for _ in range(len(shown) - 1):
         page.click("#pg-undo")
@@ -502,25 +506,13 @@ def test_the_pages_starvation_in_one_pass_agrees_with_the_checkers_rule(page, si
     # the same victim where it finds starvation, nothing where it does not.
     from safeprefetch._check.reverify import latest_starving_visit
 
-    walk = """([seed, limit]) => {
-        let x = seed;
-        const root = document.querySelector('.pg-root'), kinds = [];
-        for (let i = 0; i < limit && root.getAttribute('data-over') !== 'yes'; i++) {
-            const buttons = [...document.querySelectorAll('button.pg-step:not([disabled])')];
-            if (!buttons.length) break;
-            x = (x * 1103515245 + 12345) % 2147483648;
-            buttons[x % buttons.length].click();
-            kinds.push([root.getAttribute('data-kind'), document.querySelector('#pg-status').textContent]);
-        }
-        return [JSON.parse(root.getAttribute('data-path')), kinds];
-    }"""
     config = {} if variant is None else {"notify": variant.split()[1], "spurious": variant.split()[2]}
     machine = MODELS[name].compile(config)
     open_model(page, site, name, variant)
     starved = 0
     for seed in range(6):
         page.click("#pg-restart")
-        path, kinds = page.evaluate(walk, [seed + 1, 120])
+        path, kinds = page.evaluate(RANDOM_WALK, [seed + 1, 120])
         choices = [tuple(c) for c in path]
         states = [machine.init]
         for choice in choices:

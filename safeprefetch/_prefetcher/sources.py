@@ -315,14 +315,8 @@ def fill_into(fetch_into: Callable[[int, np.ndarray], Any], index: int, slot: np
 def _count_problem(count: int, slot: np.ndarray, before: Any) -> str | None:
     """What is wrong with ``count``, returned by a ``fetch_into`` as how much of ``slot`` it wrote; or None.
     ``before``: a 0-d slot's bytes before the call (bytes: a NaN is not equal to itself)."""
-    if slot.ndim == 0:
-        try:
-            if bool(count == slot[()]) or slot.tobytes() != before:
-                return None  # out holds that value (either reading is right), or the call wrote out: a count
-        except Exception:  # noqa: BLE001 - a value numpy cannot compare with an int is not that int
-            pass
-        return (f"fetch_into returned {count!r} where out holds {slot[()]!r}, as before the call: for a 0-d "
-                "batch write the value into out (out[...] = value) and return None")
+    if slot.ndim == 0:  # out holds that value (either reading is right), or the call wrote out: a count
+        return _scalar_problem(count, slot, before)
     if count in (slot.nbytes, slot.size, slot.shape[0]):
         return None
     return (f"fetch_into returned {count}, a count that is not out's whole ({slot.nbytes} bytes, {slot.size} "
@@ -331,17 +325,18 @@ def _count_problem(count: int, slot: np.ndarray, before: Any) -> str | None:
 
 
 def _scalar_problem(value: Any, slot: np.ndarray, before: bytes | None) -> str | None:
-    """What is wrong with ``value``, returned for the 0-d batch ``slot`` by a call that did not write it and
-    numpy reads only as an object; None when it is a status (not convertible to the batch's dtype, or equal
-    to what out holds, or the call wrote out)."""
+    """What is wrong with ``value`` (an int, or what numpy reads only as an object), returned for the 0-d batch
+    ``slot``; None when the call wrote out, or out holds that value, or it cannot be a batch (not convertible
+    to the batch's dtype: a status; an int that is not, say 300 for int8, is no status but not out's value)."""
     if slot.tobytes() != before:
         return None
     try:
         converted = np.asarray(value, dtype=slot.dtype)
         if converted.shape != () or bool(converted == slot[()]):
             return None
-    except Exception:  # noqa: BLE001 - not convertible to the batch's dtype: a status
-        return None
+    except Exception:  # noqa: BLE001 - not convertible to the batch's dtype
+        if not isinstance(value, int):
+            return None
     return (f"fetch_into returned {value!r} where out holds {slot[()]!r}, as before the call: for a 0-d batch "
             "write the value into out (out[...] = value) and return None")
 
