@@ -409,6 +409,10 @@ class ConsumerSide:
         with (gate if hold_gate(gate) else NO_GATE):
             if lease._released:
                 return
-            if not lease._private and not self.closed:
+            # Only the lease handed out last holds the run. An older one released late (its object kept by a
+            # finalizer after its weak reference died, when the next call already gave its batch back) would
+            # give back the batch of the lease held now.
+            ref = self.lease_out
+            if not lease._private and not self.closed and ref is not None and ref() is lease:
                 self._release_run()
             lease._released = True; lease._array = RELEASED_ARRAY  # noqa: E702

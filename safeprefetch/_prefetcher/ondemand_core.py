@@ -205,7 +205,7 @@ class OnDemandCore(ServeSide, CloseSide):
         self.counts.spec_fetches[w] += 1
         t0 = time.perf_counter()
         try:
-            return self._fill(box, index, k, speculative=True)
+            return self._fill(box, index, k)
         except BaseException as e:  # noqa: BLE001 - every error is delivered to the request for its index
             box.errors[k] = self._as_error(index, e)
             return Q.FETCH_ERROR
@@ -239,17 +239,16 @@ class OnDemandCore(ServeSide, CloseSide):
             return stop_iteration_error(self._where(index), e)
         return from_source(self._where(index), e)
 
-    def _fill(self, box: SourceBox, index: int, k: int, deadline: float | None = None,
-              speculative: bool = False) -> str:
+    def _fill(self, box: SourceBox, index: int, k: int, deadline: float | None = None) -> str:
         """Fill slot ``k`` with ``index``; ``deadline`` bounds the wait for a ``thread_safe=False`` source's lock
-        (a miss's, behind a worker's speculative call; SourceBusy when it passes). A speculative fetch closed
-        while it waited for that lock does not call the source: close() has returned, or given up on it."""
+        (a miss's, behind a worker's speculative call; SourceBusy when it passes). A fetch closed while it
+        waited for that lock, speculative or a miss's, does not call the source: close() has returned, or
+        given up on it, and a miss waiting with no deadline waited as long as the other call took."""
         if box.lock is not None:
-            stop = self._closing if speculative else None  # (a speculative fetch has no deadline)
-            with (box.lock if wait_gate(box.lock, deadline, deliver_deferred=False, stop=stop)
-                  else NOT_TAKEN if stop is not None else SOURCE_BUSY):
-                if speculative and self._closing():
-                    return Q.FETCH_OK  # discarded by the model when it lands, as in _spec_fetch
+            with (box.lock if wait_gate(box.lock, deadline, deliver_deferred=False, stop=self._closing)
+                  else NOT_TAKEN if self._closing() else SOURCE_BUSY):
+                if self._closing():
+                    return Q.FETCH_OK  # discarded by the model when it lands: closing frees the slot, either fetch's
                 return self._fill_unlocked(box, index, k)
         return self._fill_unlocked(box, index, k)
 

@@ -27,11 +27,9 @@ import array
 import itertools
 import math
 import os
-import pickle
 import sys
 import threading
 import time
-import traceback
 import weakref
 from typing import Any, Callable
 
@@ -39,7 +37,8 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from .args import check_batch_dtype
-from .errors import PrefetchTimeout, SourceErrorNotSent, from_source
+from .errors import PrefetchTimeout, from_source
+from .sending import must_travel, sendable
 from .waits import SOURCE_BUSY, Gate, new_gate, wait_event, wait_gate
 
 __all__ = ["EXECUTING", "FILLED", "LocalSlot", "SourceBox", "batch_problem", "check_future", "executing",
@@ -386,11 +385,12 @@ def remote_item(source: Any, index: int, shape: tuple[int, ...] | None, dtype: n
             if slot is not None and token[0] == os.getpid() and (slot.array is not None or shape is None):
                 return _remote_fill(source, index, slot.array)
             # Another process, or this one through an executor that pickles what it runs (the slot came empty):
-            # what it reads is its own.
-            return _remote_read(source, index, shape, dtype)
+            # what it reads is its own, and from another process it travels back with its dtype (sending.py).
+            item = _remote_read(source, index, shape, dtype)
+            return sendable(item) if token[0] != os.getpid() else item
         except BaseException as e:
             if token[0] != os.getpid():  # in an executor's process: what it raises travels back pickled
-                _must_travel(e)
+                must_travel(e)
             raise
     finally:
         if outer:
@@ -446,19 +446,6 @@ def _remote_fill(source: Any, index: int, slot: np.ndarray | None) -> Any:
         return item
     np.copyto(slot, item, casting="no")
     return FILLED
-
-
-def _must_travel(e: BaseException) -> None:
-    """Raise a :class:`SourceErrorNotSent` standing in for ``e`` if ``e`` would not survive the trip back
-    from an executor's process: one that pickles and does not unpickle (an ``__init__`` taking other
-    arguments than its ``args``) broke the caller's whole process pool (``BrokenProcessPool``)."""
-    try:
-        pickle.loads(pickle.dumps(e))
-    except Exception as why:  # noqa: BLE001 - whatever stops the round trip
-        text = "".join(traceback.format_exception(e))
-        raise SourceErrorNotSent(f"{type(e).__module__}.{type(e).__qualname__}: {e} (it cannot be sent back from "
-                                 f"the executor's process: {type(why).__name__}: {why}); its traceback there:\n"
-                                 f"{text}") from None
 
 
 class SourceBox:

@@ -1,0 +1,61 @@
+"""What travels back from an executor's process: a fetched batch with its dtype, a source's error that arrives.
+
+A process executor sends the fetch's result back pickled, at the pickle protocol ``multiprocessing`` uses
+(4 on CPython 3.11-3.13). At that protocol numpy pickles an array of a non-native byte order (``'>i4'`` on
+a little-endian machine) as the native dtype: the batch arrived as ``'<i4'``. It sized the pool with the
+wrong dtype, made every batch fail the dtype check when ``dtype='>i4'`` was given, and made ``NpyFiles``
+refuse a big-endian file as if the file were wrong. So a batch of such a dtype travels as its raw bytes, its
+dtype and its shape, and arrives as the same array (:func:`sendable`).
+
+A source's exception travels back pickled too: one that pickles and does not unpickle (an ``__init__`` taking
+other arguments than its ``args``) broke the caller's whole process pool (``BrokenProcessPool``), so it is
+replaced before it leaves by a :class:`SourceErrorNotSent` that says what it was (:func:`must_travel`).
+"""
+
+from __future__ import annotations
+
+import pickle
+import traceback
+from typing import Any
+
+import numpy as np
+
+from .errors import SourceErrorNotSent
+
+__all__ = ["must_travel", "sendable"]
+
+
+class _Bytes:
+    """A batch whose dtype pickle would not keep: unpickled, it is the array again (``_arrive``)."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+
+    def __reduce__(self) -> tuple:
+        a = self.array
+        return _arrive, (a.tobytes(order="C"), a.dtype, a.shape)
+
+
+def _arrive(data: bytes, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    return np.frombuffer(bytearray(data), dtype).reshape(shape)  # (a bytearray: the batch is writable)
+
+
+def sendable(item: Any) -> Any:
+    """``item`` as it must leave an executor's process to arrive as itself: an array of a non-native byte order
+    (an object dtype cannot be sent by its bytes, and keeps its dtype anyway) is wrapped."""
+    if type(item) is np.ndarray and not item.dtype.isnative and not item.dtype.hasobject:
+        return _Bytes(item)
+    return item
+
+
+def must_travel(e: BaseException) -> None:
+    """Raise a :class:`SourceErrorNotSent` standing in for ``e`` if ``e`` would not survive the trip back."""
+    try:
+        pickle.loads(pickle.dumps(e))
+    except Exception as why:  # noqa: BLE001 - whatever stops the round trip
+        text = "".join(traceback.format_exception(e))
+        raise SourceErrorNotSent(f"{type(e).__module__}.{type(e).__qualname__}: {e} (it cannot be sent back from "
+                                 f"the executor's process: {type(why).__name__}: {why}); its traceback there:\n"
+                                 f"{text}") from None
