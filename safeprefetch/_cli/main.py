@@ -44,7 +44,7 @@ from .._interleave import api as _code_commands
 from .._tools import spin as _spin_commands
 from .._tools import teach as _teach_commands
 from .._tools.cliargs import UsageError, parse_sets, read_json_file
-from .._tools.jsonout import emit_json, emitted, json_stdout
+from .._tools.jsonout import OutputError, emit_json, emitted, guarded_stdout, json_stdout
 from . import cluster as _cluster_args
 from . import live as _live_commands
 from . import tour as _tour_commands
@@ -162,6 +162,9 @@ def _cmd_check(args) -> int:
             raise UsageError("give a MODEL or --all, not both")
         if args.cluster is not None or args.swarm is not None:
             raise UsageError("--cluster and --swarm check one MODEL, not --all")
+        if args.strategy not in ("bfs", "dfs"):
+            raise UsageError(f"--all explores every model exhaustively (--strategy bfs or dfs), not by "
+                             f"{args.strategy!r}'s samples")
         return _check_all(args)
     if not args.model:
         raise UsageError("check needs a MODEL (or --all)")
@@ -291,7 +294,8 @@ def _check_all(args) -> int:
     for name, model in catalog().items():
         machine = model.compile({})
         r = check(machine, strategy=args.strategy, max_states=args.max_states, reduce=args.reduce,
-                  store=args.store, memory=_memory_arg(args.memory), engine=args.engine)
+                  store=args.store, memory=_memory_arg(args.memory), engine=args.engine,
+                  seed=args.seed if args.store == "bitstate" else None)
         from dataclasses import replace
         results.append(replace(r, expected=model.expected))
     # An ok the search did not finish is no verdict: it differs from a declared bug by being cut, not by
@@ -331,9 +335,9 @@ def _cmd_replay(args) -> int:
         overrides = {k: v for k, v in value["config"].items()}
     overrides.update(parse_sets(args.set or []))
     trace = Trace.from_json(value)
-    if not len(trace):
-        raise TraceError(f"trace {str(path)!r} has no steps: there is nothing to replay")
-    claim = saved_claim(value, len(trace))  # a saved check's verdict: the trace must show it again
+    # A saved check's verdict: the trace must show it again. A trace of no steps judges the first state (a
+    # model whose threads all block at once is a deadlock there: check's and play's saved trace is empty).
+    claim = saved_claim(value, len(trace))
     saved_by = value.get("model") if isinstance(value, dict) else None
     if isinstance(saved_by, str) and saved_by != model.name:
         raise TraceError(f"trace {str(path)!r} was saved by a check of model {saved_by!r}, not {model.name!r}")
@@ -430,15 +434,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args: Any = argparse.Namespace(command=None, json="--json" in given)  # (until parsed: a refused line's --json)
     before = emitted()
     try:
-        args = parser.parse_args(argv)
-        if args.command is None:
-            parser.print_help()
-            return 2
-        max_states = getattr(args, "max_states", None)
-        if max_states is not None and max_states < 1:
-            raise UsageError("--max-states must be at least 1")
-        with json_stdout(getattr(args, "json", False) is True):
-            return _refusing_os_exit(COMMANDS[args.command], args)
+        with guarded_stdout():
+            args = parser.parse_args(argv)
+            if args.command is None:
+                parser.print_help()
+                return 2
+            max_states = getattr(args, "max_states", None)
+            if max_states is not None and max_states < 1:
+                raise UsageError("--max-states must be at least 1")
+            with json_stdout(getattr(args, "json", False) is True):
+                return _refusing_os_exit(COMMANDS[args.command], args)
     except (UsageError, ModelError, TraceError, ReplayDivergence) as e:
         table = getattr(e, "table", None)  # a step that raised, a wrong symmetry: the schedule that got there
         return _failed(args, before, 2, f"error: {e}", table and f"the trace that reached it:\n{table}")
@@ -447,8 +452,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ProcessExit as e:  # os._exit where nothing reported it (a fork's child ends by the real one)
         return _failed(args, before, 2, f"error: {_whose(args)} called {exit_call(e)}: the process would have "
                        "ended there, with no verdict")
-    except BrokenPipeError:
-        return 0
+    except OutputError as e:  # (a reader that left is not one: the command goes on to its verdict)
+        return _failed(args, before, 2, f"error: {e}")
     except KeyboardInterrupt as e:
         # Inside the model's own code (a step that never returns, say): say where.
         where = _user_frame(e)

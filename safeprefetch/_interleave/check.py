@@ -44,6 +44,7 @@ from .._check.result import Trace, TraceStep, Violation
 from . import arguments
 from .arguments import whole
 from .explore import DFS, PCT, Nondeterministic, RandomWalk, Replay, Scripted, alt_text
+from .ops import may_outlive
 from .patching import MISSING, controlled, patched
 from .report import CodeCheckResult, StepDetail
 from .runner import run_once
@@ -83,7 +84,7 @@ class Interrupt:
 
     As CPython runs a signal handler or a GC finalizer between two bytecodes
     of whatever thread it interrupts, the explorer may run ``callback()`` on
-    a thread of ``threads`` (names; ``"*"`` for any), right before that thread
+    a thread of ``threads`` (names, each matching every thread given it; ``"*"`` for any), right before that thread
     performs its next synchronization operation, at most ``times`` times a
     run. Every such point is a scheduling choice, explored like the others.
     An exception the callback raises propagates into the interrupted code
@@ -124,8 +125,9 @@ class Interrupt:
     def applies(self, vt: VThread) -> bool:
         if self.threads == "*":
             return True
-        names = (self.threads,) if isinstance(self.threads, str) else self.threads
-        return vt.name in names
+        # A name matches each of several threads given it (told apart as ``name#2``...), as ``allow_alive``
+        # does: the second "worker" was never interrupted, and a Ctrl-C bug in it passed.
+        return may_outlive(vt.name, (self.threads,) if isinstance(self.threads, str) else self.threads)
 
 
 def settings_of(notify: str = "fifo", spurious: str = "off", lines: bool = False, lock_release: str = "owner",

@@ -280,8 +280,8 @@ class VCondition(Prim):
             lock = VRLock()
         elif not isinstance(lock, VLock):
             lock.acquire, lock.release  # noqa: B018 - no lock at all: CPython's AttributeError, as it reads them
-            raise TypeError(f"Condition({lock!r}): not a Lock or RLock created under the scheduler (create it in "
-                            "the test body, so it is a controlled lock; a Semaphore is not supported)")
+            raise TypeError(f"Condition({lock!r}): under the check a Condition takes a Lock or RLock made in the "
+                            "check itself, not an object wrapping one or a Semaphore (docs/interleavings.md)")
         self._lock = lock
         self._waiters: list[_Waiter] = []
         self.acquire = lock.acquire

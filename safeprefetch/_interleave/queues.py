@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import heapq
 import queue as _queue
-import sys
 from collections import deque
 from typing import Any
 
@@ -61,19 +60,27 @@ _REAL = {"queue": _queue.Queue, "lifo": _queue.LifoQueue, "priority": _queue.Pri
          "simple": _queue.SimpleQueue}
 
 
+#: The item types whose repr a trace shows: the interpreter's own, whose repr runs no code of the user's.
+_PLAIN = (int, float, complex, str, bytes, bool, type(None))
+
+
+def _item_text(x: Any) -> str:
+    t = type(x)
+    if t in _PLAIN or (t is tuple and len(x) <= 4 and all(type(v) in _PLAIN for v in x)):
+        return repr(x)
+    return f"<{t.__name__}>"
+
+
 def _short(items: Any) -> str:
+    """A queue's contents for a trace. An item's own repr is the user's code, and this runs inside the
+    scheduler's bookkeeping: one that raised, or took the item's own lock (a thread-safe object's repr),
+    crashed the check of a correct program (and with line mode on, a scheduling point in it broke the run).
+    So only the interpreter's plain values show as themselves; any other item shows as its type."""
     try:
         seq = list(items)
     except TypeError:
         return "?"
-    # The items' repr is the user's code, run inside the scheduler's bookkeeping: with line mode's tracer on, a
-    # scheduling point in it (a dataclass's generated __repr__, a hand-written one) broke the run.
-    tracer = sys.gettrace()
-    sys.settrace(None)
-    try:
-        text = [repr(x) for x in seq[:4]]
-    finally:
-        sys.settrace(tracer)
+    text = [_item_text(x) for x in seq[:4]]
     if len(seq) <= 4 and all(len(t) <= 12 for t in text):
         return "[" + ", ".join(text) + "]"
     return f"{len(seq)} items"

@@ -14,6 +14,7 @@ and the unwind of each thread by :data:`UNWIND_SECONDS`.
 
 from __future__ import annotations
 
+import concurrent.futures.thread as _pool
 import gc
 import os
 import sys
@@ -54,6 +55,7 @@ def run_once(fn: Callable[[], Any], controller: Any, settings: Settings, interru
         for vt in ex.threads[1:]:
             if vt.obj is not None:
                 retire(vt.obj)
+        _forget_pool_threads(ex)
         # The run's garbage goes now, on this uncontrolled thread, where its objects act as real ones: a
         # finalizer of this run must not fire inside the next one, at a point no schedule chose. The
         # collector is paused during a check (patching.py), so nothing was promoted past generation 1
@@ -62,6 +64,20 @@ def run_once(fn: Callable[[], Any], controller: Any, settings: Settings, interru
     if ex.controller_error is not None:
         raise ex.controller_error
     return ex
+
+
+def _forget_pool_threads(ex: Execution) -> None:
+    """Take this run's threads out of ``concurrent.futures``' table of pool threads (joined at exit).
+
+    Its keys are weak, but the value is the pool's work queue, here a drop-in that belongs to this run and
+    so holds it, threads and all: every run of a body that used a ``ThreadPoolExecutor`` stayed in memory,
+    and each later run and check was slower (30,000 runs: a one-thread check took 15 s instead of 0.02 s).
+    """
+    table = _pool._threads_queues  # type: ignore[attr-defined]
+    mine = {id(vt.obj) for vt in ex.threads if vt.obj is not None}
+    for thread in list(table):
+        if id(thread) in mine:
+            table.pop(thread, None)
 
 
 def _wait(ex: Execution, wall: float) -> None:

@@ -53,6 +53,7 @@ class Driving:
                 if self._state[self._pci[t]] == DONE:
                     return
                 branch: Any = None
+                at = self._state[self._pci[t]]
                 if rng is not None and self._schedule is None:
                     info = m.step_info(self._state, t)
                     if info.kind != "external" and len(info.branches) > 1:
@@ -74,3 +75,9 @@ class Driving:
                 self.step(t, branch)
             except NeverStarted:
                 return  # nobody spawned it, and the run is over: finished, as the model counts it
+            except ValueError:
+                # The branches were chosen for the step the thread was at; another thread's step (a notify)
+                # moved it on before this one began, and the step it is at has none of them: choose again.
+                # (Refused before anything happened: a name the step does not have is checked first.)
+                if branch is None or self._state[self._pci[t]] == at:
+                    raise

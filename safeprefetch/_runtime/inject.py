@@ -39,15 +39,30 @@ frame at its YIELD_VALUE), so its call event is not a point.
 
 A call's callee is known to be Python when the 'call' event of a new frame
 arrives from the calling frame before its next instruction; such a call is
-taken to be inlined (no check after it) unless the callee is ``__init__``,
-``__new__`` or ``__call__`` (reached through C, ``type.__call__``), whose
-return is followed by a check.
+taken to be inlined (no check after it) unless the frame is a generator's or
+a coroutine's (resumed by ``next`` or ``send``, through C), or the callee is
+``__init__``, ``__new__`` or ``__call__`` and the call site does not name it
+(reached through C, ``type.__call__``; ``Base.__init__(self)`` and
+``super().__init__()`` are straight calls), or a second frame is entered
+before the caller's next instruction (C calling back, as ``sorted(key=f)``
+does): those calls are followed by a check. The trace hook cannot see the
+callable itself, so two cases stay wrong: a Python function called through a
+C object that calls it once (``functools.partial(f)()``) is taken for
+inlined, and its point after the call is missed; and calling a generator
+function (which runs no frame the hook sees) is taken for a C call, with a
+point after it that no interrupt reaches.
+
+A point at the end of a ``try`` or ``with`` body (``boundary``) is performed
+at the end of the call, from a profile hook's ``c_return``, as the real
+check is; the next instruction's trace event is outside the handler, and an
+exception raised there skipped the ``finally`` or the ``with``'s exit.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dis
+import inspect
 import os
 import signal
 import sys
@@ -63,6 +78,10 @@ __all__ = ["InjectionOutcome", "InjectionPoint", "SigintUnavailable", "deliver_s
 
 _CALL_OPS = frozenset({"CALL", "CALL_FUNCTION_EX", "CALL_KW", "CALL_FUNCTION", "CALL_METHOD", "CALL_FUNCTION_KW"})
 _LOOP_OPS = frozenset({"JUMP_BACKWARD"})
+#: 3.11's conditional back-edges (the bottom test of ``while cond:``, a comprehension's ``if``): a check only
+#: when the jump is taken, so their point is seen on arriving at the jump's target from them.
+_COND_LOOP_OPS = frozenset({"POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_NONE",
+                            "POP_JUMP_BACKWARD_IF_NOT_NONE"})
 #: Whether opcode tracing needs ``sys.settrace`` called again to take effect (``_Tracer.global_trace``).
 _REINSTRUMENT = sys.version_info[:2] == (3, 12)
 #: Python callees reached through C: their return is followed by an eval-breaker check.
@@ -90,6 +109,9 @@ class InjectionPoint:
     #: end of the CALL) would reach; :func:`run_with_injection` raises it at the end of the CALL instead.
     call_offset: int = field(default=-1, compare=False)
     boundary: bool = field(default=False, compare=False)
+    #: Which code object of that name and line (two lambdas on one line, a comprehension pair): a digest of
+    #: its instructions' source positions, the same for the same code compiled again.
+    code_key: int = field(default=0, repr=False)
 
     def __str__(self) -> str:
         nth = f", #{self.occurrence}" if self.occurrence > 1 else ""
@@ -98,7 +120,8 @@ class InjectionPoint:
     def nth(self, k: int) -> "InjectionPoint":
         """The same place, reached for the k-th time."""
         return InjectionPoint(self.file, self.function, self.line, self.offset, self.kind, self.code,
-                              occurrence=k, call_offset=self.call_offset, boundary=self.boundary)
+                              occurrence=k, call_offset=self.call_offset, boundary=self.boundary,
+                              code_key=self.code_key)
 
 
 def package_files(*modules: Any) -> frozenset[str]:
@@ -144,6 +167,17 @@ def _lines(code: CodeType) -> dict[int, int]:
     return lines
 
 
+_keys_cache: dict[CodeType, int] = {}
+
+
+def _code_key(code: CodeType) -> int:
+    key = _keys_cache.get(code)
+    if key is None:
+        spots = tuple(-1 if v is None else v for pos in code.co_positions() for v in pos)  # (None: no hash by id)
+        key = _keys_cache[code] = hash((code.co_firstlineno, spots))
+    return key
+
+
 _handlers_cache: dict[CodeType, list[tuple[int, int, int]]] = {}
 
 
@@ -161,11 +195,48 @@ def _handler(code: CodeType, offset: int) -> int:
 
 
 class _FrameState:
-    __slots__ = ("prev", "python_callee")
+    __slots__ = ("prev", "python_callee", "entered")
 
     def __init__(self) -> None:
         self.prev = -1               # offset of the previous instruction traced in this frame
         self.python_callee = False   # the previous instruction (a CALL) entered a Python function inline
+        self.entered = False         # ... entered a Python frame at all (a second one: C calls back)
+
+
+#: Code resumed, never started, by a call: a generator's or a coroutine's (``next``, ``send``: through C).
+_RESUMED = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+
+
+def _inlined(caller: CodeType, call: int, callee: CodeType) -> bool:
+    """Whether the CALL at ``call`` in ``caller`` entered ``callee`` as an inlined Python call (no check after
+    it), judged from what the tracer can see: a generator's frame is resumed through C; ``__init__``,
+    ``__new__`` and ``__call__`` are reached through C (``type.__call__``) unless the call site names them
+    (``Base.__init__(self)``, ``super().__init__()``: a Python function called straight)."""
+    if callee.co_flags & _RESUMED:
+        return False
+    if callee.co_name not in _THROUGH_C:
+        return True
+    return _names_at_call(caller, call, callee.co_name)
+
+
+_named_cache: dict[tuple[CodeType, int, str], bool] = {}
+
+
+def _names_at_call(code: CodeType, call: int, name: str) -> bool:
+    """Whether the call at ``call`` loads attribute ``name`` after the previous call, as its callee."""
+    key = (code, call, name)
+    found = _named_cache.get(key)
+    if found is None:
+        found = False
+        for ins in dis.get_instructions(code):
+            if ins.offset >= call:
+                break
+            if ins.opname in _CALL_OPS:
+                found = False  # an earlier call's: the attribute must be loaded after it
+            elif ins.opname in ("LOAD_METHOD", "LOAD_ATTR") and ins.argval == name:
+                found = True
+        _named_cache[key] = found
+    return found
 
 
 class _Tracer:
@@ -195,7 +266,7 @@ class _Tracer:
         line = _lines(code).get(offset, code.co_firstlineno) if offset >= 0 else code.co_firstlineno
         boundary = call >= 0 and _handler(code, call) != _handler(code, offset)
         return InjectionPoint(code.co_filename, code.co_qualname, line, offset, kind, code, call_offset=call,
-                              boundary=boundary)
+                              boundary=boundary, code_key=_code_key(code))
 
     def global_trace(self, frame: FrameType, event: str, arg: Any) -> Any:
         if event != "call":
@@ -204,7 +275,10 @@ class _Tracer:
         if caller is not None:
             st = self.states.get(caller)
             if st is not None and st.prev >= 0 and _ops(caller.f_code).get(st.prev) in _CALL_OPS:
-                st.python_callee = frame.f_code.co_name not in _THROUGH_C
+                # A second frame entered by one CALL is C calling back (``sorted(key=f)``, ``map``): the
+                # CALL was to C, and C's return is followed by a check.
+                st.python_callee = not st.entered and _inlined(caller.f_code, st.prev, frame.f_code)
+                st.entered = True
         if not self._target(frame.f_code):
             return None
         frame.f_trace_opcodes = True
@@ -234,12 +308,14 @@ class _Tracer:
                 self.visit(frame, self._point(frame, off, "after call", prev))
             if ops.get(off) in _LOOP_OPS:
                 self.visit(frame, self._point(frame, off, "loop"))
-            st.prev, st.python_callee = off, False
+            elif prev >= 0 and off <= prev and ops.get(prev) in _COND_LOOP_OPS:
+                self.visit(frame, self._point(frame, prev, "loop"))
+            st.prev, st.python_callee, st.entered = off, False, False
         elif event in ("return", "exception"):
             if event == "return":
                 self.states.pop(frame, None)
             else:
-                st.prev, st.python_callee = -1, False
+                st.prev, st.python_callee, st.entered = -1, False, False
         return self.local_trace
 
 
@@ -411,9 +487,25 @@ def run_with_injection(action: Callable[[], Any] | None, point: InjectionPoint, 
     hits = [0]
     target = point.nth(1)
 
-    def visit(frame: FrameType, p: InjectionPoint) -> None:
+    # A point at the end of a ``try`` or ``with`` body (``boundary``): the trace hook's next event is the next
+    # instruction's, outside the handler, where raising skipped the ``finally`` or the ``with``'s exit that a
+    # real interrupt, raised at the end of the CALL, runs. A profile hook's ``c_return`` is at the end of that
+    # CALL: an exception raised there is the call's, as the real one is. (A Python callee reached through C,
+    # ``__init__``, sends none: the trace hook's event stays its point.)
+    at_return: dict[FrameType, int] = {}
+
+    def returned(frame: FrameType, event: str, arg: Any) -> None:
+        if event == "c_return" and frame.f_code is target.code and frame.f_lasti == target.call_offset:
+            nxt = _next_offset(frame.f_code, target.call_offset)
+            at_return[frame] = nxt
+            if nxt == target.offset:
+                visit(frame, target, returning=True)
+
+    def visit(frame: FrameType, p: InjectionPoint, returning: bool = False) -> None:
         if fired.is_set() or p != target:
             return
+        if not returning and target.boundary and at_return.pop(frame, None) == target.offset:
+            return  # counted (and performed, if it was its turn) at the call's return
         if thread_filter is not None and not thread_filter(threading.current_thread()):
             return
         with lock:
@@ -432,9 +524,34 @@ def run_with_injection(action: Callable[[], Any] | None, point: InjectionPoint, 
         except BaseException as e:  # noqa: BLE001 - handed to the caller
             outcome.result, outcome.raised = e, True
 
-    if prepare is not None:
-        _run_traced(lambda: None, _Tracer(files, visit), threads, lambda: (lambda act=prepare(): run(act)))
-    else:
-        _run_traced(lambda: run(action), _Tracer(files, visit), threads)  # type: ignore[arg-type]
+    profiled = target.kind == "after call" and target.boundary
+    with _profiling(returned if profiled else None, threads):
+        if prepare is not None:
+            _run_traced(lambda: None, _Tracer(files, visit), threads, lambda: (lambda act=prepare(): run(act)))
+        else:
+            _run_traced(lambda: run(action), _Tracer(files, visit), threads)  # type: ignore[arg-type]
     outcome.fired = fired.is_set()
     return outcome
+
+
+def _next_offset(code: CodeType, offset: int) -> int:
+    """The offset of the instruction after the one at ``offset`` (past its inline caches)."""
+    later = [o for o in _ops(code) if o > offset]
+    return min(later) if later else -1
+
+
+@contextlib.contextmanager
+def _profiling(hook: Callable[[FrameType, str, Any], None] | None, threads: bool) -> Iterator[None]:
+    if hook is None:
+        yield
+        return
+    old = sys.getprofile()
+    if threads:
+        threading.setprofile(hook)  # type: ignore[arg-type]
+    sys.setprofile(hook)  # type: ignore[arg-type]
+    try:
+        yield
+    finally:
+        sys.setprofile(old)
+        if threads:
+            threading.setprofile(None)  # type: ignore[arg-type]

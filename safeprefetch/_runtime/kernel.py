@@ -149,6 +149,7 @@ class Runtime(Driving):
         for tok in self._tokens:
             tok.acquire()
         self._parked = [False] * n          # blocked in _park, no wakeup given yet
+        self._sleeping = [False] * n        # in _park's wait, the lock let go: a handler there must not drive it
         self._nparked = 0                   # how many are
         self._want: list[str | None] = [None] * n  # the branch a parked thread waits for
         self._timed = [False] * n                  # whether it waits with a deadline (then it is not stuck)
@@ -364,7 +365,7 @@ class Runtime(Driving):
                 if (writes is not None and pc == self._parked_pc[u] and e.reads is not None
                         and self._schedule is None and e.reads.isdisjoint(writes)):
                     continue
-                if not self._enabled(u, e, self._want[u]):
+                if not self._enabled(u, e, self._still_wanted(u, self._want[u])):
                     continue
             # One line: unmarked and counted as running in the same breath as its token
             # is given (the deadlock detector must not see it parked once woken).
@@ -402,10 +403,10 @@ class Runtime(Driving):
             tok.acquire(False); self._parked[t] = True; self._nparked += 1; self._want[t] = branch; self._timed[t] = deadline is not None; self._parked_pc[t] = self._state[self._pci[t]]  # noqa: E702,E501
             detect(self)
             remaining = None if deadline is None else deadline - time.monotonic()
-            lock.release(); got = _wait(tok, remaining); lock.acquire(); self._nparked -= self._parked[t]; self._parked[t] = False  # noqa: E702,E501
+            self._sleeping[t] = True; lock.release(); got = _wait(tok, remaining); lock.acquire(); self._nparked -= self._parked[t]; self._parked[t] = self._sleeping[t] = False  # noqa: E702,E501
         except BaseException:
             retake(lock)
-            self._nparked -= self._parked[t]; self._parked[t] = False  # noqa: E702
+            self._nparked -= self._parked[t]; self._parked[t] = self._sleeping[t] = False  # noqa: E702
             raise
         if self._failure is not None:
             raise self._failure
@@ -432,6 +433,7 @@ class Runtime(Driving):
                         self._apply(t, e, r[0], r[1])
                         return
                     self._park(t, branch, deadline)
+                    branch = self._still_wanted(t, branch)
                     continue
             # The common case (no forced order; any branch, or one of the step's own) calls the
             # step's fire directly.
@@ -446,17 +448,35 @@ class Runtime(Driving):
                 self._apply(t, e, b, nxt)
                 return
             self._park(t, branch, deadline)
+            branch = self._still_wanted(t, branch)
+
+    def _still_wanted(self, t: int, branch: Any) -> Any:
+        """The branch a woken thread still waits for: a tuple of its step's branches is an order of preference
+        among that step's own, and when another thread's step moved it on while it slept (a notify moves a
+        waiter to its reacquire) the step it is at has none of those names: it takes any of its branches.
+        (Kept, the wake-up tests found none enabled and the thread was failed as ``blocked_branch``.)"""
+        if type(branch) is tuple and self._state[self._pci[t]] != self._parked_pc[t]:
+            return None
+        return branch
 
     def _thread_index(self, t: Any) -> int:
         if isinstance(t, bool) or not hasattr(t, "__index__") or not 0 <= t.__index__() < self._n:
             raise ValueError(f"{t!r} is not a thread of {self.machine.name} (an int, 0..{self._n - 1})")
         return t.__index__()
 
-    def _reentered(self) -> None:
+    def _reentered(self, t: int) -> None:
+        if self._lock._is_owned():
+            raise RuntimeError(
+                f"{self.machine.name}: re-entrant call into the live runtime from a thread already inside a step "
+                "(a signal handler or a finalizer interrupted it); such code must not take steps -- record a "
+                "request instead")
+        # Its driver sleeps in the kernel: this is a handler that interrupted that sleep (the wait is where
+        # handlers run), or a second OS thread driving it. Taking the step would take the one wakeup its
+        # driver waits for, which then never returned.
         raise RuntimeError(
-            f"{self.machine.name}: re-entrant call into the live runtime from a thread already inside a step "
-            "(a signal handler or a finalizer interrupted it); such code must not take steps -- record a "
-            "request instead")
+            f"{self.machine.name}: {self.machine.thread_names[t]} is waiting inside a step already (a signal "
+            "handler or a finalizer interrupted that wait, or another OS thread drives it); a thread is driven "
+            "by one caller at a time -- record a request instead")
 
     @protected
     def step(self, t: int, branch: str | None = None, timeout: float | None = None, *, chain: bool = False,
@@ -483,8 +503,8 @@ class Runtime(Driving):
             t = self._thread_index(t)
         deadline = None if timeout is None or timeout == _INF else time.monotonic() + seconds(timeout)
         lock = self._lock
-        if lock._is_owned():
-            self._reentered()
+        if lock._is_owned() or self._sleeping[t]:
+            self._reentered(t)
         try:
             with lock:
                 e = self._begin(t)  # the step's kind, fire and footprint, prepared once

@@ -84,10 +84,14 @@ def explain(model: type[Model], overrides: Mapping[str, Any] | None = None, *, d
     machine = model.compile(overrides)
     result = check(machine)
     default = machine.config == model.configure({})
-    reference = model.expected == "ok"
+    # A model that declares no verdict (a user's) inherits the base class's "ok": it is judged by what the
+    # checker found, not called a reference design that "declares 'ok'" while the checker finds a deadlock.
+    declared = any("expected" in vars(c) for c in model.__mro__ if c is not Model)
+    reference = model.expected == "ok" if declared else result.ok
     out: list[str] = []
     kind = "reference design" if reference else "broken model"
-    out.append(f"{doc.name}: {kind} (expected verdict: {model.expected})")
+    out.append(f"{doc.name}: {kind} " + (f"(expected verdict: {model.expected})" if declared
+                                         else f"(it declares no expected verdict; the checker says {result.verdict})"))
     out.append("")
     out.append("The design" if reference else "The bug")
     out.append(reflow(sentence(doc.summary)))
@@ -96,10 +100,10 @@ def explain(model: type[Model], overrides: Mapping[str, Any] | None = None, *, d
     out += ["", "Checked", f"  config: {config_text(machine.config)}"
             + ("" if default else " (not the model's default)")]
     out.append(f"  verdict: {_result_line(result)}")
-    if result.verdict != model.expected:
+    if declared and result.verdict != model.expected:
         out.append(f"  NOTE: the model declares {model.expected!r}; the checker says {result.verdict!r}"
                    + ("" if default else " at this configuration"))
-    if doc.expected_detail:
+    if doc.expected_detail and declared:
         # The story is told of the declared verdict: under another one it must not read as what was found.
         told = "" if result.verdict == model.expected else f"At its declared configuration ({model.expected}): "
         out += ["", reflow(told + doc.expected_detail)]

@@ -6,6 +6,13 @@ the document: a pipeline reading it got invalid JSON with exit status 0. While s
 :func:`json_stdout` sends ``sys.stdout`` and descriptor 1 to standard error, and :func:`emit_json` writes
 the document to where standard output was. Human output (tables, traces) is not redirected: a model's
 prints there are the user's own business, in order.
+
+A command's exit code is its verdict, and a reader that stops reading does not change it:
+:func:`guarded_stdout` keeps ``check M | head`` (or ``| grep -q``) exiting 1 for a violation. A write to
+a pipe whose reader has left sends the rest of the output to ``/dev/null`` and the command goes on to its
+verdict; it used to end the command with status 0, a pass under ``set -o pipefail`` for a search that
+found a deadlock. Any other failure to write (a full disk) is an :class:`OutputError`, reported as such
+(it was "the model raised OSError").
 """
 
 from __future__ import annotations
@@ -16,13 +23,67 @@ import os
 import sys
 from typing import Any, Iterator, TextIO
 
-__all__ = ["emit_json", "emitted", "json_stdout"]
+__all__ = ["OutputError", "emit_json", "emitted", "guarded_stdout", "json_stdout"]
 
 #: Where :func:`emit_json` writes while :func:`json_stdout` is in force (None: ``sys.stdout``).
 _document: TextIO | None = None
 
 #: How many documents :func:`emit_json` has written in this process.
 _emitted = 0
+
+
+class OutputError(Exception):
+    """Standard output could not be written, for another reason than a reader that left (a full disk)."""
+
+
+class _Guarded:
+    """A text stream whose writes survive a reader that left, and say so when they fail otherwise."""
+
+    def __init__(self, stream: TextIO):
+        self._stream = stream
+
+    def _failed(self, e: OSError) -> None:
+        # What is still to be written goes nowhere, and so does the buffer's flush at exit (which would print
+        # "Exception ignored" and end the process with status 120, whatever the verdict).
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        if not isinstance(e, BrokenPipeError):  # (the reader left: the command goes on to its verdict)
+            raise OutputError(f"cannot write standard output: {e}") from None
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as e:
+            self._failed(e)
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as e:
+            self._failed(e)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def guarded_stdout() -> Iterator[None]:
+    """While in force, ``sys.stdout`` (and :func:`emit_json`'s document) survive a reader that left."""
+    out = sys.stdout
+    if out is None or isinstance(out, _Guarded):
+        yield
+        return
+    guarded = sys.stdout = _Guarded(out)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        try:
+            guarded.flush()  # (here, not at exit: a failure to write is the command's)
+        finally:
+            sys.stdout = out
 
 
 def emitted() -> int:
@@ -60,6 +121,8 @@ def json_stdout(active: bool) -> Iterator[None]:
             saved = None
     if saved is not None:
         _document = os.fdopen(saved, "w", encoding=out.encoding, errors=getattr(out, "errors", None), closefd=False)
+        if isinstance(out, _Guarded):
+            _document = _Guarded(_document)  # type: ignore[assignment]
     else:
         _document = out
     sys.stdout = sys.stderr
