@@ -39,7 +39,7 @@ import numpy as np
 from .._dsl.model import Machine, ModelError
 from .budget import format_bytes, resident_bytes
 from .explorer import DEFAULT_MAX_STATES, Explorer
-from .fingerprint import stable_fingerprinter
+from .fingerprint import fingerprinter, stable_digest
 from .liveness import STARVATION_CAPPED, bounded_starvation
 from .result import CheckResult
 from .verdict import terminal
@@ -126,7 +126,7 @@ class BitstateExplorer(Explorer):
             raise ModelError("bitstate hashes must be between 1 and 8")
         self.bits_log2, self.hashes = bits_log2, hashes
         try:
-            self.known = _Bits(bits_log2, hashes, seed, stable_fingerprinter(machine.init))
+            self.known = _Bits(bits_log2, hashes, seed, fingerprinter(machine.init, stable_digest))
         except MemoryError:
             raise ModelError(f"cannot allocate a bitstate array of 2**{bits_log2} bits "
                              f"({format_bytes((1 << bits_log2) / 8)}): choose a smaller one") from None

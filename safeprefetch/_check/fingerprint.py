@@ -63,7 +63,7 @@ _dumps = marshal.dumps
 _blake2b = hashlib.blake2b
 
 __all__ = ["FingerprintTable", "Frontier", "collision_probability", "fingerprint", "fingerprinter",
-           "stable_fingerprint", "stable_fingerprinter"]
+           "stable_digest", "stable_fingerprint", "stable_fingerprinter"]
 
 _MASK = (1 << 64) - 1
 #: Fibonacci hashing multiplier: spreads fingerprints that differ in low bits over the table.
@@ -86,7 +86,7 @@ def fingerprint(state: tuple) -> int:
     return (hash(_dumps(state, 2)) & _MASK) or 1
 
 
-def _interning(width: int) -> Callable[[tuple], int]:
+def _interning(width: int, digest: Callable[[bytes], int] = hash) -> Callable[[tuple], int]:
     """The exact encoding for states holding values marshal refuses: such a field is replaced by an id.
 
     Each top-level field marshal refuses is replaced by a small id from that
@@ -116,21 +116,22 @@ def _interning(width: int) -> Callable[[tuple], int]:
                     n = ids[v] = len(ids)
                 out[i] = n
                 mask |= 1 << i
-        return (hash(b"\x01" + _dumps((mask, tuple(out)), 2)) & _MASK) or 1
+        return (digest(b"\x01" + _dumps((mask, tuple(out)), 2)) & _MASK) or 1
     return interned
 
 
-def _marshal_first(slow: Callable[[tuple], int]) -> Callable[[tuple], int]:
+def _marshal_first(slow: Callable[[tuple], int], digest: Callable[[bytes], int] = hash) -> Callable[[tuple], int]:
     def fp(state: tuple) -> int:
         try:
-            return (hash(_dumps(state, 2)) & _MASK) or 1
+            return (digest(_dumps(state, 2)) & _MASK) or 1
         except ValueError:
             return slow(state)
-    fp.marshal_first = True  # type: ignore[attr-defined]  # lets a batch inline the fast path
+    fp.marshal_first = digest is hash  # type: ignore[attr-defined]  # lets a batch inline the fast path
     return fp
 
 
-def _by_field_ids(positions: tuple[int, ...], slow: Callable[[tuple], int]) -> Callable[[tuple], int]:
+def _by_field_ids(positions: tuple[int, ...], slow: Callable[[tuple], int],
+                  digest: Callable[[bytes], int] = hash) -> Callable[[tuple], int]:
     """Marshal bytes with the values at ``positions`` replaced by small ids, one per distinct value.
 
     For states whose unmarshalable values sit in a few top-level fields, as
@@ -143,7 +144,7 @@ def _by_field_ids(positions: tuple[int, ...], slow: Callable[[tuple], int]) -> C
     in any other field goes, always, to the exact slow encoding
     (:func:`_interning`), whose bytes never equal these.
     """
-    names = {"dumps": _dumps, "slow": slow, "MASK": _MASK}
+    names = {"dumps": _dumps, "slow": slow, "MASK": _MASK, "hash": digest}
     lines = ["def fp(state):"]
     parts = []
     start = 0
@@ -166,7 +167,7 @@ def _by_field_ids(positions: tuple[int, ...], slow: Callable[[tuple], int]) -> C
     return names["fp"]
 
 
-def fingerprinter(sample: tuple) -> Callable[[tuple], int]:
+def fingerprinter(sample: tuple, digest: Callable[[bytes], int] = hash) -> Callable[[tuple], int]:
     """A fresh fingerprint function for one search whose states look like ``sample`` (its root).
 
     Plain marshal bytes when ``sample`` marshals. Otherwise marshal with the
@@ -175,7 +176,11 @@ def fingerprinter(sample: tuple) -> Callable[[tuple], int]:
     (:func:`_interning`). Each is a function of the state's value alone, so
     one search never gives one state two fingerprints, and two unequal states
     share one only by a 64-bit hash collision. The id tables belong to the
-    function: use one function for one search.
+    function: use one function for one search. ``digest`` hashes the bytes:
+    Python's ``hash`` (keyed per process), or :func:`stable_digest` where
+    one search must store the same fingerprints in every process (bitstate's
+    ``--seed``; the ids are given in the order states are met, which one
+    search's order fixes).
 
     Equal values of different types (``True`` and ``1``, ``1`` and ``1.0``,
     ``0.0`` and ``-0.0``, a named int and its plain value) marshal
@@ -194,12 +199,12 @@ def fingerprinter(sample: tuple) -> Callable[[tuple], int]:
     odd = _has_odd_numbers(sample)
     if odd:
         sample = _canonical(sample)
-    slow = _interning(len(sample))
+    slow = _interning(len(sample), digest)
     refused = _refused_fields(sample)
     if refused is None:
-        fp = _marshal_first(slow)
+        fp = _marshal_first(slow, digest)
     elif 0 < len(refused) <= 4:
-        fp = _by_field_ids(refused, slow)
+        fp = _by_field_ids(refused, slow, digest)
     else:
         fp = slow
     if not odd:
@@ -441,6 +446,10 @@ def stable_fingerprint(state: tuple) -> int:
 
 def _digest(data: bytes) -> int:
     return int.from_bytes(_blake2b(data, digest_size=8).digest(), "little") or 1
+
+
+#: BLAKE2b's 8-byte digest of some bytes, as an int: the same in every process.
+stable_digest = _digest
 
 
 def _stable_canonical(state: tuple) -> int:

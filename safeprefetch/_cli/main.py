@@ -335,9 +335,11 @@ def _cmd_replay(args) -> int:
         overrides = {k: v for k, v in value["config"].items()}
     overrides.update(parse_sets(args.set or []))
     trace = Trace.from_json(value)
-    # A saved check's verdict: the trace must show it again. A trace of no steps judges the first state (a
-    # model whose threads all block at once is a deadlock there: check's and play's saved trace is empty).
-    claim = saved_claim(value, len(trace))
+    claim = saved_claim(value, len(trace))  # a saved check's verdict: the trace must show it again
+    # A trace of no steps that check or play saved (a model whose threads all block at once is a deadlock in its
+    # first state) judges that state; a bare empty list is a mistake, not a success.
+    if not len(trace) and not (isinstance(value, dict) and isinstance(value.get("model"), str)):
+        raise TraceError(f"trace {str(path)!r} has no steps: there is nothing to replay")
     saved_by = value.get("model") if isinstance(value, dict) else None
     if isinstance(saved_by, str) and saved_by != model.name:
         raise TraceError(f"trace {str(path)!r} was saved by a check of model {saved_by!r}, not {model.name!r}")

@@ -411,8 +411,10 @@ class ConsumerSide:
                 return
             # Only the lease handed out last holds the run. An older one released late (its object kept by a
             # finalizer after its weak reference died, when the next call already gave its batch back) would
-            # give back the batch of the lease held now.
+            # give back the batch of the lease held now. The last one's reference is dead too while a cycle
+            # holding it is finalized (references are cleared first): no lease alive holds the run then.
             ref = self.lease_out
-            if not lease._private and not self.closed and ref is not None and ref() is lease:
+            held = ref() if ref is not None else self  # (self: no lease handed out since holds a run)
+            if not lease._private and not self.closed and (held is lease or held is None):
                 self._release_run()
             lease._released = True; lease._array = RELEASED_ARRAY  # noqa: E702

@@ -24,6 +24,8 @@ from .errors import SourceErrorNotSent
 
 __all__ = ["must_travel", "sendable"]
 
+_PLAIN_ARRAYS = (np.ndarray, np.memmap)
+
 
 class _Bytes:
     """A batch whose dtype pickle would not keep: unpickled, it is the array again (``_arrive``)."""
@@ -44,8 +46,10 @@ def _arrive(data: bytes, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
 
 def sendable(item: Any) -> Any:
     """``item`` as it must leave an executor's process to arrive as itself: an array of a non-native byte order
-    (an object dtype cannot be sent by its bytes, and keeps its dtype anyway) is wrapped."""
-    if type(item) is np.ndarray and not item.dtype.isnative and not item.dtype.hasobject:
+    (an object dtype cannot be sent by its bytes, and keeps its dtype anyway) is wrapped. So is a memory-mapped
+    one (``np.load(path, mmap_mode="r")[i]``), whose bytes are the batch; any other subclass travels as it is,
+    for the worker to judge (a masked array's mask is not in its bytes)."""
+    if type(item) in _PLAIN_ARRAYS and not item.dtype.isnative and not item.dtype.hasobject:
         return _Bytes(item)
     return item
 

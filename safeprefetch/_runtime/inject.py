@@ -55,7 +55,10 @@ point after it that no interrupt reaches.
 A point at the end of a ``try`` or ``with`` body (``boundary``) is performed
 at the end of the call, from a profile hook's ``c_return``, as the real
 check is; the next instruction's trace event is outside the handler, and an
-exception raised there skipped the ``finally`` or the ``with``'s exit.
+exception raised there skipped the ``finally`` or the ``with``'s exit. On
+3.11 only: from 3.12 on an exception raised from the profile hook turns the
+code's opcode events off for good, so there the point is still raised at the
+next instruction (a ``finally`` or exit skipped that a real Ctrl-C runs).
 """
 
 from __future__ import annotations
@@ -84,6 +87,11 @@ _COND_LOOP_OPS = frozenset({"POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_F
                             "POP_JUMP_BACKWARD_IF_NOT_NONE"})
 #: Whether opcode tracing needs ``sys.settrace`` called again to take effect (``_Tracer.global_trace``).
 _REINSTRUMENT = sys.version_info[:2] == (3, 12)
+#: Whether a boundary point is performed from a profile hook's ``c_return`` (``run_with_injection``). From 3.12
+#: on, legacy profile and trace hooks run on ``sys.monitoring``, and an exception raised from the profile hook
+#: left the code object without opcode events for every later trace (a second ``record_points`` saw only the
+#: entry): there a boundary point is still raised at the next instruction.
+_PROFILED_BOUNDARY = sys.version_info < (3, 12)
 #: Python callees reached through C: their return is followed by an eval-breaker check.
 _THROUGH_C = frozenset({"__init__", "__new__", "__call__"})
 
@@ -106,7 +114,8 @@ class InjectionPoint:
     #: For "after call": the CALL's offset, and whether the CALL and the next instruction are covered by
     #: different exception handlers (the end of a ``try`` or ``with`` body). There an exception raised by
     #: the trace hook before the next instruction would escape the handler the real one (raised at the
-    #: end of the CALL) would reach; :func:`run_with_injection` raises it at the end of the CALL instead.
+    #: end of the CALL) would reach; :func:`run_with_injection` raises it at the end of the CALL instead
+    #: (on 3.11; see the module's last paragraph).
     call_offset: int = field(default=-1, compare=False)
     boundary: bool = field(default=False, compare=False)
     #: Which code object of that name and line (two lambdas on one line, a comprehension pair): a digest of
@@ -233,7 +242,7 @@ def _names_at_call(code: CodeType, call: int, name: str) -> bool:
                 break
             if ins.opname in _CALL_OPS:
                 found = False  # an earlier call's: the attribute must be loaded after it
-            elif ins.opname in ("LOAD_METHOD", "LOAD_ATTR") and ins.argval == name:
+            elif ins.opname in ("LOAD_METHOD", "LOAD_ATTR", "LOAD_SUPER_ATTR") and ins.argval == name:
                 found = True
         _named_cache[key] = found
     return found
@@ -493,8 +502,11 @@ def run_with_injection(action: Callable[[], Any] | None, point: InjectionPoint, 
     # CALL: an exception raised there is the call's, as the real one is. (A Python callee reached through C,
     # ``__init__``, sends none: the trace hook's event stays its point.)
     at_return: dict[FrameType, int] = {}
+    over = [False]  # (a thread started in the run keeps the hook for life: it does nothing after)
 
     def returned(frame: FrameType, event: str, arg: Any) -> None:
+        if over[0]:
+            return
         if event == "c_return" and frame.f_code is target.code and frame.f_lasti == target.call_offset:
             nxt = _next_offset(frame.f_code, target.call_offset)
             at_return[frame] = nxt
@@ -524,12 +536,17 @@ def run_with_injection(action: Callable[[], Any] | None, point: InjectionPoint, 
         except BaseException as e:  # noqa: BLE001 - handed to the caller
             outcome.result, outcome.raised = e, True
 
-    profiled = target.kind == "after call" and target.boundary
-    with _profiling(returned if profiled else None, threads):
-        if prepare is not None:
-            _run_traced(lambda: None, _Tracer(files, visit), threads, lambda: (lambda act=prepare(): run(act)))
-        else:
-            _run_traced(lambda: run(action), _Tracer(files, visit), threads)  # type: ignore[arg-type]
+    # (Not under a profiler already in place, cProfile's say: it could not be put back from Python.)
+    profiled = (_PROFILED_BOUNDARY and target.kind == "after call" and target.boundary and sys.getprofile() is None
+                and not (threads and threading.getprofile() is not None))
+    try:
+        with _profiling(returned if profiled else None, threads):
+            if prepare is not None:
+                _run_traced(lambda: None, _Tracer(files, visit), threads, lambda: (lambda act=prepare(): run(act)))
+            else:
+                _run_traced(lambda: run(action), _Tracer(files, visit), threads)  # type: ignore[arg-type]
+    finally:
+        over[0] = True
     outcome.fired = fired.is_set()
     return outcome
 
@@ -545,13 +562,12 @@ def _profiling(hook: Callable[[FrameType, str, Any], None] | None, threads: bool
     if hook is None:
         yield
         return
-    old = sys.getprofile()
     if threads:
         threading.setprofile(hook)  # type: ignore[arg-type]
     sys.setprofile(hook)  # type: ignore[arg-type]
     try:
         yield
     finally:
-        sys.setprofile(old)
+        sys.setprofile(None)  # (none was in place: see run_with_injection)
         if threads:
             threading.setprofile(None)  # type: ignore[arg-type]
