@@ -723,6 +723,11 @@ def body_direct_init(o):
 
 def body_class():
     return Base()
+
+
+def with_item(x):
+    with lock:
+        return Base()
 '''
 
 
@@ -940,3 +945,22 @@ def test_an_interrupt_for_worker_leaves_a_thread_its_code_named_worker_2_alone()
 
     r = il.check(_two_workers("worker#2"), interrupts=(il.Interrupt(_interrupt_me, threads="worker", when="both"),))
     assert r.verdict == "ok" and r.exhaustive
+
+
+@pytest.mark.skipif(__import__("sys").version_info >= (3, 12),
+                    reason="the profile hook that performs a boundary point is 3.11's (inject.py, last paragraph)")
+def test_an_interrupt_after_a_class_call_ending_a_with_body_releases_the_lock(injected):
+    # A class called last in a with body (``return Item(x)``) sends no c_return: the point was raised at the
+    # next instruction, outside the with, and the lock stayed held. Its __init__'s return through
+    # type.__call__ is where the check is.
+    from safeprefetch.lowlevel import raise_keyboard_interrupt, record_points, run_with_injection
+
+    m = injected
+    boundary = [p for p in record_points(lambda: m.with_item(1), [m.__file__])
+                if p.function == "with_item" and p.boundary]
+    assert len(boundary) == 1
+    out = run_with_injection(lambda: m.with_item(1), boundary[0], raise_keyboard_interrupt, [m.__file__])
+    held = m.lock.locked()
+    if held:
+        m.lock.release()
+    assert out.fired and isinstance(out.result, KeyboardInterrupt) and not held

@@ -55,8 +55,10 @@ point after it that no interrupt reaches.
 A point at the end of a ``try`` or ``with`` body (``boundary``) is performed
 at the end of the call, from a profile hook's ``c_return``, as the real
 check is; the next instruction's trace event is outside the handler, and an
-exception raised there skipped the ``finally`` or the ``with``'s exit. On
-3.11 only: from 3.12 on an exception raised from the profile hook turns the
+exception raised there skipped the ``finally`` or the ``with``'s exit. (A
+class called there sends no ``c_return``: its Python ``__init__``'s return
+is used; a C type, ``list(xs)``, sends nothing, and its point is raised at
+the next instruction still.) On 3.11 only: from 3.12 on an exception raised from the profile hook turns the
 code's opcode events off for good, so there the point is still raised at the
 next instruction (a ``finally`` or exit skipped that a real Ctrl-C runs).
 """
@@ -92,6 +94,7 @@ _REINSTRUMENT = sys.version_info[:2] == (3, 12)
 #: left the code object without opcode events for every later trace (a second ``record_points`` saw only the
 #: entry): there a boundary point is still raised at the next instruction.
 _PROFILED_BOUNDARY = sys.version_info < (3, 12)
+_RETURN_OPS = frozenset({"RETURN_VALUE", "RETURN_CONST"})
 #: Python callees reached through C: their return is followed by an eval-breaker check.
 _THROUGH_C = frozenset({"__init__", "__new__", "__call__"})
 
@@ -507,11 +510,24 @@ def run_with_injection(action: Callable[[], Any] | None, point: InjectionPoint, 
     def returned(frame: FrameType, event: str, arg: Any) -> None:
         if over[0]:
             return
-        if event == "c_return" and frame.f_code is target.code and frame.f_lasti == target.call_offset:
-            nxt = _next_offset(frame.f_code, target.call_offset)
-            at_return[frame] = nxt
+        if event == "c_return":
+            caller = frame
+        elif event == "return" and frame.f_code.co_name in _THROUGH_C:
+            # A class called (``Item(x)``): its Python ``__init__`` returns through ``type.__call__``, whose
+            # return is the check; raised here, the exception leaves the CALL as the real one does. Not when
+            # the ``__init__`` is leaving by an exception (its frame is not at its return), nor when the call
+            # site named it (a straight call, inlined: no check).
+            caller = frame.f_back
+            if (caller is None or _ops(frame.f_code).get(frame.f_lasti) not in _RETURN_OPS
+                    or _inlined(caller.f_code, caller.f_lasti, frame.f_code)):
+                return
+        else:
+            return
+        if caller.f_code is target.code and caller.f_lasti == target.call_offset:
+            nxt = _next_offset(caller.f_code, target.call_offset)
+            at_return[caller] = nxt
             if nxt == target.offset:
-                visit(frame, target, returning=True)
+                visit(caller, target, returning=True)
 
     def visit(frame: FrameType, p: InjectionPoint, returning: bool = False) -> None:
         if fired.is_set() or p != target:
