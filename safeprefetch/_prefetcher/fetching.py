@@ -24,7 +24,8 @@ from .._runtime.interrupts import protected
 from .._runtime.kernel import LiveError
 from ..models import _protocol as P
 from .errors import from_source
-from .sources import (FILLED, LocalSlot, SourceBox, batch_problem, check_future, fill_into, remote_item,
+from .filling import fill_into
+from .sources import (FILLED, LocalSlot, SourceBox, batch_problem, check_future, remote_item,
                       stop_iteration_error)
 from .waits import NOT_TAKEN, first_driver, left, start_threads, wait_gate
 

@@ -55,7 +55,8 @@ from .ondemand_serve import ServeSide
 from .ondemand_stats import OnDemandCounters, OnDemandStats
 from .predictors import Predictor, label
 from .errors import from_source
-from .sources import SourceBox, fill_into, new_token, owned_copy, stop_iteration_error
+from .filling import fill_into
+from .sources import SourceBox, new_token, owned_copy, stop_iteration_error
 from .waits import NOT_TAKEN, SOURCE_BUSY, SourceBusy, first_driver, left, new_gate, start_threads, wait_gate
 
 __all__ = ["OnDemandCore", "compile_predictive"]

@@ -23,7 +23,6 @@
 
 from __future__ import annotations
 
-import array
 import itertools
 import math
 import os
@@ -38,11 +37,12 @@ from numpy.lib.stride_tricks import as_strided
 
 from .args import check_batch_dtype
 from .errors import PrefetchTimeout, from_source
+from .filling import fill_into
 from .sending import must_travel, sendable
 from .waits import SOURCE_BUSY, Gate, new_gate, wait_event, wait_gate
 
 __all__ = ["EXECUTING", "FILLED", "LocalSlot", "SourceBox", "batch_problem", "check_future", "executing",
-           "executor_reader", "fill_into", "gate_of", "index_plan", "item_reader", "new_token", "plan_copy",
+           "executor_reader", "gate_of", "index_plan", "item_reader", "new_token", "plan_copy",
            "owned_copy", "read_first", "read_under", "remote_item", "slot_pool", "stop_iteration_error"]
 
 #: The threads of this process inside an executor's fetch: thread ident -> the tokens of the prefetchers whose
@@ -223,146 +223,6 @@ def item_reader(source: Any) -> Callable[[int], Any] | None:
     if type(source) in (np.ndarray, np.memmap) and source.dtype.kind in "SU":  # a memmap's indexing is numpy's
         return lambda i: source[i, ...]
     return source.__getitem__ if hasattr(source, "__getitem__") else None
-
-
-def fill_into(fetch_into: Callable[[int, np.ndarray], Any], index: int, slot: np.ndarray) -> str | None:
-    """Call a source's ``fetch_into(index, out)`` on a view of its own of ``slot``, and never deliver garbage:
-    what is wrong, for the caller to raise with the item's position, or None.
-
-    * A view whose dtype the source changed (``out.dtype = ...``): the bytes written mean something else in
-      the slot. Refused. Setting its shape (``out.shape = -1``) is fine: the same bytes in the same order.
-    * An array returned: what it returns is not ``out``'s business, unless it is a batch. One of the batch's
-      shape and dtype is copied into the slot (a source written as if it were ``__getitem__`` left ``out``
-      as it was, and the slot's old bytes were delivered; one that wrote ``out`` and returns what it wrote
-      pays one more copy). A 0-d or empty one (a count) is ignored, but where the batch is 0-d: there a
-      numpy 0-d value is refused unless ``out`` holds that same value (the batch, or a count, cannot be told
-      apart); any other array is refused, as a batch of the wrong shape or dtype would be.
-    * What numpy reads as an array (a list, a tuple or a ``memoryview`` of numbers, an ``array.array``, a
-      tensor, a float) is judged as that array: a view of ``out`` is fine, a batch is copied in, anything
-      else refused (a batch returned as a list, ``out`` left as it was, delivered the slot's old bytes).
-      A string, a dict, a tuple of mixed values, a bool is a status: ignored.
-    * An integer (a Python int, or a numpy one where the batch is not 0-d) is a count, readinto's way: it
-      must say out was filled whole, in bytes, values or rows (``out.nbytes``, ``out.size``,
-      ``len(out)``). A short count (a short read, 0 at the end of a file) is refused: the rest of the
-      slot holds an earlier batch's bytes. (A short byte count that happens to equal the values or the
-      rows cannot be told from a whole count of those: the units are not said.) Where the batch is 0-d,
-      a Python int is the batch as often as a count (``return self.labels[i]``, out left as it was,
-      delivered the slot's old label): it is fine if the call changed out's bytes or out holds that
-      value, and refused otherwise (a source that writes out the value it held already and returns a
-      count is refused too: it should return None).
-
-    The hot path of every fetch: a view, a rank test, the call, an identity test and a type test (a view
-    shares its base's dtype object until someone sets its dtype).
-    """
-    out = slot[...]  # a view of its own: setting its shape or dtype leaves the slot's kept view alone
-    before = slot.tobytes() if not slot.ndim else None  # a 0-d batch: did the call write it? (an int returned)
-    returned = fetch_into(index, out)
-    if out.dtype is not slot.dtype and out.dtype != slot.dtype:
-        return (f"fetch_into changed out's dtype to {out.dtype} (the batches are {slot.dtype}): write the batch "
-                "into out, in its own dtype")
-    if returned is None:
-        return None
-    shown = "an array"
-    if not isinstance(returned, np.ndarray):
-        if isinstance(returned, int):
-            if returned.__class__ is bool:
-                # A status (True: done), where it cannot be the batch; where the batch is 0-d it can be (a bool
-                # label returned, out left alone), and judged by out's bytes the refusal depended on the labels.
-                return None if slot.ndim else (
-                    f"fetch_into returned {returned!r} for a 0-d batch, where a bool may be the label itself: "
-                    "write the value into out (out[...] = value) and return None")
-            return _count_problem(returned, slot, before)
-        if isinstance(returned, np.integer) and slot.ndim:
-            return _count_problem(int(returned), slot, None)
-        shown = f"an object of type {type(returned).__name__!r}"
-        value, returned = returned, _array_like(returned, slot.dtype)
-        if returned is None:
-            # A status (a string, a dict, a tuple of mixed values): nothing that could be the batch -- but
-            # where the batch is 0-d, a value numpy converts to its dtype (a datetime, a Decimal) returned
-            # with out left as it was is the batch, written like __getitem__: refused, as an int is.
-            return _scalar_problem(value, slot, before) if not slot.ndim else None
-    elif isinstance(returned, np.ma.MaskedArray):  # (out itself, masked, too: the mask says which are invalid)
-        return ("fetch_into returned a numpy.ma.MaskedArray: its mask would be dropped; fill out with the data "
-                "(out[...] = batch.filled(value)) and return None")
-    if slot.ndim == 0 and returned.ndim == 0:
-        # A 0-d batch (a label stream): a numpy 0-d value or a Python float returned is the batch (``return
-        # self.y[i]``, written like __getitem__, left out as it was: every label was 0) or a count (out
-        # written): which, no test can tell. Equal to what out holds, it is either; otherwise it is refused,
-        # never guessed.
-        if _same_value(returned, slot):
-            return None
-        return (f"fetch_into returned {returned[()]!r} where out holds {slot[()]!r}: for a 0-d batch write the "
-                "value into out (out[...] = value) and return None (or a Python int)")
-    if returned.ndim == 0:
-        if returned.dtype.kind in "iu":
-            return _count_problem(int(returned), slot, None)
-        if returned.dtype.kind == "b":
-            return None  # a status, as a Python bool is
-        return (f"fetch_into returned the 0-d value {returned[()]!r}, neither a count nor out nor a batch (shape "
-                f"{slot.shape} dtype {slot.dtype}): fill out in place (out[...] = batch) and return None")
-    if returned.size == 0:
-        return None
-    if np.shares_memory(returned, slot):
-        return None  # out, or a view of it (a memoryview of out, a tensor over it)
-    if returned.shape == slot.shape and returned.dtype == slot.dtype:
-        np.copyto(slot, returned, casting="no")
-        return None
-    return (f"fetch_into returned {shown} of shape {returned.shape} dtype {returned.dtype}, neither out "
-            f"nor a batch (shape {slot.shape} dtype {slot.dtype}): fill out in place (out[...] = batch)")
-
-
-def _count_problem(count: int, slot: np.ndarray, before: Any) -> str | None:
-    """What is wrong with ``count``, returned by a ``fetch_into`` as how much of ``slot`` it wrote; or None.
-    ``before``: a 0-d slot's bytes before the call (bytes: a NaN is not equal to itself)."""
-    if slot.ndim == 0:  # out holds that value (either reading is right), or the call wrote out: a count
-        return _scalar_problem(count, slot, before)
-    if count in (slot.nbytes, slot.size, slot.shape[0]):
-        return None
-    return (f"fetch_into returned {count}, a count that is not out's whole ({slot.nbytes} bytes, {slot.size} "
-            f"values, {slot.shape[0]} rows): the rest of the slot would hold an earlier batch's bytes; fill "
-            "out whole (a short read is an error to raise) and return None")
-
-
-def _scalar_problem(value: Any, slot: np.ndarray, before: bytes | None) -> str | None:
-    """What is wrong with ``value`` (an int, or what numpy reads only as an object), returned for the 0-d batch
-    ``slot``; None when the call wrote out, or out holds that value, or it cannot be a batch (not convertible
-    to the batch's dtype: a status; an int that is not, say 300 for int8, is no status but not out's value)."""
-    if slot.tobytes() != before:
-        return None
-    try:
-        converted = np.asarray(value, dtype=slot.dtype)
-        if converted.shape != () or bool(converted == slot[()]):
-            return None
-    except Exception:  # noqa: BLE001 - not convertible to the batch's dtype
-        if not isinstance(value, int):
-            return None
-    return (f"fetch_into returned {value!r} where out holds {slot[()]!r}, as before the call: for a 0-d batch "
-            "write the value into out (out[...] = value) and return None")
-
-
-def _array_like(value: Any, batch: np.dtype) -> np.ndarray | None:
-    """What a ``fetch_into`` returned, as an array, when it could be a batch of dtype ``batch``: a numpy
-    scalar, a float, a list or tuple of numbers, anything with a buffer or ``__array__`` (a ``memoryview``,
-    an ``array.array``, a tensor; viewed, not copied), and text where the batches are text. None for anything
-    else, or for what numpy reads only as objects, text or records where the batches are not of that kind."""
-    if isinstance(value, np.generic):
-        return np.asarray(value)  # a label of any dtype, judged as the 0-d case judges it
-    text = batch.kind in "US"
-    if not isinstance(value, (float, complex, list, tuple, memoryview, array.array) + ((str, bytes) if text else ())) \
-            and not hasattr(value, "__array__") and not hasattr(value, "__array_interface__"):
-        return None
-    try:
-        got = np.asarray(value)
-    except (ValueError, TypeError):  # ragged, or numpy cannot read it: not a batch
-        return None
-    return None if got.dtype.kind in "OUSV" and got.dtype.kind != batch.kind else got
-
-
-def _same_value(a: Any, b: np.ndarray) -> bool:
-    try:
-        return bool(np.asarray(a).dtype == b.dtype and a == b[()])
-    except Exception:  # noqa: BLE001 - values numpy cannot compare are not the same
-        return False
 
 
 def remote_item(source: Any, index: int, shape: tuple[int, ...] | None, dtype: np.dtype | None,

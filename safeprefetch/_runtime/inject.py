@@ -53,14 +53,14 @@ function (which runs no frame the hook sees) is taken for a C call, with a
 point after it that no interrupt reaches.
 
 A point at the end of a ``try`` or ``with`` body (``boundary``) is performed
-at the end of the call, from a profile hook's ``c_return``, as the real
-check is; the next instruction's trace event is outside the handler, and an
-exception raised there skipped the ``finally`` or the ``with``'s exit. (A
-class called there sends no ``c_return``: its Python ``__init__``'s return
-is used; a C type, ``list(xs)``, sends nothing, and its point is raised at
-the next instruction still.) On 3.11 only: from 3.12 on an exception raised from the profile hook turns the
-code's opcode events off for good, so there the point is still raised at the
-next instruction (a ``finally`` or exit skipped that a real Ctrl-C runs).
+at the end of the call, as the real check is; the next instruction's trace
+event is outside the handler, and an exception raised there skipped the
+``finally`` or the ``with``'s exit. From 3.12 the end of the call is
+``sys.monitoring``'s ``C_RETURN`` (``call_returns.py``), sent for every call
+into C. On 3.11 it is a profile hook's ``c_return``, which a C function
+sends; a class called there sends none, and its Python ``__init__``'s return
+is used instead; a C type (``list(xs)``) sends nothing, and on 3.11 its
+point is still raised at the next instruction.
 """
 
 from __future__ import annotations
@@ -77,6 +77,7 @@ from types import CodeType, FrameType
 from typing import Any, Callable, Iterable, Iterator
 
 from . import interrupts as _interrupts
+from .call_returns import MONITORED, call_returns
 
 __all__ = ["InjectionOutcome", "InjectionPoint", "SigintUnavailable", "deliver_sigint", "package_files",
            "python_sigint", "raise_keyboard_interrupt", "record_points", "run_with_injection"]
@@ -89,11 +90,6 @@ _COND_LOOP_OPS = frozenset({"POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_F
                             "POP_JUMP_BACKWARD_IF_NOT_NONE"})
 #: Whether opcode tracing needs ``sys.settrace`` called again to take effect (``_Tracer.global_trace``).
 _REINSTRUMENT = sys.version_info[:2] == (3, 12)
-#: Whether a boundary point is performed from a profile hook's ``c_return`` (``run_with_injection``). From 3.12
-#: on, legacy profile and trace hooks run on ``sys.monitoring``, and an exception raised from the profile hook
-#: left the code object without opcode events for every later trace (a second ``record_points`` saw only the
-#: entry): there a boundary point is still raised at the next instruction.
-_PROFILED_BOUNDARY = sys.version_info < (3, 12)
 _RETURN_OPS = frozenset({"RETURN_VALUE", "RETURN_CONST"})
 #: Python callees reached through C: their return is followed by an eval-breaker check.
 _THROUGH_C = frozenset({"__init__", "__new__", "__call__"})
@@ -501,33 +497,15 @@ def run_with_injection(action: Callable[[], Any] | None, point: InjectionPoint, 
 
     # A point at the end of a ``try`` or ``with`` body (``boundary``): the trace hook's next event is the next
     # instruction's, outside the handler, where raising skipped the ``finally`` or the ``with``'s exit that a
-    # real interrupt, raised at the end of the CALL, runs. A profile hook's ``c_return`` is at the end of that
-    # CALL: an exception raised there is the call's, as the real one is. (A Python callee reached through C,
-    # ``__init__``, sends none: the trace hook's event stays its point.)
+    # real interrupt, raised at the end of the CALL, runs; it is performed at the end of the call instead.
     at_return: dict[FrameType, int] = {}
     over = [False]  # (a thread started in the run keeps the hook for life: it does nothing after)
 
-    def returned(frame: FrameType, event: str, arg: Any) -> None:
-        if over[0]:
-            return
-        if event == "c_return":
-            caller = frame
-        elif event == "return" and frame.f_code.co_name in _THROUGH_C:
-            # A class called (``Item(x)``): its Python ``__init__`` returns through ``type.__call__``, whose
-            # return is the check; raised here, the exception leaves the CALL as the real one does. Not when
-            # the ``__init__`` is leaving by an exception (its frame is not at its return), nor when the call
-            # site named it (a straight call, inlined: no check).
-            caller = frame.f_back
-            if (caller is None or _ops(frame.f_code).get(frame.f_lasti) not in _RETURN_OPS
-                    or _inlined(caller.f_code, caller.f_lasti, frame.f_code)):
-                return
-        else:
-            return
-        if caller.f_code is target.code and caller.f_lasti == target.call_offset:
-            nxt = _next_offset(caller.f_code, target.call_offset)
-            at_return[caller] = nxt
+    def ended(frame: FrameType, call: int) -> None:
+        if not over[0] and call == target.call_offset:
+            nxt = at_return[frame] = _next_offset(frame.f_code, call)
             if nxt == target.offset:
-                visit(caller, target, returning=True)
+                visit(frame, target, returning=True)
 
     def visit(frame: FrameType, p: InjectionPoint, returning: bool = False) -> None:
         if fired.is_set() or p != target:
@@ -552,11 +530,9 @@ def run_with_injection(action: Callable[[], Any] | None, point: InjectionPoint, 
         except BaseException as e:  # noqa: BLE001 - handed to the caller
             outcome.result, outcome.raised = e, True
 
-    # (Not under a profiler already in place, cProfile's say: it could not be put back from Python.)
-    profiled = (_PROFILED_BOUNDARY and target.kind == "after call" and target.boundary and sys.getprofile() is None
-                and not (threads and threading.getprofile() is not None))
+    boundary = target.kind == "after call" and target.boundary
     try:
-        with _profiling(returned if profiled else None, threads):
+        with _call_ends(target.code, ended, threads) if boundary else contextlib.nullcontext():
             if prepare is not None:
                 _run_traced(lambda: None, _Tracer(files, visit), threads, lambda: (lambda act=prepare(): run(act)))
             else:
@@ -574,16 +550,44 @@ def _next_offset(code: CodeType, offset: int) -> int:
 
 
 @contextlib.contextmanager
-def _profiling(hook: Callable[[FrameType, str, Any], None] | None, threads: bool) -> Iterator[None]:
-    if hook is None:
+def _call_ends(code: CodeType, ended: Callable[[FrameType, int], None], threads: bool) -> Iterator[None]:
+    """Within: ``ended(frame, call offset)`` at the end of each call ``code`` makes that the check follows.
+
+    From 3.12, ``sys.monitoring``'s ``C_RETURN`` (``call_returns.py``). On 3.11, a profile hook's
+    ``c_return`` (a C function called), or a Python ``__init__`` returning through ``type.__call__`` (a
+    class called); a C type called sends neither. Not under a profiler already in place (cProfile's, say):
+    it could not be put back from Python.
+    """
+    if MONITORED:
+        with call_returns(code, ended):
+            yield
+        return
+    if sys.getprofile() is not None or (threads and threading.getprofile() is not None):
         yield
         return
+
+    def returned(frame: FrameType, event: str, arg: Any) -> None:
+        if event == "c_return":
+            caller = frame
+        elif event == "return" and frame.f_code.co_name in _THROUGH_C:
+            # A class called (``Item(x)``): its Python ``__init__`` returns through ``type.__call__``, whose
+            # return is the check. Not when the ``__init__`` is leaving by an exception (its frame is not at
+            # its return), nor when the call site named it (a straight call, inlined: no check).
+            caller = frame.f_back
+            if (caller is None or _ops(frame.f_code).get(frame.f_lasti) not in _RETURN_OPS
+                    or _inlined(caller.f_code, caller.f_lasti, frame.f_code)):
+                return
+        else:
+            return
+        if caller.f_code is code:
+            ended(caller, caller.f_lasti)
+
     if threads:
-        threading.setprofile(hook)  # type: ignore[arg-type]
-    sys.setprofile(hook)  # type: ignore[arg-type]
+        threading.setprofile(returned)  # type: ignore[arg-type]
+    sys.setprofile(returned)  # type: ignore[arg-type]
     try:
         yield
     finally:
-        sys.setprofile(None)  # (none was in place: see run_with_injection)
+        sys.setprofile(None)  # (none was in place)
         if threads:
             threading.setprofile(None)  # type: ignore[arg-type]
