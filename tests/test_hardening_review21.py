@@ -142,6 +142,48 @@ def test_with_every_monitoring_id_taken_the_injection_still_runs(boundary):
             mon.free_tool_id(i)
 
 
+_LOOP_IN_WITH = '''
+import threading
+
+lock = threading.Lock()
+
+
+def spin_in_with(limit):
+    n = 0
+    with lock:
+        while n < limit:  # no call in the body: the back-edge is the loop's only check
+            n += 1
+    return n
+'''
+
+
+def test_a_back_edge_is_injected_where_the_interpreter_looks_its_handler_up(tmp_path, monkeypatch):
+    # 3.12 leaves the jump closing ``while n < limit:`` out of the exception table but looks the handler up
+    # at the code unit before the jump's target, inside the with: a real Ctrl-C there runs the exit. The
+    # injector raised at the jump's own event and reported the lock leaked (a false alarm on 3.12.1). On 3.13
+    # the lookup is at the jump, and the leak is real (python/cpython#130279): both tools say so there.
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "r21_loop.py").write_text(_LOOP_IN_WITH)
+    import importlib
+
+    import r21_loop
+
+    m = importlib.reload(r21_loop)
+    from safeprefetch.lowlevel import escaping_back_edges, raise_keyboard_interrupt, record_points, run_with_injection
+
+    files = [m.__file__]
+    points = [p for p in record_points(lambda: m.spin_in_with(3), files) if p.kind == "loop"]
+    assert points, "the loop's back-edge is a point on every version"
+    leaked = []
+    for p in points:
+        out = run_with_injection(lambda: m.spin_in_with(3), p, raise_keyboard_interrupt, files)
+        assert out.fired and isinstance(out.result, KeyboardInterrupt), p
+        if m.lock.locked():
+            m.lock.release()
+            leaked.append(p.line)
+    assert bool(leaked) == bool(escaping_back_edges(m.spin_in_with)) == (sys.version_info >= (3, 13))
+
+
 # -- fetch_into: a view of part of out, and a failure status, delivered an earlier batch ---------------------------
 
 import numpy as np  # noqa: E402

@@ -52,6 +52,12 @@ inlined, and its point after the call is missed; and calling a generator
 function (which runs no frame the hook sees) is taken for a C call, with a
 point after it that no interrupt reaches.
 
+A back-edge's exception is looked up, on 3.11 and 3.12, at the code unit
+before the jump's target (``backedges.py``). Where that lookup's handler
+differs from the jump's own and agrees with the target's (3.12 leaves the
+jump closing a ``while cond:`` out of the table, inside a ``with`` or a
+``try``), the point is performed at the target's event, not the jump's.
+
 A point at the end of a ``try`` or ``with`` body (``boundary``) is performed
 at the end of the call, as the real check is; the next instruction's trace
 event is outside the handler, and an exception raised there skipped the
@@ -66,8 +72,6 @@ point is still raised at the next instruction.
 from __future__ import annotations
 
 import contextlib
-import dis
-import inspect
 import os
 import signal
 import sys
@@ -78,21 +82,11 @@ from typing import Any, Callable, Iterable, Iterator
 
 from . import interrupts as _interrupts
 from .call_returns import MONITORED, call_returns
+from .inject_code import (_CALL_OPS, _COND_LOOP_OPS, _LOOP_OPS, _REINSTRUMENT, _RETURN_OPS, _THROUGH_C, _code_key,
+                          _handler, _inlined, _lines, _ops, _raised_at_target)
 
 __all__ = ["InjectionOutcome", "InjectionPoint", "SigintUnavailable", "deliver_sigint", "package_files",
            "python_sigint", "raise_keyboard_interrupt", "record_points", "run_with_injection"]
-
-_CALL_OPS = frozenset({"CALL", "CALL_FUNCTION_EX", "CALL_KW", "CALL_FUNCTION", "CALL_METHOD", "CALL_FUNCTION_KW"})
-_LOOP_OPS = frozenset({"JUMP_BACKWARD"})
-#: 3.11's conditional back-edges (the bottom test of ``while cond:``, a comprehension's ``if``): a check only
-#: when the jump is taken, so their point is seen on arriving at the jump's target from them.
-_COND_LOOP_OPS = frozenset({"POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_NONE",
-                            "POP_JUMP_BACKWARD_IF_NOT_NONE"})
-#: Whether opcode tracing needs ``sys.settrace`` called again to take effect (``_Tracer.global_trace``).
-_REINSTRUMENT = sys.version_info[:2] == (3, 12)
-_RETURN_OPS = frozenset({"RETURN_VALUE", "RETURN_CONST"})
-#: Python callees reached through C: their return is followed by an eval-breaker check.
-_THROUGH_C = frozenset({"__init__", "__new__", "__call__"})
 
 
 @dataclass(frozen=True, order=True)
@@ -148,60 +142,6 @@ def package_files(*modules: Any) -> frozenset[str]:
     return frozenset(os.path.realpath(p) for p in out)
 
 
-_ops_cache: dict[CodeType, dict[int, str]] = {}
-
-
-def _ops(code: CodeType) -> dict[int, str]:
-    ops = _ops_cache.get(code)
-    if ops is None:
-        ops = {ins.offset: ins.opname for ins in dis.get_instructions(code)}
-        _ops_cache[code] = ops
-    return ops
-
-
-_lines_cache: dict[CodeType, dict[int, int]] = {}
-
-
-def _lines(code: CodeType) -> dict[int, int]:
-    """Bytecode offset -> source line of the instruction there."""
-    lines = _lines_cache.get(code)
-    if lines is None:
-        lines = {}
-        for start, end, line in code.co_lines():
-            if line is not None:
-                for off in range(start, end, 2):
-                    lines[off] = line
-        _lines_cache[code] = lines
-    return lines
-
-
-_keys_cache: dict[CodeType, int] = {}
-
-
-def _code_key(code: CodeType) -> int:
-    key = _keys_cache.get(code)
-    if key is None:
-        spots = tuple(-1 if v is None else v for pos in code.co_positions() for v in pos)  # (None: no hash by id)
-        key = _keys_cache[code] = hash((code.co_firstlineno, spots))
-    return key
-
-
-_handlers_cache: dict[CodeType, list[tuple[int, int, int]]] = {}
-
-
-def _handler(code: CodeType, offset: int) -> int:
-    """The exception handler (target offset) covering the instruction at ``offset``; -1 for none."""
-    table = _handlers_cache.get(code)
-    if table is None:
-        table = [(e.start, e.end, e.target) for e in dis._parse_exception_table(code)]  # type: ignore[attr-defined]
-        _handlers_cache[code] = table
-    best = -1
-    for start, end, target in table:  # entries do not overlap in 3.11's table
-        if start <= offset < end:
-            best = target
-    return best
-
-
 class _FrameState:
     __slots__ = ("prev", "python_callee", "entered")
 
@@ -209,42 +149,6 @@ class _FrameState:
         self.prev = -1               # offset of the previous instruction traced in this frame
         self.python_callee = False   # the previous instruction (a CALL) entered a Python function inline
         self.entered = False         # ... entered a Python frame at all (a second one: C calls back)
-
-
-#: Code resumed, never started, by a call: a generator's or a coroutine's (``next``, ``send``: through C).
-_RESUMED = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
-
-
-def _inlined(caller: CodeType, call: int, callee: CodeType) -> bool:
-    """Whether the CALL at ``call`` in ``caller`` entered ``callee`` as an inlined Python call (no check after
-    it), judged from what the tracer can see: a generator's frame is resumed through C; ``__init__``,
-    ``__new__`` and ``__call__`` are reached through C (``type.__call__``) unless the call site names them
-    (``Base.__init__(self)``, ``super().__init__()``: a Python function called straight)."""
-    if callee.co_flags & _RESUMED:
-        return False
-    if callee.co_name not in _THROUGH_C:
-        return True
-    return _names_at_call(caller, call, callee.co_name)
-
-
-_named_cache: dict[tuple[CodeType, int, str], bool] = {}
-
-
-def _names_at_call(code: CodeType, call: int, name: str) -> bool:
-    """Whether the call at ``call`` loads attribute ``name`` after the previous call, as its callee."""
-    key = (code, call, name)
-    found = _named_cache.get(key)
-    if found is None:
-        found = False
-        for ins in dis.get_instructions(code):
-            if ins.offset >= call:
-                break
-            if ins.opname in _CALL_OPS:
-                found = False  # an earlier call's: the attribute must be loaded after it
-            elif ins.opname in ("LOAD_METHOD", "LOAD_ATTR", "LOAD_SUPER_ATTR") and ins.argval == name:
-                found = True
-        _named_cache[key] = found
-    return found
 
 
 class _Tracer:
@@ -315,8 +219,10 @@ class _Tracer:
             if prev >= 0 and ops.get(prev) in _CALL_OPS and not st.python_callee:
                 self.visit(frame, self._point(frame, off, "after call", prev))
             if ops.get(off) in _LOOP_OPS:
-                self.visit(frame, self._point(frame, off, "loop"))
-            elif prev >= 0 and off <= prev and ops.get(prev) in _COND_LOOP_OPS:
+                if not _raised_at_target(frame.f_code, off):
+                    self.visit(frame, self._point(frame, off, "loop"))
+            elif prev >= 0 and off <= prev and (ops.get(prev) in _COND_LOOP_OPS or ops.get(prev) in _LOOP_OPS
+                                                and _raised_at_target(frame.f_code, prev)):
                 self.visit(frame, self._point(frame, prev, "loop"))
             st.prev, st.python_callee, st.entered = off, False, False
         elif event in ("return", "exception"):
