@@ -287,3 +287,37 @@ def test_an_on_demand_fetch_into_returning_part_of_out_is_refused_too():
         assert od[0].tolist() == [[0] * 3] * 4
         with pytest.raises(TypeError, match=r"fetch_into returned a view of part of out"):
             od[1]
+
+
+# -- autotune's resize log is bounded -----------------------------------------------------------------------------
+
+
+class _Counting:
+    def __len__(self):
+        return 40
+
+    def fetch_into(self, i, out):
+        out[...] = i
+
+
+def test_the_autotune_resize_log_keeps_the_latest_resizes_and_the_stats_count_them_all(monkeypatch):
+    # ``capacity_history`` kept every resize for the prefetcher's life: a settled autotune still resizes by one
+    # every SHRINK_WINDOW_MAX takes, so a months-long run grew it without bound ("cannot grow without bound").
+    from _polling import wait_until
+
+    from safeprefetch._prefetcher import policy
+
+    monkeypatch.setattr(policy, "RESIZE_RECORDS", 2, raising=False)
+    monkeypatch.setattr(policy, "SHRINK_WINDOW", 1)  # a take that finds two batches ready shrinks by one
+    monkeypatch.setattr(policy, "RUN_BUDGET", 0.0)  # one batch per take
+    out = np.empty((4,), np.int64)
+    with Prefetcher(_Counting(), capacity=6, workers=1, shape=(4,), dtype=np.int64, autotune=True,
+                    max_capacity=6, timeout=30) as pf:
+        core = pf._core
+        for n in range(5):  # each take finds the target's batches ready: five shrinks, 6 -> 1
+            target = pf.capacity
+            assert wait_until(lambda: core.ready_now() >= target, 20)
+            assert pf.copy_prefetched(out) and out[0] == n
+        history, stats = pf.capacity_history, pf.stats
+        assert [b.tolist() for b in pf] == [[i] * 4 for i in range(5, 40)]
+    assert stats.capacity_changes == 5 and [c for _t, _d, c in history] == [2, 1]

@@ -320,7 +320,8 @@ class Prefetcher(NotCopyable):
 
     @property
     def capacity_history(self) -> list[tuple[float, int, int]]:
-        """Every autotune resize: ``(seconds since construction, batches delivered, new capacity)``."""
+        """Every autotune resize, the latest 100,000 kept: ``(seconds since construction, batches delivered, new
+        capacity)``. ``stats.capacity_changes`` counts them all."""
         return list(self._core.capacity_log)
 
     def timeline(self) -> dict[str, Any]:

@@ -154,12 +154,14 @@ class Core(FetchSide, ConsumerSide, CloseSide):
         return int(self.plan[pos])
 
     @property
-    def capacity_log(self) -> list[tuple[float, int, int]]:
-        """Every autotune resize: (seconds since construction, batches delivered, new capacity)."""
-        return self.autotuner.log if self.autotuner is not None else []
+    def capacity_log(self) -> Any:
+        """The latest autotune resizes (``policy.RESIZE_RECORDS``): (seconds since construction, batches
+        delivered, new capacity)."""
+        return self.autotuner.log if self.autotuner is not None else ()
 
     def stats(self) -> PrefetchStats:
-        return self.counts.snapshot(self.target, len(self.worker_ids), self.slots_total, len(self.capacity_log),
+        resizes = self.autotuner.resizes if self.autotuner is not None else 0
+        return self.counts.snapshot(self.target, len(self.worker_ids), self.slots_total, resizes,
                                     self.delivered())
 
     def delivered(self) -> int:

@@ -18,6 +18,7 @@ protocol; these classes only decide which choice is worth taking.
 from __future__ import annotations
 
 import time
+from collections import deque
 from typing import Any
 
 from ..models import _protocol as P
@@ -58,6 +59,9 @@ SHRINK_WINDOW = 32
 #: blocks its workers only for hand-offs, a few per cent at most.
 GROW_IDLE_FRACTION = 0.1
 SHRINK_WINDOW_MAX = 1024
+#: How many resizes ``capacity_history`` keeps: the latest (a few MB). An autotune that settles oscillates by one
+#: slot at most every SHRINK_WINDOW_MAX takes, so a months-long run would otherwise grow the log without bound.
+RESIZE_RECORDS = 100_000
 
 
 class RunPolicy:
@@ -112,7 +116,7 @@ class Autotuner:
       oscillating.
     """
 
-    __slots__ = ("thread", "full", "window", "last", "log", "since", "idle_since")
+    __slots__ = ("thread", "full", "window", "last", "log", "resizes", "since", "idle_since")
 
     def __init__(self, thread: int):
         self.thread = thread                 # the model's tuner thread
@@ -121,7 +125,8 @@ class Autotuner:
         self.full = 0                        # consecutive takes that found >= 2 batches ready
         self.window = SHRINK_WINDOW          # that many in a row shrink the target by one
         self.last: str | None = None         # the last resize
-        self.log: list[tuple[float, int, int]] = []  # (seconds, batches delivered, new capacity)
+        self.log: deque[tuple[float, int, int]] = deque(maxlen=RESIZE_RECORDS)  # (seconds, delivered, capacity)
+        self.resizes = 0                     # every resize, counted (the log keeps the latest)
 
     @staticmethod
     def _held_back(core: Any, before: tuple, target: int) -> bool:
@@ -167,6 +172,7 @@ class Autotuner:
                 if self.last == P.SHRINK:
                     self.window = min(2 * self.window, SHRINK_WINDOW_MAX)
                 self.last = P.GROW
+                self.resizes += 1
                 self.log.append((time.perf_counter() - core.counts.t0, core.counts.delivered, target + 1))
             return
         if ready >= 2:
@@ -175,6 +181,7 @@ class Autotuner:
                 rt.step(self.thread, P.SHRINK)
                 self.full = 0
                 self.last = P.SHRINK
+                self.resizes += 1
                 self.log.append((time.perf_counter() - core.counts.t0, core.counts.delivered, target - 1))
         else:
             self.full = 0
