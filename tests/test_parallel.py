@@ -145,7 +145,7 @@ def test_progress_is_reported_between_levels(client):
 
 
 BOOM = textwrap.dedent('''
-    """boom: a model whose third step fails in the search's worker, not at compile time."""
+    """boom: a step that fails in the search's worker (raise: the third; exit: the thousandth)."""
     import os
     from safeprefetch.model import DONE, Model
 
@@ -158,9 +158,9 @@ BOOM = textwrap.dedent('''
 
             def tick(s, me):
                 s.n += 1
-                if s.n == 3:
-                    if how == "raise":
-                        raise ZeroDivisionError("model bug at n == 3")
+                if s.n == 3 and how == "raise":
+                    raise ZeroDivisionError("model bug at n == 3")
+                if s.n == 1000:  # (past the determinism probe, which runs in the client before the search)
                     os._exit(3)
 
             p = m.program("ticker")

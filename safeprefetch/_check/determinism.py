@@ -28,6 +28,15 @@ corrupted object and agree, so comparing them cannot tell; comparing the
 state with itself before and after can. Each probed or sampled state's
 hash and field reprs are taken before its expansions and compared after; a
 change is a :class:`NondeterministicModel` naming the field.
+
+:func:`check_before_search` is what every search entry point calls before
+it trusts the model -- ``explore``, the cluster search, the strategies'
+``search``: the symmetry declaration (``symmetry_check``) where the search
+applies it, then :func:`probe`. Each entry point used to call the two
+itself, and two forgot: ``--cluster`` passed a model with a wrong
+``m.symmetric`` declaration, and ``--cluster`` and ``--strategy preempt``
+passed a model whose step read a module counter, as "ok, exhaustive", where
+the one-process search refused both.
 """
 
 from __future__ import annotations
@@ -38,8 +47,9 @@ from typing import Any, NamedTuple
 from .._dsl.model import Machine, ModelError
 from .replay import trace_of
 from .steperror import path_from_parents
+from .symmetry_check import SYMMETRY_PROBE, symmetry_error
 
-__all__ = ["DETERMINISM_PROBE", "Mutated", "NondeterministicModel", "differs", "probe"]
+__all__ = ["DETERMINISM_PROBE", "Mutated", "NondeterministicModel", "check_before_search", "differs", "probe"]
 
 #: States expanded twice before every search: a few milliseconds, and random draws show at once.
 DETERMINISM_PROBE = 256
@@ -139,3 +149,19 @@ def probe(machine: Machine, max_states: int = DETERMINISM_PROBE) -> Nondetermini
                 parents[nxt] = (state, c)
                 queue.append(nxt)
     return None
+
+
+def check_before_search(machine: Machine, reduce: str, max_states: int) -> None:
+    """Raise the first reason not to trust ``machine`` that a probe finds; every search calls this first.
+
+    A symmetry declaration is tested where ``reduce`` applies it (``symmetry``, ``all``): a
+    :class:`~.symmetry_check.SymmetryError`; then determinism, over the first states of a BFS (at most
+    ``max_states``): a :class:`NondeterministicModel`.
+    """
+    if machine.symmetry and reduce in ("symmetry", "all"):
+        wrong = symmetry_error(machine, SYMMETRY_PROBE)
+        if wrong is not None:
+            raise wrong
+    changing = probe(machine, min(DETERMINISM_PROBE, max_states))
+    if changing is not None:
+        raise changing

@@ -145,6 +145,7 @@ from typing import Any, Callable, Mapping
 
 from .._dsl.model import Model, ModelError
 from .cluster import ActorPool, ClusterError, open_cluster, prepare
+from .determinism import check_before_search
 from .expand import check_max_states
 from .explore import DEFAULT_MAX_STATES, CheckResult, Explorer, Violation
 from .fingerprint import collision_probability, stable_fingerprinter
@@ -210,6 +211,7 @@ def explore_cluster_timed(model: type[Model], config: Mapping[str, Any] | None =
     if store not in STORES:
         raise ModelError(f"unknown store {store!r} for a cluster search (known: {', '.join(STORES)})")
     ref, config, machine, expected = prepare(model, config)
+    check_before_search(machine, effective, max_states)  # (what the one-process search checks first)
 
     t0 = time.perf_counter()
     levels = _Levels(Explorer(machine, reduce=effective), max_states, store)

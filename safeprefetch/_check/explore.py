@@ -26,7 +26,7 @@ from .fpsearch import FingerprintExplorer
 from .replay import choice_step, final_verdict, replay, replay_choices
 from .result import CheckResult, ReplayDivergence, Trace, TraceError, TraceStep, Violation
 from .steperror import step_error_with_trace
-from .symmetry_check import SYMMETRY_PROBE, symmetry_error
+from .symmetry_check import symmetry_error
 from .verdict import classify_hang, end_violation
 
 # Re-exported: callers outside this layer (the runtime, the tools, the docs generator and the
@@ -100,13 +100,7 @@ def _explore(machine: Machine, strategy: str, max_states: int, progress: Callabl
     if engine in ("generated", "compiled") and store != "full":
         raise ModelError(f"engine={engine!r} expands the breadth-first search over the full store, "
                          f"not store={store!r}")
-    if machine.symmetry and reduce in ("symmetry", "all"):
-        wrong = symmetry_error(machine, SYMMETRY_PROBE)
-        if wrong is not None:
-            raise wrong
-    changing = determinism.probe(machine, min(determinism.DETERMINISM_PROBE, max_states))
-    if changing is not None:
-        raise changing
+    determinism.check_before_search(machine, reduce, max_states)
     if memory is not None:
         if isinstance(memory, bool) or not isinstance(memory, (int, float)) or not memory > 0 \
                 or memory == float("inf"):  # not memory > 0: NaN too, which disabled the budget

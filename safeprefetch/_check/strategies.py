@@ -76,7 +76,10 @@ Every run is judged exactly as the explorer judges a path, with the
 explorer's own expansion and terminal classifier: :mod:`.schedules` holds
 the runner and the four ways of choosing runs, and says how. So
 :func:`~.replay.final_verdict` on the returned trace gives back the reported
-violation, and ``python -m safeprefetch replay`` re-runs it.
+violation, and ``python -m safeprefetch replay`` re-runs it. Before the first
+run, the model is probed for determinism as the explorer probes it
+(:func:`~.determinism.check_before_search`): a step that reads a module
+counter made ``preempt`` say "ok, exhaustive" of a model BFS refuses.
 
 Every strategy is deterministic given its seed: the enabled choices come in
 the explorer's canonical order and all randomness flows from one
@@ -104,6 +107,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from .._dsl.model import Machine, Model, ModelError
+from .determinism import check_before_search
 from .liveness import STARVATION_CAPPED, bounded_starvation
 from .replay import replay_choices
 from .result import CheckResult
@@ -241,6 +245,7 @@ def search(model: Machine | type[Model], strategy: str, *, seed: int = 0, budget
     """
     machine = _machine(model, config)
     _check_arguments(strategy, budget, depth, preemptions, k)
+    check_before_search(machine, "none", max_nodes)  # (no reduction here: determinism only)
     runner = Runner(machine, max_steps)
     clock = Clock(time_limit)
     rng = _random.Random(seed)

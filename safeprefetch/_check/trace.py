@@ -98,6 +98,8 @@ def render_result(result: CheckResult, machine: Machine) -> str:
     sampled = result.strategy not in ("bfs", "dfs")
     if sampled:
         scope = f"sampled by --strategy {result.strategy}" + (", NOT exhaustive" if result.ok else "")
+        if result.ok and result.exhaustive:  # (preempt, when no schedule needed more preemptions than allowed)
+            scope = f"exhaustive (--strategy {result.strategy} covered every schedule)"
     elif result.exhaustive:
         scope = "exhaustive"
     else:

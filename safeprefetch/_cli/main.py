@@ -44,7 +44,7 @@ from .._interleave import api as _code_commands
 from .._tools import spin as _spin_commands
 from .._tools import teach as _teach_commands
 from .._tools.cliargs import UsageError, parse_sets, read_json_file
-from .._tools.jsonout import OutputError, emit_json, emitted, guarded_stdout, json_stdout
+from .._tools.jsonout import OutputError, emit_json, emitted, guarded_stderr, guarded_stdout, json_stdout
 from . import cluster as _cluster_args
 from . import live as _live_commands
 from . import tour as _tour_commands
@@ -431,6 +431,16 @@ _MODEL_COMMANDS = {"check", "replay", "explain", "play", "crosscheck", "run", "c
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    code = 2
+    # Standard error guarded around the command and its error report: a reader of it that left (2>&1 | true)
+    # raised BrokenPipeError out of _failed, and an error (2) exited 1, a violation's code. A failure to write
+    # it that is left for the flush on the way out has nowhere to be reported: the command's code stands.
+    with contextlib.suppress(OutputError), guarded_stderr():
+        code = _main(argv)
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     given = list(sys.argv[1:] if argv is None else argv)
     args: Any = argparse.Namespace(command=None, json="--json" in given)  # (until parsed: a refused line's --json)

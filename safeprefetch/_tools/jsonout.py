@@ -12,7 +12,9 @@ A command's exit code is its verdict, and a reader that stops reading does not c
 a pipe whose reader has left sends the rest of the output to ``/dev/null`` and the command goes on to its
 verdict; it used to end the command with status 0, a pass under ``set -o pipefail`` for a search that
 found a deadlock. Any other failure to write (a full disk) is an :class:`OutputError`, reported as such
-(it was "the model raised OSError").
+(it was "the model raised OSError"). :func:`guarded_stderr` does the same for standard error, around the
+whole command and its error report: ``check nosuchmodel 2>&1 | true`` exited 1, a violation's code, where
+the error's is 2, because the report's print raised BrokenPipeError past every handler.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import os
 import sys
 from typing import Any, Iterator, TextIO
 
-__all__ = ["OutputError", "emit_json", "emitted", "guarded_stdout", "json_stdout"]
+__all__ = ["OutputError", "emit_json", "emitted", "guarded_stderr", "guarded_stdout", "json_stdout"]
 
 #: Where :func:`emit_json` writes while :func:`json_stdout` is in force (None: ``sys.stdout``).
 _document: TextIO | None = None
@@ -33,14 +35,16 @@ _emitted = 0
 
 
 class OutputError(Exception):
-    """Standard output could not be written, for another reason than a reader that left (a full disk)."""
+    """Standard output (or error) could not be written, for another reason than a reader that left (a full
+    disk)."""
 
 
 class _Guarded:
     """A text stream whose writes survive a reader that left, and say so when they fail otherwise."""
 
-    def __init__(self, stream: TextIO):
+    def __init__(self, stream: TextIO, name: str = "standard output"):
         self._stream = stream
+        self._name = name
 
     def _failed(self, e: OSError) -> None:
         # What is still to be written goes nowhere, and so does the buffer's flush at exit (which would print
@@ -50,7 +54,7 @@ class _Guarded:
             os.dup2(devnull, self._stream.fileno())
             os.close(devnull)
         if not isinstance(e, BrokenPipeError):  # (the reader left: the command goes on to its verdict)
-            raise OutputError(f"cannot write standard output: {e}") from None
+            raise OutputError(f"cannot write {self._name}: {e}") from None
 
     def write(self, text: str) -> int:
         try:
@@ -69,21 +73,32 @@ class _Guarded:
         return getattr(self._stream, name)
 
 
-@contextlib.contextmanager
-def guarded_stdout() -> Iterator[None]:
+def guarded_stdout() -> contextlib.AbstractContextManager[None]:
     """While in force, ``sys.stdout`` (and :func:`emit_json`'s document) survive a reader that left."""
-    out = sys.stdout
+    return _guarded("stdout", "standard output")
+
+
+def guarded_stderr() -> contextlib.AbstractContextManager[None]:
+    """While in force, ``sys.stderr`` survives a reader that left (its writes go nowhere, the exit code stays)."""
+    return _guarded("stderr", "standard error")
+
+
+@contextlib.contextmanager
+def _guarded(attr: str, name: str) -> Iterator[None]:
+    """``sys.<attr>`` wrapped in a :class:`_Guarded` while in force, flushed on the way out."""
+    out = getattr(sys, attr)
     if out is None or isinstance(out, _Guarded):
         yield
         return
-    guarded = sys.stdout = _Guarded(out)  # type: ignore[assignment]
+    guarded = _Guarded(out, name)
+    setattr(sys, attr, guarded)
     try:
         yield
     finally:
         try:
             guarded.flush()  # (here, not at exit: a failure to write is the command's)
         finally:
-            sys.stdout = out
+            setattr(sys, attr, out)
 
 
 def emitted() -> int:
