@@ -93,6 +93,7 @@ from .driving import Driving
 from .entries import GENERIC, ActionContext, Entry, bind_actions, generated_entry, never, seconds
 from .errors import LiveDeadlock, LiveError, LiveViolation, NeverStarted, StepTimeout
 from .stuck import check_branch, describe, detect
+from .views import Views
 
 #: What an interrupted step owes when its footprint is unknown: a test of every parked thread.
 _EVERYTHING: Any = object()
@@ -110,7 +111,7 @@ __all__ = [
 ]
 
 
-class Runtime(Driving):
+class Runtime(Driving, Views):
     """Runs one compiled machine on real threads.
 
     ``actions`` maps an external step's action name to ``f(ctx) -> branch``
@@ -174,31 +175,6 @@ class Runtime(Driving):
         self._schedule = list(schedule.steps) if schedule is not None else None
         self._pos = 0
         self.steps = 0
-
-    # -- inspection ----------------------------------------------------------
-
-    @property
-    def state(self) -> tuple:
-        return self._state
-
-    @property
-    def failure(self) -> LiveError | None:
-        return self._failure
-
-    def is_done(self, thread: int) -> bool:
-        return self._state[self._pci[thread]] == DONE
-
-    def is_parked(self, thread: int) -> bool:
-        """Whether ``thread`` is asleep in the kernel, its step disabled (a snapshot: tests wait on it)."""
-        return self._parked[thread]
-
-    @property
-    def parked_count(self) -> int:
-        """How many threads are asleep in the kernel right now."""
-        return self._nparked
-
-    def pc(self, thread: int) -> str:
-        return self._state[self._pci[thread]]
 
     # -- the kernel (all under self._lock) -----------------------------------
     #
@@ -459,25 +435,6 @@ class Runtime(Driving):
             return None
         return branch
 
-    def _thread_index(self, t: Any) -> int:
-        if isinstance(t, bool) or not hasattr(t, "__index__") or not 0 <= t.__index__() < self._n:
-            raise ValueError(f"{t!r} is not a thread of {self.machine.name} (an int, 0..{self._n - 1})")
-        return t.__index__()
-
-    def _reentered(self, t: int) -> None:
-        if self._lock._is_owned():
-            raise RuntimeError(
-                f"{self.machine.name}: re-entrant call into the live runtime from a thread already inside a step "
-                "(a signal handler or a finalizer interrupted it); such code must not take steps -- record a "
-                "request instead")
-        # Its driver sleeps in the kernel: this is a handler that interrupted that sleep (the wait is where
-        # handlers run), or a second OS thread driving it. Taking the step would take the one wakeup its
-        # driver waits for, which then never returned.
-        raise RuntimeError(
-            f"{self.machine.name}: {self.machine.thread_names[t]} is waiting inside a step already (a signal "
-            "handler or a finalizer interrupted that wait, or another OS thread drives it); a thread is driven "
-            "by one caller at a time -- record a request instead")
-
     @protected
     def step(self, t: int, branch: str | None = None, timeout: float | None = None, *, chain: bool = False,
              then: str | None = None) -> str:
@@ -576,10 +533,6 @@ class Runtime(Driving):
                 self._fail(error)
             except LiveError:
                 pass
-
-    def owned_by_current_thread(self) -> bool:
-        """Whether the calling thread is inside a kernel critical section (holds the kernel lock)."""
-        return self._lock._is_owned()
 
 
 @interruptible
