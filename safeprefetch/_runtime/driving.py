@@ -55,20 +55,17 @@ class Driving:
                 branch: Any = None
                 at = self._state[self._pci[t]]
                 if rng is not None and self._schedule is None:
+                    # Every candidate branch, in a random order: the step takes the first one enabled *when it
+                    # runs*. (Choosing one now, among those enabled now, and waiting for it would wait forever
+                    # if another thread's step disables it meanwhile and leaves another enabled.) Also the
+                    # outcome of an external step with no action bound (the kernel takes a tuple there too).
                     info = m.step_info(self._state, t)
-                    if info.kind != "external" and len(info.branches) > 1:
-                        # Every branch, in a random order: the step takes the first one enabled
-                        # *when it runs*. (Choosing one now and waiting for it would wait forever
-                        # if another thread's step disables it meanwhile.)
+                    if len(info.branches) > 1:
                         branch = tuple(rng.sample(info.branches, len(info.branches)))
-                    elif info.kind == "external" and info.action not in self.actions:
-                        opts = m.fire(self._state, t)
-                        if len(opts) > 1:  # the outcome of an unbound action: any enabled one
-                            branch = choice_step(m, self._state, (t, rng.choice(opts)[0])).branch
-                    else:
-                        opts = m.fire(self._state, t)
-                        if len(opts) > 1:  # branches named at run time (notify=any's "wake X")
-                            branch = choice_step(m, self._state, (t, rng.choice(opts)[0])).branch
+                    elif info.kind == "notify_one" and m.config.get("notify") == "any":
+                        # Branches named at run time: "wake X" for any waiter X; None (nobody waits) last.
+                        names = [f"wake {x}" for x in m.thread_names]
+                        branch = (*rng.sample(names, len(names)), None)
             if jitter and rng is not None:
                 time.sleep(rng.random() * jitter)
             try:

@@ -359,7 +359,7 @@ class Runtime(Driving, Views):
 
     def _check(self) -> None:
         if self._failure is not None:
-            raise self._failure
+            self._fail(self._failure)
 
     @protected
     def _park(self, t: int, branch: str | None, deadline: float | None) -> None:
@@ -379,6 +379,8 @@ class Runtime(Driving, Views):
             tok.acquire(False); self._parked[t] = True; self._nparked += 1; self._want[t] = branch; self._timed[t] = deadline is not None; self._parked_pc[t] = self._state[self._pci[t]]  # noqa: E702,E501
             detect(self)
             remaining = None if deadline is None else deadline - time.monotonic()
+            if self._failure is not None:  # recorded by a handler's fail() in this step: never wait for it
+                self._fail(self._failure)  # every parked thread woken (this one too), and raised
             self._sleeping[t] = True; lock.release(); got = _wait(tok, remaining); lock.acquire(); self._nparked -= self._parked[t]; self._parked[t] = self._sleeping[t] = False  # noqa: E702,E501
         except BaseException:
             retake(lock)
@@ -472,11 +474,15 @@ class Runtime(Driving, Views):
                 # External: run the action outside the lock, on the snapshot taken above.
                 action = self.actions.get(e.action)
                 outcome = action(ActionContext(self, t, state, e.label)) if action is not None else branch
-                if outcome is not None and outcome not in e.bindex:
+                if outcome is not None and outcome not in e.bindex and (  # (no action: the caller's tuple, checked)
+                        action is not None or type(outcome) is not tuple or not e.bindex.keys() >= set(outcome)):
                     raise ValueError(f"action {e.action!r} returned unknown outcome {outcome!r}")
                 with lock:
                     self._begin(t)
                     self._take_locked(t, outcome, deadline, chain, then)
+            if self._failure is not None:  # recorded while this step ran (a handler's fail()): it raises it
+                with lock:
+                    self._fail(self._failure)
         except BaseException:
             if guard.deferred and outermost(sys._getframe()):
                 deliver()
@@ -491,7 +497,7 @@ class Runtime(Driving, Views):
         if self._owed is not None:
             self._settle()
         if self._failure is not None:
-            raise self._failure
+            self._fail(self._failure)  # every parked thread woken to raise it too (a handler's fail() only records)
         pc = self._state[self._pci[t]]
         if pc == DONE:
             raise ValueError(f"{self.machine.thread_names[t]} is done")
@@ -521,12 +527,15 @@ class Runtime(Driving, Views):
         """Fail the machine from outside (a watchdog or a timeout); parked threads raise ``error``.
 
         From a thread already inside a step (a handler or a finalizer) it only
-        records the failure: the step in progress raises it when it returns.
+        records the failure and owes a wakeup of every parked thread: waking
+        them here could cut into the step's own wake-up loop. The step in
+        progress raises it when it returns, or before it would park.
         """
         lock = self._lock
         if lock._is_owned():
             if self._failure is None:
                 self._failure = error
+            self._owed = _EVERYTHING
             return
         with lock:
             try:

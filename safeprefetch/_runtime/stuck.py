@@ -113,7 +113,8 @@ def _names(names: Any) -> str:
 
 def check_branch(rt: Any, t: int, e: Any, branch: Any) -> None:
     """Raise ValueError if thread ``t``'s current step (entry ``e``) has no branch named ``branch`` (or one of a
-    tuple's). Called on the kernel's generic path only, by the thread itself, before it would wait."""
+    tuple's). Called on the kernel's generic path only, by the thread itself, before it would wait. A notify under
+    notify=any names its branches at run time ("wake X"); in a tuple of those, None takes any (nobody waits)."""
     m = rt.machine
     info = m.infos[t].get(rt._state[rt._pci[t]])
     if info is None:
@@ -122,8 +123,9 @@ def check_branch(rt: Any, t: int, e: Any, branch: Any) -> None:
     if branch == ():
         raise ValueError(f"{m.thread_names[t]}: branch=() names no branch of step {info.label!r}")
     for name in branch if type(branch) is tuple else (branch,):
-        if name in e.bindex or (notify_any and type(name) is str and name.startswith("wake ")
-                                and name[5:] in m.thread_names):
+        if name in e.bindex or (notify_any and (name is None and type(branch) is tuple  # any, as a last resort
+                                                or type(name) is str and name.startswith("wake ")
+                                                and name[5:] in m.thread_names)):
             continue
         has = f"its branches: {_names(info.branches)}" if info.branches else "it has no named branches"
         raise ValueError(f"{m.thread_names[t]}'s step {info.label!r} has no branch {name!r} ({has})")
