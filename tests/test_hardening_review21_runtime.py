@@ -18,7 +18,7 @@ import pytest
 
 from safeprefetch import check
 from safeprefetch._runtime import driving
-from safeprefetch.lowlevel import LiveDeadlock, LiveError, Runtime, run_live
+from safeprefetch.lowlevel import LiveError, LiveViolation, Runtime, run_live
 from safeprefetch.model import DONE, Model
 
 from _polling import wait_until
@@ -276,3 +276,108 @@ def test_run_live_agrees_with_the_checker_on_races_for_a_branch(model, config):
     assert check(model, config).verdict == "ok"
     verdicts = {run_live(model.compile(config), seed=seed, jitter=0.001, timeout=20).verdict for seed in range(30)}
     assert verdicts == {"ok"}
+
+
+# -- 3. The first state is checked against the invariants, as the checker checks it --------------------------
+
+
+class _InitBad(Model):
+    """The first state breaks the invariant; the first step repairs it."""
+
+    name = "r21_init_bad"
+
+    def build(self, m):
+        m.shared(x=0)
+
+        def fix(s, me):
+            s.x = 1
+
+        p = m.program("p")
+        p.step("fix", fix, next=DONE)
+        m.thread("t", p)
+        m.invariant("x is set", lambda s: s.x == 1)
+
+
+@pytest.mark.timeout(60)
+def test_a_first_state_that_breaks_an_invariant_fails_the_live_run_as_the_checker_says():
+    found = check(_InitBad)
+    assert found.verdict == "invariant" and found.violation.trace.steps == ()
+    machine = _InitBad.compile()
+    assert run_live(machine, seed=0).verdict == found.verdict
+    assert run_live(machine, schedule=found.violation.trace).verdict == found.verdict
+    rt = Runtime(machine)
+    with pytest.raises(LiveViolation, match="x is set"):
+        rt.step(0)
+    assert rt.pc(0) == "fix"  # no step taken from a broken state
+    assert Runtime(machine, check_invariants=False).step(0) == "fix"  # unless asked not to check
+
+
+# -- 4. A generated runtime checks the invariants after the steps it runs through the machine's fire -----------
+
+
+class _RefusedInv(Model):
+    """One step the generator refuses (an assignment expression) breaks the invariant."""
+
+    name = "r21_refused_inv"
+
+    def build(self, m):
+        m.shared(count=0)
+
+        def add_two(s, me):
+            if (k := 2) > 1:
+                s.count += k
+
+        def add_none(s, me):
+            s.count += 0
+
+        p = m.program("p")
+        p.step("add", add_two, next="after")
+        p.step("after", add_none, next=DONE)
+        m.thread("t", p)
+        m.invariant("count <= 1", lambda s: s.count <= 1, "overflow")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("generated", [False, True])
+def test_a_step_the_generator_refused_has_its_invariants_checked(generated):
+    from safeprefetch._dsl.codegen import compile_transitions
+
+    assert check(_RefusedInv).verdict == "overflow"
+    machine = _RefusedInv.compile()
+    compiled = compile_transitions(machine, _RefusedInv) if generated else None
+    if generated:
+        assert [label for _t, label, _why in compiled.refused] == ["add"] and compiled.invariants_folded
+    rt = Runtime(machine, compiled=compiled, record=True)
+    with pytest.raises(LiveViolation) as e:
+        rt.step(0)
+    assert e.value.kind == "overflow" and rt.state[0] == 2
+
+
+@pytest.mark.timeout(60)
+def test_a_generated_step_still_checks_no_invariant_twice():
+    from safeprefetch._dsl.codegen import compile_transitions
+
+    machine = _RefusedInv.compile()
+    rt = Runtime(machine, compiled=compile_transitions(machine, _RefusedInv))
+    entries = rt._entries[0]
+    assert entries["add"].first is None and entries["add"].inv != ()  # through fire: checked after it
+    assert entries["after"].first is not None and entries["after"].inv == ()  # checked inside its transition
+
+
+# -- 6. A Model class, or a bool timeout, is refused with a clear error ----------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_a_model_class_is_refused_naming_compile():
+    for call in (lambda: Runtime(_InitBad), lambda: run_live(_InitBad)):
+        with pytest.raises(TypeError, match=r"_InitBad\.compile\(\)"):
+            call()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("timeout", [True, False])
+def test_a_bool_step_timeout_is_refused(timeout):
+    rt = Runtime(_HandlerRuns.compile())
+    with pytest.raises(TypeError, match="timeout must be a number of seconds"):
+        rt.step(0, timeout=timeout)
+    assert rt.pc(0) == "a" and rt.step(0, timeout=1) == "a"

@@ -85,7 +85,10 @@ def never(state: tuple) -> bool:
 
 
 def seconds(timeout: float) -> float:
-    """A step's timeout, refused where it would mean a silent wait forever (NaN compares false)."""
+    """A step's timeout, refused where it would mean a silent wait forever (NaN compares false), or where it
+    is not a number of seconds (``True`` is 1)."""
+    if timeout.__class__ is bool:
+        raise TypeError(f"timeout must be a number of seconds (or None), not {timeout!r}")
     if timeout != timeout:
         raise ValueError("timeout must be a number of seconds (or None), not nan")
     return timeout
@@ -115,7 +118,7 @@ class Entry:
     """
 
     __slots__ = ("label", "external", "action", "branches", "bindex", "fire", "one", "enabled", "enabled_one",
-                 "reads", "writes", "first", "choose", "bwrites", "wake")
+                 "reads", "writes", "first", "choose", "bwrites", "wake", "inv")
 
     def __init__(self, info: Any, fire: Callable | None):
         self.label = info.label
@@ -150,6 +153,9 @@ class Entry:
         self.writes = fp[1] if fp is not None else None
         #: Generated steps only (see generated_entry); None here.
         self.first = self.choose = self.bwrites = self.wake = None
+        #: The invariant predicates to check after this step (set by the runtime: none for a generated step
+        #: whose transitions check them, every one for a step through the machine's own ``fire``).
+        self.inv: tuple = ()
 
 
 def generated_entry(info: Any, step: Any) -> Entry:

@@ -122,6 +122,9 @@ class Runtime(Driving, Views):
     def __init__(self, machine: Machine, actions: Mapping[str, Callable[[ActionContext], str | None]] | None = None,
                  *, record: bool = False, check_invariants: bool = True, schedule: Trace | None = None,
                  compiled: CompiledMachine | None = None):
+        if isinstance(machine, type):
+            raise TypeError(f"the live runtime runs a compiled Machine, not the class {machine.__name__}: pass "
+                            f"{machine.__name__}.compile() (or .compile(config))")
         self.machine = machine
         self.compiled = compiled
         self.actions = bind_actions(machine, actions)
@@ -165,16 +168,20 @@ class Runtime(Driving, Views):
         # invariant that needs a view) goes through machine.invariant_violation, which
         # names it.
         fast = machine._fast_invariants if self._check_invariants else []
-        if compiled is not None and compiled.invariants_folded:
-            self._inv_preds = ()  # checked inside the generated transitions, where the step may break them
-        elif all(raw for *_x, raw in fast):
-            self._inv_preds: tuple = tuple(pred for _n, _k, pred, _raw in fast)
+        if all(raw for *_x, raw in fast):
+            preds: tuple = tuple(pred for _n, _k, pred, _raw in fast)
         else:
-            self._inv_preds = (never,)  # always take the full check
+            preds = (never,)  # always take the full check
+        for es in self._entries:  # what to check after each step: a generated step checks them inside itself
+            for e in es.values():
+                e.inv = () if e.first is not None and compiled is not None and compiled.invariants_folded else preds
         self.record: list[tuple[int, int, tuple]] | None = [] if record else None
         self._schedule = list(schedule.steps) if schedule is not None else None
         self._pos = 0
         self.steps = 0
+        bad = self._check_invariants and self._invariant_violation(self._state)
+        if bad:  # the first state breaks one (the checker's 0-step counterexample): every step raises it
+            self._failure = LiveViolation(bad[0], bad[1], self._state, describe(self, self._state))
 
     # -- the kernel (all under self._lock) -----------------------------------
     #
@@ -256,7 +263,7 @@ class Runtime(Driving, Views):
         # One line, no interruption point before its last call: the step happens together
         # with the wakeups it owes, its count and its record.
         self._owed = owed; self._state = nxt; self.steps += 1; self._pos = pos; self.record is not None and self.record.append((t, b, nxt))  # noqa: E702,E501
-        for holds in self._inv_preds:
+        for holds in e.inv:
             if holds(nxt) is not True:  # false, or a value whose truth the full check judges (and may refuse)
                 bad = self._invariant_violation(nxt)  # names the invariant
                 if bad:
