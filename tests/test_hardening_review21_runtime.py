@@ -381,3 +381,23 @@ def test_a_bool_step_timeout_is_refused(timeout):
     with pytest.raises(TypeError, match="timeout must be a number of seconds"):
         rt.step(0, timeout=timeout)
     assert rt.pc(0) == "a" and rt.step(0, timeout=1) == "a"
+
+
+# -- 5. A replayed spurious=on hang is judged once past the trace's end, as a free run is -----------------------
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", ["one_cond_signal", "dropped_sentinel"])
+def test_a_replayed_hang_under_spurious_wakeups_is_reproduced(name):
+    import warnings
+
+    from safeprefetch import load_model
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        machine = load_model(name).compile({"spurious": "on"})
+    found = check(machine)
+    assert found.verdict in ("deadlock", "shutdown_hang")
+    for seed in range(3):
+        replay = run_live(machine, schedule=found.violation.trace, seed=seed, timeout=20)
+        assert (replay.verdict, replay.conforms) == (found.verdict, True)

@@ -283,7 +283,8 @@ class Runtime(Driving, Views):
                 detect(self)
             except LiveError:
                 pass
-        elif self._spurious is not None and nxt[self._pci[t]] in self._spurious[t] and self._schedule is None:
+        elif self._spurious is not None and nxt[self._pci[t]] in self._spurious[t] and (
+                self._schedule is None or pos >= len(self._schedule)):  # (a replay: once past its end)
             detect(self)  # arrived where only a spurious wakeup moves it: stuck, if everyone else is
 
     @protected
