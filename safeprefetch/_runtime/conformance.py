@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from .._check.result import Trace
 from .._check.verdict import end_violation
-from .._dsl.model import Machine, StepViolation
+from .._dsl.model import Machine, ModelError, StepViolation
 from .kernel import LiveError, Runtime
 
 __all__ = ["ConformanceReport", "LiveRunResult", "run_live", "verify_record"]
@@ -138,7 +138,11 @@ def run_live(machine: Machine, *, actions: Mapping[str, Callable] | None = None,
     ``jitter``: up to this many seconds of random delay before each step."""
     _seconds("timeout", timeout)
     _seconds("jitter", jitter)
-    rt = Runtime(machine, actions, record=True, schedule=schedule)
+    try:
+        rt = Runtime(machine, actions, record=True, schedule=schedule)
+    except ModelError as e:  # the first state's invariant check met a model bug: the verdict a step's would give
+        return LiveRunResult(machine.name, "error", str(LiveError("error", f"{type(e).__name__}: {e}")), 0, 0.0,
+                             Trace(()), True, schedule is not None)
     rng_master = random.Random(seed)
     errors: list[BaseException] = []
 
