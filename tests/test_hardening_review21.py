@@ -187,6 +187,7 @@ def test_a_back_edge_is_injected_where_the_interpreter_looks_its_handler_up(tmp_
 # -- fetch_into: a view of part of out, and a failure status, delivered an earlier batch ---------------------------
 
 import numpy as np  # noqa: E402
+from collections import deque  # noqa: E402
 
 from safeprefetch import OnDemandPrefetcher, Prefetcher  # noqa: E402
 
@@ -321,3 +322,175 @@ def test_the_autotune_resize_log_keeps_the_latest_resizes_and_the_stats_count_th
         history, stats = pf.capacity_history, pf.stats
         assert [b.tolist() for b in pf] == [[i] * 4 for i in range(5, 40)]
     assert stats.capacity_changes == 5 and [c for _t, _d, c in history] == [2, 1]
+
+
+# -- the fresh-eyes review of the round's first commits --------------------------------------------------------
+
+_CALLS = '''
+import threading
+
+lock = threading.Lock()
+done = []
+
+
+def key(x):
+    return x
+
+
+def with_sorted(xs):
+    with lock:
+        return sorted(xs, key=key)
+
+
+def with_len(xs):
+    with lock:
+        return len(xs)
+
+
+def twice():
+    done.append(with_sorted([3]))     # key runs once: taken for an inlined call, no point after it
+    done.append(with_sorted([2, 1]))  # key runs twice: C calling back, the boundary point (occurrence 1)
+
+
+def helper_and_own():
+    t = threading.Thread(target=with_len, args=([1, 2],), name="untraced-helper")
+    t.start()
+    t.join()
+    return with_len([1])
+'''
+
+
+@pytest.fixture
+def calls(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "r21_calls.py").write_text(_CALLS)
+    import importlib
+
+    import r21_calls
+
+    m = importlib.reload(r21_calls)
+    yield m
+    if m.lock.locked():
+        m.lock.release()
+
+
+def _boundary(m, action, **kw):
+    from safeprefetch.lowlevel import record_points
+
+    points = [p for p in record_points(action, [m.__file__], **kw) if p.boundary]
+    assert len(points) == 1, points
+    return points[0]
+
+
+def test_a_boundary_point_is_performed_where_it_was_recorded_not_at_a_call_the_tracer_took_for_inlined(calls):
+    # The end-of-call hook counted every return of the CALL; the tracer does not count a C call that ran one
+    # Python callback (it takes it for an inlined call): the point recorded in the second call was performed
+    # in the first (3.12 and 3.13 after the first commit; 3.11's profile path since the twentieth round).
+    from safeprefetch.lowlevel import raise_keyboard_interrupt, run_with_injection
+
+    p = _boundary(calls, calls.twice)
+    calls.done.clear()
+    out = run_with_injection(calls.twice, p, raise_keyboard_interrupt, [calls.__file__])
+    assert isinstance(out.result, KeyboardInterrupt) and calls.done == [[3]] and not calls.lock.locked()
+
+
+def test_a_boundary_point_is_not_performed_in_prepare_nor_on_a_thread_not_traced(calls):
+    from safeprefetch.lowlevel import raise_keyboard_interrupt, run_with_injection
+
+    files = [calls.__file__]
+    p = _boundary(calls, lambda: calls.with_len([1]))
+    ran = []
+
+    def prepare():  # runs the target code itself: not counted, as record_points does not count it
+        ran.append(calls.with_len([1, 2, 3]))
+        return lambda: calls.with_len([1])
+
+    out = run_with_injection(None, p, raise_keyboard_interrupt, files, prepare=prepare)
+    assert ran == [3] and isinstance(out.result, KeyboardInterrupt) and not calls.lock.locked()
+    errors = []
+    hook = threading.excepthook
+    threading.excepthook = lambda args: errors.append(args.exc_type)
+    try:  # threads=False: the helper thread's call is not traced, and not interrupted
+        out = run_with_injection(calls.helper_and_own, p, raise_keyboard_interrupt, files)
+    finally:
+        threading.excepthook = hook
+    assert errors == [] and isinstance(out.result, KeyboardInterrupt) and not calls.lock.locked()
+
+
+def test_a_bool_batch_returned_as_a_list_is_copied_in_not_read_as_a_status():
+    # After the first commit a list starting with a bool was read as ``(ok, item)``: True dropped the batch
+    # (the slot's old bytes delivered), False refused it as a failure.
+    rows = [[True, False, True], [False, True, False], [True, True], [False, False]]
+
+    class Bools:
+        def __init__(self, rows):
+            self.rows = rows
+
+        def __len__(self):
+            return len(self.rows)
+
+        def fetch_into(self, i, out):
+            return list(self.rows[i])
+
+    with Prefetcher(Bools(rows[:2]), shape=(3,), dtype=np.bool_, timeout=30) as pf:
+        assert [b.tolist() for b in pf] == rows[:2]
+    with Prefetcher(Bools(rows[2:]), shape=(2,), dtype=np.bool_, timeout=30) as pf:  # a pair of bools: a batch
+        assert [b.tolist() for b in pf] == rows[2:]
+
+
+def test_a_strided_view_of_out_with_its_byte_bounds_is_still_a_part_of_it():
+    class EveryOther:
+        def __len__(self):
+            return 2
+
+        def fetch_into(self, i, out):
+            out[::2] = i
+            return out[::2]
+
+    with Prefetcher(EveryOther(), shape=(5,), dtype=np.int64, timeout=30) as pf:
+        with pytest.raises(TypeError, match=r"item 0: fetch_into returned a view of part of out \(24 of its 40"):
+            next(iter(pf))
+
+
+def test_the_timeline_copies_the_resize_log_a_consumer_appends_to(monkeypatch):
+    # timeline() iterated the resize log in Python; a deque (item 5) raised "deque mutated during iteration"
+    # when the consumer's take resized meanwhile (the review's run: on the first call).
+    from safeprefetch._prefetcher import policy
+
+    monkeypatch.setattr(policy, "SHRINK_WINDOW", 1)  # a take that finds two batches ready shrinks: resizes often
+    monkeypatch.setattr(policy, "SHRINK_WINDOW_MAX", 1)
+    monkeypatch.setattr(policy, "RUN_BUDGET", 0.0)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    stop, errors = threading.Event(), []
+
+    class Endless:
+        def __len__(self):
+            return 10**7
+
+        def fetch_into(self, i, out):
+            out[...] = i
+
+    with Prefetcher(Endless(), capacity=8, workers=2, shape=(4,), dtype=np.int64, autotune=True, max_capacity=8,
+                    timeline=True, timeout=30) as pf:
+        log = pf._core.autotuner.log
+        log.extend((0.0, 0, 4) for _ in range(policy.RESIZE_RECORDS - 10))  # a long run's history
+
+        def consume():
+            out = np.empty((4,), np.int64)
+            while not stop.is_set():
+                pf.copy_prefetched(out)
+
+        t = threading.Thread(target=consume)
+        t.start()
+        try:
+            for _ in range(10):
+                try:
+                    pf.timeline()
+                except RuntimeError as e:
+                    errors.append(str(e))
+        finally:
+            stop.set()
+            t.join()
+            sys.setswitchinterval(interval)
+    assert errors == []

@@ -337,7 +337,7 @@ class Prefetcher(NotCopyable):
         t0 = c.counts.t0
         return {"spans": [(th, kind, a - t0, b - t0) for th, kind, a, b in list(c.spans)],
                 "occupancy": [(t - t0, n) for t, n in list(c.occupancy_log or [])],
-                "capacity": [(t, n) for t, _d, n in c.capacity_log],
+                "capacity": [(t, n) for t, _d, n in list(c.capacity_log)],  # (a copy: the consumer appends)
                 "initial_capacity": c.machine.config.get("target", c.slots_total) if c.autotuner is not None
                 else c.slots_total,
                 "workers": len(c.worker_ids)}

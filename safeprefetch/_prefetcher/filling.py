@@ -46,8 +46,8 @@ def fill_into(fetch_into: Callable[[int, np.ndarray], Any], index: int, slot: np
       tensor, a float) is judged as that array: a view of ``out`` as above, a batch is copied in, anything
       else refused (a batch returned as a list, ``out`` left as it was, delivered the slot's old bytes).
       A string, a dict, a tuple of mixed values, ``True`` is a status: ignored. ``False`` (a Python or numpy
-      bool) where the batch cannot be a bool is a failure, refused; so is a tuple or list that starts with
-      ``False`` (``ok, image``, OpenCV's way); after ``True`` its second item is judged as if returned alone.
+      bool) where the batch cannot be a bool is a failure, refused; so is a pair that starts with ``False``
+      (``ok, image``, OpenCV's way); after ``True`` its second item is judged as if returned alone.
     * An integer (a Python int, or a numpy one where the batch is not 0-d) is a count, readinto's way: it
       must say out was filled whole, in bytes, values or rows (``out.nbytes``, ``out.size``,
       ``len(out)``). A short count (a short read, 0 at the end of a file) is refused: the rest of the
@@ -69,14 +69,14 @@ def fill_into(fetch_into: Callable[[int, np.ndarray], Any], index: int, slot: np
                 "into out, in its own dtype")
     if returned is None:
         return None
-    if type(returned) in (tuple, list) and returned and isinstance(returned[0], (bool, np.bool_)) and slot.ndim:
+    if (type(returned) in (tuple, list) and len(returned) == 2 and isinstance(returned[0], (bool, np.bool_))
+            and not isinstance(returned[1], (bool, np.bool_)) and slot.ndim):
         # A status and what was read (``ok, image``, OpenCV's way): False is a failure, never a batch; with
-        # True, what comes with it is judged as if returned alone (a new array: the batch, copied in).
+        # True, what comes with it is judged as if returned alone (a new array: the batch, copied in). (Two
+        # bools are a bool batch's two values, judged as an array.)
         if not returned[0]:
-            return _failed(f"({returned[0]!r}, ...)" if len(returned) > 1 else repr(type(returned)(returned)))
-        if len(returned) == 2 and returned[1] is not None:
-            return _returned_problem(returned[1], slot, before)
-        return None
+            return _failed(f"({returned[0]!r}, ...)")
+        return None if returned[1] is None else _returned_problem(returned[1], slot, before)
     return _returned_problem(returned, slot, before)
 
 
@@ -128,7 +128,8 @@ def _returned_problem(returned: Any, slot: np.ndarray, before: Any) -> str | Non
     if np.shares_memory(returned, slot):
         # out, or a view of the whole of it (a memoryview of out, a tensor over it); a view of part of it is
         # what was read (``return out[:n]``), and the rest of the slot holds an earlier batch's bytes.
-        return None if _bounds(returned) == _bounds(slot) else _partial(returned, slot)
+        whole = returned.nbytes == slot.nbytes and _bounds(returned) == _bounds(slot)  # (``out[::2]``: not whole)
+        return None if whole else _partial(returned, slot)
     if returned.shape == slot.shape and returned.dtype == slot.dtype:
         np.copyto(slot, returned, casting="no")
         return None

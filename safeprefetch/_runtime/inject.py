@@ -408,10 +408,15 @@ def run_with_injection(action: Callable[[], Any] | None, point: InjectionPoint, 
     over = [False]  # (a thread started in the run keeps the hook for life: it does nothing after)
 
     def ended(frame: FrameType, call: int) -> None:
-        if not over[0] and call == target.call_offset:
-            nxt = at_return[frame] = _next_offset(frame.f_code, call)
-            if nxt == target.offset:
-                visit(frame, target, returning=True)
+        # Only where the trace hook would see the point itself: a traced frame (not an untraced thread's, nor
+        # one run by ``prepare``), at a call it did not take for an inlined Python call.
+        st = tracer.states.get(frame)
+        if (over[0] or not tracer.active or call != target.call_offset or st is None or st.prev != call
+                or st.python_callee):
+            return
+        nxt = at_return[frame] = _next_offset(frame.f_code, call)
+        if nxt == target.offset:
+            visit(frame, target, returning=True)
 
     def visit(frame: FrameType, p: InjectionPoint, returning: bool = False) -> None:
         if fired.is_set() or p != target:
@@ -437,12 +442,13 @@ def run_with_injection(action: Callable[[], Any] | None, point: InjectionPoint, 
             outcome.result, outcome.raised = e, True
 
     boundary = target.kind == "after call" and target.boundary
+    tracer = _Tracer(files, visit)
     try:
         with _call_ends(target.code, ended, threads) if boundary else contextlib.nullcontext():
             if prepare is not None:
-                _run_traced(lambda: None, _Tracer(files, visit), threads, lambda: (lambda act=prepare(): run(act)))
+                _run_traced(lambda: None, tracer, threads, lambda: (lambda act=prepare(): run(act)))
             else:
-                _run_traced(lambda: run(action), _Tracer(files, visit), threads)  # type: ignore[arg-type]
+                _run_traced(lambda: run(action), tracer, threads)  # type: ignore[arg-type]
     finally:
         over[0] = True
     outcome.fired = fired.is_set()
