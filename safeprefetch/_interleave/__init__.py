@@ -16,7 +16,8 @@ The modules, in the order they build on each other:
 * ``scheduler`` -- one execution: threads, batons, scheduling points,
   virtual time, the verdicts of a run;
 * ``belonging`` -- which execution a drop-in belongs to, and what it is outside one;
-* ``primitives``, ``barrier``, ``queues`` -- the drop-ins for ``threading`` and ``queue``;
+* ``waiters`` -- a condition's list of waiters, in arrival order, and a blocked call's turn in it;
+* ``semaphores``, ``primitives``, ``barrier``, ``queues`` -- the drop-ins for ``threading`` and ``queue``;
 * ``lines`` -- line mode (points at line events, stores and deletes);
 * ``patching`` -- putting the drop-ins in place for a check;
 * ``runner`` -- running the body once under a controller;

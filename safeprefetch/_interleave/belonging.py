@@ -193,9 +193,9 @@ class Prim:
 
     def _point(self, ex: Execution, vt: VThread, kind: str, *, enabled: Callable[[], bool] | None = None,
                deadline: float | None = None, write: bool = True, keys: tuple = (), alts: Any = None,
-               by_holder: bool = True, depth: int = 3):
+               by_holder: bool = True, depth: int = 3, blocks: Callable[[], bool] | None = None):
         return ex.point(vt, Op(kind, self, (id(self),) + keys, write=write, enabled=enabled, deadline=deadline,
-                               alts=alts, where=where(depth), by_holder=by_holder))
+                               alts=alts, where=where(depth), by_holder=by_holder, blocks=blocks))
 
     def _step(self, kind: str) -> bool:
         """``kind`` (a method without arguments or result) as a scheduling point: True when the caller is then

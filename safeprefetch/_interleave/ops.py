@@ -73,16 +73,21 @@ class Op:
     ``keys`` name what it touches, for partial-order reduction: two
     operations of different threads are independent when they share no key,
     or share only keys both merely read. ``star`` operations (interrupts,
-    timed waits, line steps) depend on everything.
+    timed waits, line steps) depend on everything. ``blocks`` says when an
+    enabled operation will only begin to wait (a semaphore's acquire at 0, a
+    get on an empty queue: it looks, then sleeps in a later step): an
+    interrupt offered before it is one while blocked, not between bytecodes.
     """
 
-    __slots__ = ("kind", "obj", "keys", "write", "star", "enabled", "deadline", "where", "alts", "label", "by_holder")
+    __slots__ = ("kind", "obj", "keys", "write", "star", "enabled", "deadline", "where", "alts", "label", "by_holder",
+                 "blocks")
 
     def __init__(self, kind: str, obj: Any, keys: Iterable[Any], *, write: bool = True,
                  enabled: Callable[[], bool] | None = None, deadline: float | None = None,
                  star: bool = False, alts: Callable[[], list] | None = None, where: tuple[str, int] | None = None,
-                 label: str | None = None, by_holder: bool = True):
+                 label: str | None = None, by_holder: bool = True, blocks: Callable[[], bool] | None = None):
         self.kind = kind
+        self.blocks = blocks
         #: A release: whether its thread held the lock when it announced it (a release by anyone else can
         #: run while the lock is free, so it races with a blocking acquire).
         self.by_holder = by_holder
@@ -95,6 +100,10 @@ class Op:
         self.alts = alts
         self.where = where
         self.label = label
+
+    def running(self) -> bool:
+        """Enabled, and not about to begin a wait (``blocks``): where an interrupt comes between bytecodes."""
+        return (self.enabled is None or self.enabled()) and not (self.blocks is not None and self.blocks())
 
     def describe(self) -> str:
         if self.label is None:

@@ -3,8 +3,9 @@
 What they guarantee
 -------------------
 Each class here has the interface and the semantics of its ``threading``
-namesake -- ``Lock``, ``RLock``, ``Condition`` (Mesa), ``Semaphore``,
-``BoundedSemaphore``, ``Event`` (and, in :mod:`.barrier`, ``Barrier``) -- with every operation that
+namesake -- ``Lock``, ``RLock``, ``Condition`` (Mesa), ``Event`` (and, in
+:mod:`.semaphores`, ``Semaphore`` and ``BoundedSemaphore``, in
+:mod:`.barrier`, ``Barrier``) -- with every operation that
 another thread could observe made a *scheduling point* of the controlled
 scheduler (:mod:`.scheduler`): the thread announces the operation, the
 scheduler decides who goes next, and the operation takes effect only when
@@ -17,7 +18,8 @@ Where each one differs from a real one, and why
 -----------------------------------------------
 * ``Condition.notify`` under ``notify="any"`` wakes *any* waiter: the choice
   is a scheduling alternative, explored like a thread choice. ``fifo`` wakes
-  the longest waiter, as CPython does.
+  the longest waiter, as CPython does (the list is :mod:`.waiters`', which
+  the semaphores and queues wait in too).
 * ``spurious="on"`` lets a waiter wake without a notify (CPython never does this, POSIX and Java may):
   at most ``max_spurious`` times a run, so that a ``while`` loop around ``wait`` still terminates.
 * Releasing a ``Lock`` from a thread that does not hold it is legal in
@@ -36,20 +38,18 @@ object (:mod:`.belonging`).
 
 from __future__ import annotations
 
-import sys
 import threading
 from typing import Any, Callable
 
-from .belonging import Prim, context, deadline_of, loop_deadline, stand_in, until, unwaitable, wait_deadline
+from .belonging import Prim, context, deadline_of, stand_in, until, unwaitable, wait_deadline
 from .scheduler import Aborted, Execution, Op, VThread, where
+from .semaphores import VBoundedSemaphore, VSemaphore
+from .waiters import Waiter, notify_alts, wake, woken
 
 __all__ = ["VBoundedSemaphore", "VCondition", "VEvent", "VLock", "VRLock", "VSemaphore"]
 
 #: The real classes, as they are before any check patches them: what a primitive becomes outside one.
-_REAL = {name: getattr(threading, name) for name in ("Lock", "RLock", "Condition", "Semaphore", "BoundedSemaphore",
-                                                     "Event")}
-#: 3.11's ``Semaphore.release`` notifies ``for i in range(n)``; 3.12 on call ``notify(n)`` once.
-_NOTIFY_IN_A_LOOP = sys.version_info < (3, 12)
+_REAL = {name: getattr(threading, name) for name in ("Lock", "RLock", "Condition", "Event")}
 
 
 class VLock(Prim):
@@ -257,18 +257,6 @@ class VRLock(VLock):
         self._restore(c[1], saved)
 
 
-class _Waiter:
-    __slots__ = ("vt", "notified", "in_time", "deadline")
-
-    def __init__(self, vt: VThread):
-        self.vt = vt
-        self.notified = False
-        #: Notified before its deadline. A waiter that timed out stays listed until it has its lock back, as
-        #: in CPython, so a notify may still pick it: the notify is spent, and wait says False (timed out).
-        self.in_time = False
-        self.deadline: float | None = None
-
-
 class VCondition(Prim):
     """``threading.Condition`` (Mesa): ``wait`` releases the lock and sleeps; woken, it takes the lock back."""
 
@@ -283,7 +271,7 @@ class VCondition(Prim):
             raise TypeError(f"Condition({lock!r}): under the check a Condition takes a Lock or RLock made in the "
                             "check itself, not an object wrapping one or a Semaphore (docs/interleavings.md)")
         self._lock = lock
-        self._waiters: list[_Waiter] = []
+        self._waiters: list[Waiter] = []
         self.acquire = lock.acquire
         self.release = lock.release
 
@@ -347,7 +335,7 @@ class VCondition(Prim):
         blocks, deadline, too_long = wait_deadline(ex, timeout)
         if too_long:
             unwaitable(timeout)
-        w = _Waiter(vt)
+        w = Waiter(vt)
         self._waiters.append(w)
         saved = self._lock._release_all(vt)
         if not blocks:
@@ -407,11 +395,9 @@ class VCondition(Prim):
         ex, vt = c
         if not self._owned(ex, vt):
             raise RuntimeError("cannot notify on un-acquired lock")
-        alts = None
-        if ex.settings.notify == "any" and n == 1:
-            alts = lambda: list(range(len(self._waiters))) if len(self._waiters) > 1 else [0]  # noqa: E731
+        alts = notify_alts(ex, self._waiters, lambda: True) if n == 1 else None
         choice = self._point(ex, vt, "notify" if n == 1 else "notify_all", alts=alts)
-        self._wake(ex, vt, _woken(len(self._waiters), n), choice.alt if choice.alt > 0 else 0)
+        self._wake(ex, vt, woken(len(self._waiters), n), choice.alt if choice.alt > 0 else 0)
 
     def notify_all(self) -> None:
         c = self._context()
@@ -426,7 +412,7 @@ class VCondition(Prim):
     notifyAll = notify_all
 
     def _wake(self, ex: Execution, vt: VThread, n: int, first: int) -> None:
-        """Wake ``n`` waiters (a count :func:`_woken` made), from ``first`` when ``n`` is 1."""
+        """Wake ``n`` waiters (a count :func:`.waiters.woken` made), from ``first`` when ``n`` is 1."""
         if not self._waiters:
             w = ex.events[-1].label if ex.events else "?"
             ex.lost_notifies[id(self)] = f"{vt.name}'s {w}"
@@ -434,109 +420,7 @@ class VCondition(Prim):
         if n <= 0:
             ex.events[-1].note = "woke nobody"
             return
-        chosen = [self._waiters[first]] if n == 1 else self._waiters[:n]
-        for w in chosen:
-            w.notified = True
-            w.in_time = w.deadline is None or ex.clock <= w.deadline  # at the deadline: a tie, either may win
-            self._waiters.remove(w)
-            ex.enabled_by(w.vt.index, vt.index)
-        ex.events[-1].note = "woke " + ", ".join(w.vt.name for w in chosen)
-
-
-def _woken(waiting: int, n: Any) -> int:
-    """How many of ``waiting`` waiters ``notify(n)`` wakes by CPython's ``while waiters and n > 0: ...; n -= 1``:
-    none for ``n <= 0``, two for 1.5; ``n`` is not compared at all (no TypeError for "x") when nobody waits."""
-    woken = 0
-    while woken < waiting and n > 0:
-        woken += 1
-        n -= 1
-    return woken
-
-
-class VSemaphore(Prim):
-    """``threading.Semaphore``."""
-
-    _ilv_kind = "semaphore"
-
-    def __init__(self, value: int = 1) -> None:
-        if value < 0:
-            raise ValueError("semaphore initial value must be >= 0")
-        super().__init__()
-        self._value = value
-
-    def _ilv_state(self) -> str:
-        return str(self._value)
-
-    def _ilv_blocked(self, vt: VThread, op: Op) -> str:
-        return f"waits for {self._ilv_name} (count 0)"
-
-    def _ilv_make_real(self) -> Any:
-        return _REAL["Semaphore"](self._value)
-
-    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
-        if not blocking and timeout is not None:
-            raise ValueError("can't specify timeout for non-blocking acquire")
-        c = context(self)
-        if c is None:
-            return stand_in(self).acquire(blocking, timeout)
-        ex, vt = c
-        # CPython's ``while self._value == 0: endtime = _time() + timeout ...``: a bad timeout raises only then
-        bad, blocks, deadline, too_long = False, False, None, False
-        if blocking:
-            try:
-                blocks, deadline, too_long = loop_deadline(ex, timeout)
-            except Exception:
-                bad = True
-        enabled = until(ex, lambda: self._value != 0, deadline) if blocks else None
-        self._point(ex, vt, "acquire", enabled=enabled, deadline=deadline)
-        if self._value == 0:
-            if bad:
-                loop_deadline(ex, timeout)  # raises as it did above
-            if too_long:
-                unwaitable(timeout)
-            return False
-        self._value -= 1
-        return True
-
-    __enter__ = acquire
-
-    def release(self, n: int = 1) -> None:
-        if n < 1:
-            raise ValueError("n must be one or more")
-        c = context(self)
-        if c is None:
-            return stand_in(self).release(n)
-        ex, vt = c
-        self._point(ex, vt, "release")
-        self._release(n)
-
-    def _release(self, n: int) -> None:
-        self._value += n
-        _NOTIFY_IN_A_LOOP and range(n)  # a float n is then a TypeError on 3.11, once counted
-
-    def __exit__(self, *exc: Any) -> None:
-        self.release()
-
-
-class VBoundedSemaphore(VSemaphore):
-    """``threading.BoundedSemaphore``: releasing past the initial value raises ``ValueError``."""
-
-    _ilv_kind = "bounded_semaphore"
-
-    def __init__(self, value: int = 1) -> None:
-        super().__init__(value)
-        self._initial_value = value
-
-    def _ilv_make_real(self) -> Any:
-        real = _REAL["BoundedSemaphore"](self._initial_value)
-        real._value = self._value
-        return real
-
-    def _release(self, n: int) -> None:
-        if self._value + n > self._initial_value:
-            raise ValueError("Semaphore released too many times")
-        self._value += n
-        _NOTIFY_IN_A_LOOP and range(n)
+        wake(ex, vt, self._waiters, n, first)
 
 
 class VEvent(Prim):

@@ -5,13 +5,14 @@ What they guarantee
 The interface and semantics of the standard library's queues, including
 Python 3.13's ``shutdown(immediate=False)`` and :class:`ShutDown` where the
 running Python has them (not before 3.13, as the real ones), with each method one scheduling point of the
-controlled scheduler. A queue is thread-safe by contract, so each call is
+controlled scheduler (and a blocked ``get`` or ``put`` one more for each
+time it is woken). A queue is thread-safe by contract, so each call is
 atomic at synchronization granularity: the scheduler decides *when* a
 ``put`` or ``get`` happens, never what a half-done one looks like. A
-``put`` on a full queue or a ``get`` on an empty one is not enabled until it
-can proceed, so a thread blocked on a queue is blocked in the scheduler's
-eyes (a deadlock involving a queue is found like one on a lock), and a
-timeout is a virtual deadline.
+``put`` on a full queue or a ``get`` on an empty one waits, and is not
+enabled until a notify wakes it (below), so a thread blocked on a queue is
+blocked in the scheduler's eyes (a deadlock involving a queue is found like
+one on a lock), and a timeout is a virtual deadline.
 
 The storage hooks are the standard library's (``_init``, ``_qsize``,
 ``_put``, ``_get``), so a subclass that overrides them -- as ``LifoQueue``
@@ -24,9 +25,20 @@ made the first time it does: from then on a call on the queue waits while a
 thread holds ``mutex`` (forever if it is the caller: the real one is not
 reentrant), and a ``put``, ``get``, ``task_done`` or ``shutdown`` notifies
 them as the real one does, so code that waits on them directly is woken.
-A blocked ``get`` is still enabled by the items themselves, not by the
-notify: code that adds items behind the queue's back without notifying
-would leave a real getter asleep, and that lost wakeup is not found here.
+
+A ``get`` that finds the queue empty, or a ``put`` that finds it full, waits
+as CPython's does (:func:`.waiters.wait_turn`): in the list of waiters of
+``not_empty`` (``not_full``), in arrival order, the very list code that
+waits on ``q.not_empty`` itself joins. A ``put`` wakes the first waiter of
+``not_empty`` and a ``get`` the first of ``not_full`` (any one, a choice,
+under ``notify="any"``); the others sleep on even while the queue holds an
+item for them, as in CPython, and a thread arriving meanwhile may take the
+item first (the woken one then waits again, at the end). So a program that
+relies on the order (put, then join the consumer that waited longest) is
+correct here as it is in CPython, and code that adds items behind the
+queue's back without a notify leaves a getter asleep here too. ``join`` is
+enabled once no task is left: the real ``task_done`` and ``shutdown`` then
+wake every waiter (``notify_all``), so no order is lost.
 """
 
 from __future__ import annotations
@@ -39,6 +51,7 @@ from typing import Any
 from .belonging import Prim, context, queue_deadline, stand_in, until, unwaitable
 from .primitives import VCondition, VLock
 from .scheduler import Execution, Op, VThread
+from .waiters import Waiter, notify_alts, wait_turn, wake
 
 __all__ = ["ShutDown", "VLifoQueue", "VPriorityQueue", "VQueue", "VSimpleQueue"]
 
@@ -156,6 +169,8 @@ class VQueue(Prim):
             self._ilv_ex.names.update(counts)
             for attr, obj in sync.items():
                 obj._ilv_name = f"{self._ilv_name}.{attr}"
+                if attr != "mutex":  # one list: a blocked get and code waiting on not_empty itself, in order
+                    obj._waiters = self._waitlist(attr)
             self._ilv_sync = sync
         return sync[name]
 
@@ -176,12 +191,18 @@ class VQueue(Prim):
 
         return super()._point(ex, vt, kind, enabled=gated, depth=depth + 1, **kw)
 
-    def _notify(self, ex: Execution, vt: VThread, *names: str, every: bool = False) -> None:
-        sync = self.__dict__.get("_ilv_sync")
-        for name in names if sync is not None else ():
-            cond = sync[name]
-            if cond._waiters:  # the real queue notifies whether or not anyone waits: no lost wakeup here
-                cond._wake(ex, vt, len(cond._waiters) if every else 1, 0)
+    def _waitlist(self, name: str) -> list[Waiter]:
+        """The waiters of the condition ``name`` (``not_empty``...), longest first, made before the condition."""
+        lists = self.__dict__.get("_ilv_waiting")
+        if lists is None:
+            lists = self.__dict__.setdefault("_ilv_waiting", {"not_empty": [], "not_full": [], "all_tasks_done": []})
+        return lists[name]
+
+    def _notify(self, ex: Execution, vt: VThread, *names: str, every: bool = False, first: int = 0) -> None:
+        # the real queue notifies whether or not anyone waits: a notify of nobody is no lost wakeup here
+        for name in names:
+            waiters = self._waitlist(name)
+            wake(ex, vt, waiters, len(waiters) if every else 1, first)
 
     _ilv_real_kind = "queue"
 
@@ -206,8 +227,9 @@ class VQueue(Prim):
             blocks, deadline, too_long = queue_deadline(ex, block, timeout) if bounded else (False, None, False)
         except Exception:
             bounded, bad, blocks, deadline, too_long = False, True, False, None, False
-        enabled = until(ex, lambda: not self._full() or self.is_shutdown, deadline) if blocks else None
-        self._point(ex, vt, "put", enabled=enabled, deadline=deadline)
+        room = lambda: not self._full() or self.is_shutdown
+        alts = notify_alts(ex, self._waitlist("not_empty"), lambda: not self._full() and not self.is_shutdown)
+        choice = self._point(ex, vt, "put", blocks=lambda: blocks and not room(), alts=alts)
         if self.is_shutdown:
             raise ShutDown
         if bad and self.maxsize > 0:
@@ -215,10 +237,16 @@ class VQueue(Prim):
         if bounded and self._qsize() >= self.maxsize:
             if too_long:
                 unwaitable(timeout)
-            raise Full
+            if not blocks:
+                raise Full
+            choice = wait_turn(self, ex, vt, "put", self._waitlist("not_full"), room, deadline, alts)
+            if self.is_shutdown:
+                raise ShutDown
+            if choice is None:
+                raise Full
         self._put(item)
         self.unfinished_tasks += 1
-        self._notify(ex, vt, "not_empty")
+        self._notify(ex, vt, "not_empty", first=max(choice.alt, 0))
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
         c = context(self)
@@ -229,8 +257,9 @@ class VQueue(Prim):
             blocks, deadline, too_long, bad = *queue_deadline(ex, block, timeout), False
         except Exception:
             blocks, deadline, too_long, bad = False, None, False, True
-        enabled = until(ex, lambda: self._qsize() > 0 or self.is_shutdown, deadline) if blocks else None
-        self._point(ex, vt, "get", enabled=enabled, deadline=deadline)
+        ready = lambda: self._qsize() > 0 or self.is_shutdown
+        alts = notify_alts(ex, self._waitlist("not_full"), lambda: self._qsize() > 0)
+        choice = self._point(ex, vt, "get", blocks=lambda: blocks and not ready(), alts=alts)
         if self.is_shutdown and self._qsize() == 0:
             raise ShutDown
         if bad:
@@ -238,9 +267,15 @@ class VQueue(Prim):
         if self._qsize() == 0:
             if too_long:
                 unwaitable(timeout)
-            raise Empty
+            if not blocks:
+                raise Empty
+            choice = wait_turn(self, ex, vt, "get", self._waitlist("not_empty"), ready, deadline, alts)
+            if self.is_shutdown and self._qsize() == 0:
+                raise ShutDown
+            if choice is None:
+                raise Empty
         item = self._get()
-        self._notify(ex, vt, "not_full")
+        self._notify(ex, vt, "not_full", first=max(choice.alt, 0))
         return item
 
     def put_nowait(self, item: Any) -> None:

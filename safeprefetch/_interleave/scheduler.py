@@ -348,8 +348,8 @@ class Execution:
                 out.append(Choice(vt.index, -1))
             if not vt.in_interrupt and op.kind not in ("begin", "exit"):
                 for i, intr in enumerate(self.interrupts):
-                    if intr.when in ("both", "running" if ok else "blocked") and self.interrupts_left[i] > 0 \
-                            and intr.applies(vt):
+                    if intr.when in ("both", "running" if ok and op.running() else "blocked") \
+                            and self.interrupts_left[i] > 0 and intr.applies(vt):
                         out.append(Choice(vt.index, -2 - i))
         return out
 
@@ -452,7 +452,7 @@ class Execution:
                     join_clock(r, clock)
         if c.interrupt is not None:
             label = f"interrupt: {self.interrupts[c.interrupt].name}"
-            if not (op.enabled is None or op.enabled()):
+            if not op.running():
                 label += f" while blocked in {op.describe()}"
         elif c.alt == -1:
             label = op.describe() + " (spurious)"
