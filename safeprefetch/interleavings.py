@@ -15,6 +15,12 @@ trace::
 ``@interleavings.test(...)`` does the same from pytest; ``python -m
 safeprefetch check-code FILE.py::TEST`` from the command line. See
 docs/interleavings.md.
+
+"Every schedule that matters" is DPOR's (the default ``reduce="dpor"``): every
+schedule up to its equivalence, exact for race-free code only -- shared plain
+data always accessed under one common lock. For code that updates the same
+data under two different locks, or under none, use ``reduce="none"`` or
+``lines=True`` (docs/interleavings.md, "What DPOR assumes").
 """
 
 from ._interleave.api import InterleavingFailure as InterleavingFailure

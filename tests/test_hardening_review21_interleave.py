@@ -346,3 +346,74 @@ def test_a_semaphore_waiter_interrupted_after_its_wakeup_leaves_the_permit_to_no
     result = interleavings.check(body, interrupts=[interleavings.Interrupt(ctrl_c, threads="w1")])
     assert _verdict(result) == "deadlock", result
     assert "w2 waits for s (count 1, but no release woke it)" in result.violation.message  # was: ok
+
+
+# -- 2. DPOR's "exhaustive" is for race-free code: the same data under two different locks is outside it ------
+
+
+class _Account:
+    """A lost update under inconsistent locking: ``balance`` is read and written back under two locks."""
+
+    def __init__(self):
+        self.balance = 0
+        self.deposit_lock = threading.Lock()
+        self.bonus_lock = threading.Lock()  # the bug: should be deposit_lock
+
+    def _add(self, lock, x):
+        with lock:
+            b = self.balance
+        with lock:
+            self.balance = b + x
+
+    def deposit(self, x):
+        self._add(self.deposit_lock, x)
+
+    def bonus(self, x):
+        self._add(self.bonus_lock, x)
+
+
+def _wrong_lock():
+    acct = _Account()
+    t1 = threading.Thread(target=acct.deposit, args=(10,), name="deposit")
+    t2 = threading.Thread(target=acct.bonus, args=(1,), name="bonus")
+    t1.start()
+    t2.start()
+    t1.join()
+    t2.join()
+    assert acct.balance == 11, f"lost update: balance {acct.balance}"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("options", [{"reduce": "none"}, {"lines": True, "preemption_bound": 1}])
+def test_the_same_data_under_two_different_locks_is_found_by_the_searches_the_docs_name(options):
+    result = interleavings.check(_wrong_lock, **options)
+    assert _verdict(result) == "assertion", result
+    assert "lost update: balance" in result.violation.message
+
+
+@pytest.mark.timeout(120)
+def test_a_dpor_ok_says_it_covers_every_schedule_up_to_its_equivalence_for_race_free_code():
+    scope = "every schedule up to DPOR's equivalence, for race-free code"
+    result = interleavings.check(_wrong_lock)  # DPOR sees two independent locks: it may run one order only
+    if result.verdict == "ok":  # then the result must not read as a proof for this (racy) code
+        assert result.exhaustive
+        assert scope in result.note and scope in interleavings.render(result)
+    plain = interleavings.check(_wrong_lock, reduce="none", preemption_bound=1)
+    assert plain.verdict == "assertion"
+    proved = interleavings.check(lambda: None, reduce="none")  # a plain proof claims every schedule
+    assert proved.exhaustive and scope not in interleavings.render(proved)
+
+
+@pytest.mark.timeout(60)
+def test_the_docs_state_that_dpor_assumes_race_free_code_and_what_to_use_otherwise():
+    page = (ROOT / "docs" / "interleavings.md").read_text()
+    assert "**What DPOR assumes: data-race freedom.**" in page
+    section = page[page.index("**What DPOR assumes"):]
+    for phrase in ("two *different* locks", 'reduce="none"', "lines=True", "not* exact otherwise"):
+        assert phrase in section[:3000], phrase
+    assert "DPOR reaches exactly the outcomes plain DFS reaches" in page  # ... on those race-free programs:
+    assert "Those programs are\nrace-free, and so must yours be" in page
+    readme = (ROOT / "README.md").read_text()
+    assert "only for race-free code" in readme and 'reduce="none"' in readme
+    doc = " ".join(interleavings.check.__doc__.split())
+    assert "for race-free code" in doc and "two different locks" in doc

@@ -57,6 +57,11 @@ def check(fn: Callable[[], Any], *, strategy: str = "dfs", preemption_bound: int
     * ``strategy``: ``"dfs"`` (exhaustive, with DPOR unless ``reduce="none"``),
       ``"pct"``, ``"random"`` or ``"hypothesis"`` (sampled: ``max_schedules``
       runs, default 1,000, from ``seed``; ``depth`` is PCT's bug depth).
+    * ``reduce``: ``"dpor"`` runs one schedule of each class that orders the synchronization operations
+      alike: *exhaustive* then means every schedule up to DPOR's equivalence, **for race-free code** (all
+      shared plain data accessed under one common lock). Code that updates the same data under two
+      different locks, or under none, can be "ok, exhaustive" with a lost update DPOR never ran; check it
+      with ``reduce="none"`` (every schedule) or ``lines=True`` (docs/interleavings.md, "What DPOR assumes").
     * ``preemption_bound``: explore only schedules with at most that many
       preemptions (``dfs``); the result's ``bound_covered`` says the bound was
       covered.

@@ -5,7 +5,10 @@ What it guarantees
 :func:`check_code` returns a frozen :class:`~.report.CodeCheckResult` whose
 verdict is ``ok`` only if no schedule the strategy ran showed a violation,
 and whose ``exhaustive`` is True only if that covers every schedule: a
-``dfs`` that ran to completion with no preemption bound cutting anything. A
+``dfs`` that ran to completion with no preemption bound cutting anything
+(with DPOR, every schedule up to its equivalence, which is exact only for
+race-free code: plain data shared under two different locks, or none, can
+hide a lost update DPOR never runs; ``reduce="none"`` runs them all). A
 bounded ``dfs`` that ran to completion says ``bound_covered``: every
 schedule with at most that many preemptions was run. Sampling strategies
 (``random``, ``pct``, ``hypothesis``) are never exhaustive, and neither is a
@@ -45,7 +48,7 @@ from . import arguments
 from .arguments import whole
 from .explore import DFS, PCT, Nondeterministic, RandomWalk, Replay, Scripted, alt_text
 from .patching import MISSING, controlled, patched
-from .report import CodeCheckResult, StepDetail
+from .report import DPOR_SCOPE, CodeCheckResult, StepDetail
 from .runner import run_once
 from .scheduler import Execution, Settings, VThread, current
 
@@ -476,8 +479,9 @@ def _result(name: str, fn: Any, strategy: str, bound: int | None, seed: int, set
     if found is None:
         exhaustive = strategy == "dfs" and complete and not cut
         bound_covered = strategy == "dfs" and complete
-        what = ("every schedule" if exhaustive else f"every schedule within {bound} preemption(s)"
-                if bound_covered else f"{stats.schedules:,} schedule(s), not all")
+        what = ((DPOR_SCOPE if reduce == "dpor" else "every schedule") if exhaustive
+                else f"every schedule within {bound} preemption(s)" if bound_covered
+                else f"{stats.schedules:,} schedule(s), not all")
         note = f"{strategy}: {what}; no violation"
         return CodeCheckResult(model=name, config=config, strategy=strategy, exhaustive=exhaustive, verdict="ok",
                                states=stats.schedules, transitions=stats.transitions, seconds=stats.elapsed(),

@@ -31,7 +31,12 @@ from typing import Any
 from .._check.result import CheckResult, Trace, TraceStep, Violation
 from .._check.trace import format_table
 
-__all__ = ["CodeCheckResult", "StepDetail", "render_text", "svg_text", "trace_model", "write_svg"]
+__all__ = ["DPOR_SCOPE", "CodeCheckResult", "StepDetail", "render_text", "svg_text", "trace_model", "write_svg"]
+
+#: What an exhaustive DPOR search covered: its dependence sees synchronization objects only, so it is every
+#: schedule only for code whose shared plain data is always accessed under one common lock (docs/interleavings.md,
+#: "What DPOR assumes"; the same data under two different locks can hide a lost update it never runs).
+DPOR_SCOPE = "every schedule up to DPOR's equivalence, for race-free code"
 
 
 @dataclass(frozen=True)
@@ -57,7 +62,8 @@ class CodeCheckResult(CheckResult):
     For a code check ``states`` counts complete schedules (there is no stored
     state), ``transitions`` the scheduling decisions taken over all of them,
     and ``max_depth`` the longest schedule. ``exhaustive`` means every schedule
-    was run, so it is False for a result with a violation (the search stopped
+    was run -- with ``reduce="dpor"`` (``config["reduce"]``), :data:`DPOR_SCOPE` --
+    so it is False for a result with a violation (the search stopped
     there), unlike a model's result, where it also covers a violation found.
     """
 
@@ -195,7 +201,7 @@ def render_text(result: CodeCheckResult) -> str:
     if result.violation is not None:
         scope = "stopped at this violation"
     elif result.exhaustive:
-        scope = "exhaustive"
+        scope = f"exhaustive ({DPOR_SCOPE})" if result.config.get("reduce") == "dpor" else "exhaustive"
     else:
         scope = (f"every schedule within {result.preemption_bound} preemption(s)" if result.bound_covered
                  else "NOT exhaustive")
