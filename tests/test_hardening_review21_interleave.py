@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import queue
+import sys
 import threading
 import time
 from pathlib import Path
@@ -417,3 +418,77 @@ def test_the_docs_state_that_dpor_assumes_race_free_code_and_what_to_use_otherwi
     assert "only for race-free code" in readme and 'reduce="none"' in readme
     doc = " ".join(interleavings.check.__doc__.split())
     assert "for race-free code" in doc and "two different locks" in doc
+
+
+def _steal_from_a_condition_waiter():
+    q = queue.Queue()
+    got = {}
+
+    def a():  # waits on the queue's own condition, under its mutex, as the docs invite
+        with q.mutex:
+            while not q._qsize():
+                q.not_empty.wait()
+            got["A"] = q._get()
+
+    def c():
+        try:
+            got["C"] = q.get_nowait()
+        except queue.Empty:
+            got["C"] = None
+
+    ta = threading.Thread(target=a, name="A")
+    ta.start()
+    time.sleep(0.1)  # virtual: A is asleep on not_empty
+    q.put("a")  # wakes A, which must take q.mutex back; C's get may take it first
+    tc = threading.Thread(target=c, name="C")
+    tc.start()
+    tc.join()
+    q.put("b")
+    ta.join()
+    assert got["A"] == "a", f"C took {got['C']!r} first; A got {got['A']!r}"
+
+
+def test_dpor_orders_a_condition_wake_up_against_the_calls_on_its_queue():
+    # (The fresh-eyes review of items 20-21.) A condition's wake-up, which takes its lock back, was keyed by
+    # the lock alone; a queue's mutex is also keyed by the queue, as every get and put is. DPOR took the wake-up
+    # for independent of another thread's get_nowait and said "ok, exhaustive" of race-free code whose lost
+    # item reduce="none" finds.
+    plain = interleavings.check(_steal_from_a_condition_waiter, reduce="none")
+    dpor = interleavings.check(_steal_from_a_condition_waiter)
+    assert plain.violation is not None and plain.violation.kind == "assertion"
+    assert dpor.violation is not None and dpor.violation.kind == "assertion"
+
+
+def _two_getters_then_a_put():
+    q = queue.SimpleQueue()
+    got = {}
+
+    def c(i):
+        got[i] = q.get()
+
+    t1 = threading.Thread(target=c, args=(1,), name="c1")
+    t1.start()
+    time.sleep(0.1)  # virtual: c1 waits in get
+    t2 = threading.Thread(target=c, args=(2,), name="c2")
+    t2.start()
+    time.sleep(0.1)  # virtual: c2 waits behind it
+    q.put("a")
+    t1.join()  # 3.13 hands "a" to c1, which waited longest
+    q.put("b")
+    t2.join()
+    assert got == {1: "a", 2: "b"}
+
+
+@pytest.mark.skipif(sys.version_info < (3, 13), reason="3.11's and 3.12's C SimpleQueue wakes any getter")
+def test_a_simple_queue_put_is_handed_to_the_longest_waiting_getter_on_3_13():
+    # (The fresh-eyes review.) Any blocked getter could take a put's item: a false deadlock on 3.13, whose
+    # SimpleQueue hands the item to the getter parked longest (20 of 20 real runs finish).
+    r = interleavings.check(_two_getters_then_a_put)
+    assert r.verdict == "ok" and r.exhaustive
+    assert interleavings.check(_two_getters_then_a_put, reduce="none").verdict == "ok"
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 13), reason="3.13 hands the item to the longest waiter")
+def test_before_3_13_any_simple_queue_getter_may_take_a_put():
+    r = interleavings.check(_two_getters_then_a_put)
+    assert r.violation is not None and r.violation.kind == "deadlock"

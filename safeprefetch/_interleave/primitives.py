@@ -64,6 +64,10 @@ class VLock(Prim):
         self._held = False
         self._owner: VThread | None = None
 
+    def _ilv_lock_keys(self) -> tuple:
+        """What taking or leaving this lock touches, for the partial-order reduction."""
+        return (id(self),)
+
     def _ilv_state(self) -> str:
         return f"held by {self._owner.name}" if self._held and self._owner is not None else (
             "held" if self._held else "free")
@@ -326,7 +330,9 @@ class VCondition(Prim):
         ex, vt = c
         if not self._owned(ex, vt):
             raise RuntimeError("cannot wait on un-acquired lock")
-        lkey = (id(self._lock),)
+        # The lock's own keys: a queue's mutex also carries the queue's, as every call on that queue does, so
+        # the wake-up that takes it back is ordered against them (DPOR ran one order of a get and the wake).
+        lkey = self._lock._ilv_lock_keys()
         self._point(ex, vt, "wait", keys=lkey)
         if self._lock._owner is not vt and ex.settings.lock_release == "owner":
             holder = self._lock._owner.name if self._lock._owner is not None else "nobody"  # CPython releases it
@@ -354,7 +360,7 @@ class VCondition(Prim):
             # propagates, waiting for the lock if another thread holds it.
             if w in self._waiters:
                 self._waiters.remove(w)
-            ex.point(vt, Op("acquire", lock, (id(lock),), enabled=lambda: lock.lock_free_for(vt), where=where(2),
+            ex.point(vt, Op("acquire", lock, lkey, enabled=lambda: lock.lock_free_for(vt), where=where(2),
                             label=f"take {lock._ilv_name} back"))
             lock._restore(vt, saved)
             raise

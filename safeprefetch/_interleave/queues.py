@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import heapq
 import queue as _queue
+import sys
 from collections import deque
 from typing import Any
 
@@ -111,6 +112,9 @@ class _QueueMutex(VLock):
 
     def _point(self, ex: Execution, vt: VThread, kind: str, *, keys: tuple = (), depth: int = 3, **kw: Any) -> Any:
         return super()._point(ex, vt, kind, keys=keys + (self._ilv_queue_key,), depth=depth + 1, **kw)
+
+    def _ilv_lock_keys(self) -> tuple:
+        return (id(self), self._ilv_queue_key)
 
 
 class VQueue(Prim):
@@ -372,9 +376,15 @@ class VSimpleQueue(Prim):
 
     _ilv_kind = "simple_queue"
 
+    #: 3.13's C SimpleQueue hands a put's item straight to the getter that has waited longest (its parking
+    #: lot), which no later getter can take; 3.11's and 3.12's lock wakes any getter, and any may take it.
+    _HANDOFF = sys.version_info >= (3, 13)
+
     def __init__(self) -> None:
         super().__init__()
         self._queue: deque = deque()
+        self._ilv_waiters: list[Waiter] = []  # (3.13) the getters asleep, longest first
+        self._handed: dict[Waiter, Any] = {}  # (3.13) what a put handed to each
 
     def _ilv_state(self) -> str:
         return _short(self._queue)
@@ -393,6 +403,13 @@ class VSimpleQueue(Prim):
         if c is None:
             return stand_in(self).put(item, block, timeout)
         self._point(c[0], c[1], "put")
+        if self._ilv_waiters:  # (3.13 only: nobody is listed before)
+            w = self._ilv_waiters.pop(0)
+            w.notified = True
+            self._handed[w] = item
+            c[0].enabled_by(w.vt.index, c[1].index)
+            c[0].events[-1].note = f"handed to {w.vt.name}"
+            return
         self._queue.append(item)
 
     put_nowait = put
@@ -413,11 +430,32 @@ class VSimpleQueue(Prim):
             block = timeout > 0
             deadline = ex.clock + timeout if block else None
         blocks = block
+        if self._HANDOFF:
+            return self._get_handed(ex, vt, blocks, deadline)
         enabled = until(ex, lambda: bool(self._queue), deadline) if blocks else None
         self._point(ex, vt, "get", enabled=enabled, deadline=deadline)
         if not self._queue:
             raise Empty
         return self._queue.popleft()
+
+    def _get_handed(self, ex: Execution, vt: VThread, blocks: bool, deadline: float | None) -> Any:
+        """3.13's get: an item there is taken; else the getter parks, last in line, until a put hands it one."""
+        self._point(ex, vt, "get", blocks=lambda: blocks and not self._queue)
+        if self._queue:
+            return self._queue.popleft()
+        if not blocks:
+            raise Empty
+        ex.events[-1].note = "waits"
+        w = Waiter(vt, deadline)
+        self._ilv_waiters.append(w)
+        try:
+            self._point(ex, vt, "get", enabled=until(ex, lambda: w.notified, deadline), deadline=deadline)
+        finally:
+            if w in self._ilv_waiters:  # timed out, or an interrupt's exception: it leaves the line
+                self._ilv_waiters.remove(w)
+        if w in self._handed:
+            return self._handed.pop(w)
+        raise Empty
 
     def get_nowait(self) -> Any:
         return self.get(block=False)
