@@ -111,7 +111,6 @@ def test_a_nondeterministic_model_is_refused_by_preempt_and_the_cluster(tmp_path
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_every_strategy_probes_determinism_before_its_first_run(tmp_path, strategy):
-    pytest.importorskip("hypothesis")
     model = load_model(_model_file(tmp_path, _NONDET, f"nondet_{strategy}"))
     with pytest.raises(NondeterministicModel, match="not deterministic"):
         search(model, strategy, budget=5)

@@ -403,12 +403,9 @@ class VSimpleQueue(Prim):
         if c is None:
             return stand_in(self).put(item, block, timeout)
         self._point(c[0], c[1], "put")
-        if self._ilv_waiters:  # (3.13 only: nobody is listed before)
-            w = self._ilv_waiters.pop(0)
-            w.notified = True
-            self._handed[w] = item
-            c[0].enabled_by(w.vt.index, c[1].index)
-            c[0].events[-1].note = f"handed to {w.vt.name}"
+        if self._ilv_waiters:  # (3.13 only: nobody is listed before) the item goes to the first, woken
+            self._handed[self._ilv_waiters[0]] = item
+            wake(c[0], c[1], self._ilv_waiters, 1)
             return
         self._queue.append(item)
 

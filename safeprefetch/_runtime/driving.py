@@ -17,6 +17,7 @@ from .._check.replay import choice_step
 from .._check.result import Trace
 from .._dsl.model import DONE
 from .errors import NeverStarted
+from .stuck import names_at_run_time
 
 __all__ = ["Driving"]
 
@@ -62,7 +63,7 @@ class Driving:
                     info = m.step_info(self._state, t)
                     if len(info.branches) > 1:
                         branch = tuple(rng.sample(info.branches, len(info.branches)))
-                    elif info.kind == "notify_one" and m.config.get("notify") == "any":
+                    elif names_at_run_time(m, info):
                         # Branches named at run time: "wake X" for any waiter X; None (nobody waits) last.
                         names = [f"wake {x}" for x in m.thread_names]
                         branch = (*rng.sample(names, len(names)), None)

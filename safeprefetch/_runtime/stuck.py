@@ -39,7 +39,7 @@ from .._dsl.model import DONE
 from .errors import LiveDeadlock, LiveError
 from .interrupts import protected
 
-__all__ = ["check_branch", "describe", "detect"]
+__all__ = ["check_branch", "describe", "detect", "names_at_run_time"]
 
 
 def describe(rt: Any, state: tuple) -> str:
@@ -111,6 +111,11 @@ def _names(names: Any) -> str:
     return ", ".join(repr(n) for n in names)
 
 
+def names_at_run_time(m: Any, info: Any) -> bool:
+    """Whether the step ``info`` names its branches at run time: a notify under notify=any ("wake X")."""
+    return info.kind == "notify_one" and m.config.get("notify") == "any"
+
+
 def check_branch(rt: Any, t: int, e: Any, branch: Any) -> None:
     """Raise ValueError if thread ``t``'s current step (entry ``e``) has no branch named ``branch`` (or one of a
     tuple's). Called on the kernel's generic path only, by the thread itself, before it would wait. A notify under
@@ -119,7 +124,7 @@ def check_branch(rt: Any, t: int, e: Any, branch: Any) -> None:
     info = m.infos[t].get(rt._state[rt._pci[t]])
     if info is None:
         return
-    notify_any = info.kind == "notify_one" and m.config.get("notify") == "any"
+    notify_any = names_at_run_time(m, info)
     if branch == ():
         raise ValueError(f"{m.thread_names[t]}: branch=() names no branch of step {info.label!r}")
     for name in branch if type(branch) is tuple else (branch,):
