@@ -67,10 +67,10 @@ def test_a_source_error_and_a_close_are_the_same_on_both_runtimes(runtime):
 
 
 def test_a_bad_runtime_choice_is_a_clear_error(monkeypatch):
-    with pytest.raises(ValueError, match="runtime must be one of 'generated', 'plain', not 'fast'"):
+    with pytest.raises(ValueError, match="runtime must be one of 'generated', 'plain', 'typed', not 'fast'"):
         Prefetcher(Cheap(4), runtime="fast")
     monkeypatch.setenv("SAFEPREFETCH_RUNTIME", "compiled")
-    with pytest.raises(ValueError, match="SAFEPREFETCH_RUNTIME must be one of generated, plain, not 'compiled'"):
+    with pytest.raises(ValueError, match="SAFEPREFETCH_RUNTIME must be one of generated, plain, typed, not 'compiled'"):
         Prefetcher(Cheap(4))
 
 

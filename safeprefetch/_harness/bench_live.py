@@ -187,7 +187,7 @@ def _bench_live(quick: bool, progress: Callable[[str], None] | None,
     t0 = time.perf_counter()
     figs: list[Figure] = []
     say("bench live: handoff")
-    figs += bench_handoff(s.handoff_items, s.handoff_repeats, (1, 2, 8))
+    figs += bench_handoff(s.handoff_items, s.handoff_repeats, (1, 2, 8), typed=not quick)
     figs.append(bench_protocol_cpu(5 * s.handoff_items, s.handoff_repeats))
     say("bench live: overlap")
     figs += bench_overlap(s.overlap_items, s.overlap_repeats, list(s.overlap_pairs))

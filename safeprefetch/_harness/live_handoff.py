@@ -79,9 +79,23 @@ def _handoff_baseline(kind: str, n: int, depth: int) -> tuple[float, float]:
     return _time_loop(lambda: runner(src.__getitem__, n, depth, consume))
 
 
-def bench_handoff(n: int, repeats: int, depths: tuple[int, ...]) -> list[Figure]:
+def _typed_ready(depths: tuple[int, ...]) -> str | None:
+    """Build the typed transitions of every depth's shape before anything is timed; None, or why not."""
+    from .._runtime.typed import CompileUnavailable
+
+    try:
+        for depth in depths:
+            _handoff_ours(min(depth * 4, 40), depth, runtime="typed")
+    except CompileUnavailable as e:
+        return f"skipped: {e}"
+    return None
+
+
+def bench_handoff(n: int, repeats: int, depths: tuple[int, ...], typed: bool = True) -> list[Figure]:
+    """The handoff figure per depth; ``typed``: also the typed runtime (a build of seconds per new shape)."""
     figs = []
     _handoff_ours(min(n, 200), 2)  # warm-up: compile the machine, start-up paths
+    typed_skip = _typed_ready(depths) if typed else "skipped in --quick (a build of seconds per shape)"
     for depth in depths:
         runs: dict[str, list[tuple[float, float]]] = {"ours": [], "queue.Queue": [],
                                                        "BackgroundGenerator-style": [], "SimpleQueue floor": [],
@@ -90,10 +104,13 @@ def bench_handoff(n: int, repeats: int, depths: tuple[int, ...]) -> list[Figure]
             runs["torchdata"] = []
         inflight: list[tuple[float, float]] = []
         plain: list[tuple[float, float]] = []  # the same Prefetcher on the plain runtime (the model's own steps)
+        typed_runs: list[tuple[float, float]] = []  # and on the typed transitions (C), where they can be built
         steps: list[int] = []
         for _ in range(repeats):  # interleaved, so drift on the machine hits every side alike
             runs["ours"].append(_handoff_ours(n, depth, steps))
             plain.append(_handoff_ours(n, depth, runtime="plain"))
+            if typed_skip is None:
+                typed_runs.append(_handoff_ours(n, depth, runtime="typed"))
             for kind in runs:
                 if kind != "ours":
                     runs[kind].append(_handoff_baseline(kind, n, depth))
@@ -115,6 +132,9 @@ def bench_handoff(n: int, repeats: int, depths: tuple[int, ...]) -> list[Figure]
              "plain_runtime_us_per_item": round(median([w for w, _c in plain]) / n * 1e6, 2),
              "plain_runtime_cpu_us_per_item": round(median([c for _w, c in plain]) / n * 1e6, 2),
              "plain_runtime_ratio": round(median([w for w, _c in plain]) / n * 1e6 / per["queue.Queue"], 3),
+             "typed_runtime_us_per_item": typed_skip or round(median([w for w, _c in typed_runs]) / n * 1e6, 2),
+             "typed_runtime_ratio": typed_skip or round(
+                 median([w for w, _c in typed_runs]) / n * 1e6 / per["queue.Queue"], 3),
              "ours_capacity_depth_plus_1_us_per_item": round(median([w for w, _c in inflight]) / n * 1e6, 2),
              "ratio_capacity_depth_plus_1": round(median([w for w, _c in inflight]) / n * 1e6 / per["queue.Queue"],
                                                   3),

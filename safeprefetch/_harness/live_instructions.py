@@ -66,9 +66,14 @@ MEASUREMENTS: dict[str, tuple[str, int]] = {
     "protocol, runs of 7": ("ours: the protocol loop, depth 8, consumer runs of 7 (kernel + generated transitions)", 7),
     "protocol, one per take": ("ours: the protocol loop, depth 8, one batch per take", 1),
     "protocol, plain, runs of 7": ("ours: the protocol loop on the plain runtime, runs of 7", 7),
+    "protocol, typed, runs of 7": ("ours: the protocol loop on the typed transitions (C, runtime='typed'), runs of 7",
+                                   7),
+    "protocol, typed, one per take": ("ours: the protocol loop on the typed transitions, one batch per take", 1),
     "fetch action": ("ours: the worker's fetch action alone (FetchSide._fetch, fetch_into source)", 1),
     "copy_prefetched, runs of 8": ("ours: copy_prefetched, all buffered, runs of 8 (its take/release share in)", 8),
     "copy_prefetched, one per take": ("ours: copy_prefetched, all buffered, one batch per take (capacity 2)", 2),
+    "copy_prefetched, typed, runs of 8": ("ours: copy_prefetched as above, runs of 8, runtime='typed'", 8),
+    "copy_prefetched, typed, one per take": ("ours: copy_prefetched as above, one per take, runtime='typed'", 2),
     "K1 transitions alone": ("ceiling K1: the protocol loop's generated transitions, runs of 7, no kernel", 7),
     "K2 transitions, Cython": ("ceiling K2: K1's transitions compiled by Cython with the model's helpers", 7),
     "K4 in place": ("ceiling K4: the transitions rewritten to update a mutable layout in place", 7),
@@ -128,6 +133,13 @@ elif name.startswith("protocol"):
     run = 7 if "runs of 7" in name else 1
     m = machine_for(8, 1, k * run + 2, True, True, 0, 8)
     compiled = None if "plain" in name else transitions_for(8, 1, True, True, 0, 8)
+    if "typed" in name:
+        from safeprefetch._prefetcher.machine import typed_for
+        from safeprefetch._runtime.typed import CompileUnavailable
+        try:
+            compiled = typed_for(8, 1, True, True, 0, 8).compiled
+        except CompileUnavailable as e:
+            raise SystemExit(f"skipped: {e}")
     # Marked protected, as the Prefetcher's own fetch is: called directly, as the Prefetcher's is.
     rt = Runtime(m, {"fetch": protected(lambda ctx: "ok")}, compiled=compiled)
     w, c = m.thread_names.index("worker0"), m.thread_names.index("consumer")
@@ -161,9 +173,17 @@ elif name.startswith("copy_prefetched"):
     cap = 8 if "runs" in name else 2
     policy.RUN_BUDGET = 1.0 if "runs" in name else 0.0
     pfs = []
+    runtime = "typed" if "typed" in name else "generated"
+    if runtime == "typed":
+        from safeprefetch._prefetcher.machine import typed_for
+        from safeprefetch._runtime.typed import CompileUnavailable
+        try:
+            typed_for(cap, 1, True, True, 0, cap)
+        except CompileUnavailable as e:
+            raise SystemExit(f"skipped: {e}")
     for _ in range(k + 1):
         src = Trivial(cap)
-        pfs.append(Prefetcher(src, capacity=cap, shape=src.item.shape, dtype=src.item.dtype))
+        pfs.append(Prefetcher(src, capacity=cap, shape=src.item.shape, dtype=src.item.dtype, runtime=runtime))
     for pf in pfs:
         for th in pf._core.threads:
             th.join()  # every batch buffered, the worker done: no other thread runs while measured
@@ -227,7 +247,7 @@ def measure(name: str, steps: int) -> int:
     """Instructions callgrind counts inside ``functools.reduce`` over ``steps`` steps of measurement ``name``
     (``"empty"``: the reduce alone). Raises RuntimeError when the child fails."""
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONHASHSEED="0")
-    if name in CEILING and name not in ("K1 transitions alone", "K4 in place"):
+    if name in CEILING and name not in ("K1 transitions alone", "K4 in place") or "typed" in name:
         # Build the Cython extension outside valgrind first (the child then loads it from the cache).
         p = subprocess.run([sys.executable, "-c", _CHILD, name, "4"], env=env, capture_output=True, text=True,
                            timeout=1800)

@@ -25,7 +25,7 @@ from .consumer import COPY, DEFAULT, END, GET, LEASE
 from .core import Core
 from .lease import Lease, Leases, NotCopyable
 from .lifecycle import reaper, register, want_sigint
-from .machine import RUNTIMES, default_runtime, machine_for, transitions_for
+from .machine import RUNTIMES, default_runtime, machine_for, transitions_for, typed_for
 from .policy import DEFAULT_AUTOTUNE_MAX, MAX_RUN
 from .sources import (SourceBox, executor_reader, gate_of, index_plan, item_reader, plan_copy, read_first, read_under,
                       slot_pool)
@@ -100,9 +100,11 @@ class Prefetcher(NotCopyable):
     per-thread spans and buffer occupancy for :meth:`timeline` (the latest 100,000 of each).
     ``runtime`` chooses how the checked model runs: ``"generated"`` (the
     default; its transitions compiled to straight-line code, proved equal to
-    the model state by state) or ``"plain"`` (the model's own step
-    functions, as the checker runs them); ``None`` reads
-    ``SAFEPREFETCH_RUNTIME``.
+    the model state by state), ``"typed"`` (those transitions typed and
+    compiled to C, validated the same way; needs the ``speed`` extra and a
+    C compiler, and the first Prefetcher of a shape builds them, for
+    seconds) or ``"plain"`` (the model's own step functions, as the
+    checker runs them); ``None`` reads ``SAFEPREFETCH_RUNTIME``.
 
     Consume with ``for batch in pf`` (arrays you own), :meth:`get`,
     :meth:`copy_prefetched` (into your array, no allocation), :meth:`lease`
@@ -145,7 +147,8 @@ class Prefetcher(NotCopyable):
         shape = (slots, workers, cfg.ordered, opened.sized, capacity if cfg.autotune else 0, min(slots, MAX_RUN))
         self._core = core = Core(
             machine=machine_for(shape[0], shape[1], opened.items, *shape[2:]),
-            compiled=transitions_for(*shape) if cfg.runtime == "generated" else None,
+            compiled=(transitions_for(*shape) if cfg.runtime == "generated" else
+                      typed_for(*shape).compiled if cfg.runtime == "typed" else None),
             pool=pool, shape=opened.shape, dtype=opened.dtype, plan=opened.plan, box=box, workers=workers,
             close_timeout=cfg.close_timeout, name=cfg.name, timeline=cfg.timeline, timeout=cfg.timeout)
         self._ordered = cfg.ordered

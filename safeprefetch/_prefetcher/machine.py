@@ -24,10 +24,11 @@ from typing import Any, Callable
 from .._dsl.codegen import CompiledMachine, compile_transitions
 from ..models import _protocol as P
 
-__all__ = ["RUNTIMES", "compile_reference", "default_runtime", "machine_for", "transitions_for"]
+__all__ = ["RUNTIMES", "compile_reference", "default_runtime", "machine_for", "transitions_for", "typed_for"]
 
-#: The two ways to run the model live: its generated transitions (the default), or its plain step functions.
-RUNTIMES = ("generated", "plain")
+#: The ways to run the model live: its generated transitions (the default), its plain step functions, or the
+#: generated transitions typed and compiled to C (``typed``: needs Cython and a C compiler, the speed extra).
+RUNTIMES = ("generated", "plain", "typed")
 
 
 def default_runtime() -> str:
@@ -144,3 +145,16 @@ def transitions_for(capacity: int, workers: int, ordered: bool, sized: bool, tar
     from ..models.prefetcher import Prefetcher as Model
 
     return compile_transitions(_template(capacity, workers, ordered, sized, target, run), Model)
+
+
+@_once_per_key
+@functools.lru_cache(maxsize=64)
+def typed_for(capacity: int, workers: int, ordered: bool, sized: bool, target: int = 0, run: int = 1):
+    """``transitions_for``'s transitions typed and compiled to C (``_runtime/typed.py``), once per shape.
+
+    The first call of a shape builds it (seconds; then cached on disk); raises ``CompileUnavailable``
+    without Cython or a C compiler.
+    """
+    from .._runtime.typed import typed_transitions
+
+    return typed_transitions(transitions_for(capacity, workers, ordered, sized, target, run))

@@ -1,0 +1,96 @@
+"""Typed transitions, built and loaded: the live runtime's transitions over C values.
+
+What it guarantees
+------------------
+:func:`typed_transitions` takes a machine's generated transitions (:mod:`.._dsl.codegen`) and returns
+the same :class:`~.._dsl.codegen.CompiledMachine` with every transition, guard and first-branch function
+replaced by its typed twin (:mod:`.._dsl.typedgen`), compiled by Cython and a C compiler: the fields a
+step reads become C values, the step runs on them, and the successor is boxed once. The kernel calls
+them exactly as it calls the generated ones, so nothing else in the runtime changes: the state is still
+the immutable tuple the record, the conformance check, the consumer's lock-free reads and the
+interrupt-safety arrangements rely on.
+
+*Why it is the model.* A typed function decides a state only where its C values are exact; on every
+other path (an unexpected value, an index out of range, a 64-bit overflow, a violation, a successor that
+breaks an invariant, any exception) it runs the generated Python function on the same state, and the
+typed code is pure, so that is the same as running the Python function first. What remains to prove --
+that the typed code decides the states it decides the way the model does -- is translation validation,
+run in CI (``tests/test_typed_transitions.py``): every reachable state of the prefetcher's live shapes
+and a slice of its sweeps, compared with ``Machine.successors`` as the generated transitions are, with
+a strict mode in which every fallback is logged and must be one the Python function answers with a
+violation or an invariant's failure (so the typed code really decided everything else).
+
+*Why the kernel's interrupt safety is unchanged.* A typed transition is called where the generated one
+was, and like it, it changes nothing before it returns. Compiled code has no eval-breaker point of its
+own: a signal handler or a finalizer can run only where it calls back into Python (a fallback, an
+allocation that triggers a collection), which is inside the call, before anything is stored -- the
+same place an exception from the generated function comes from. So the kernel's lines around the call,
+which the injection sweeps cover, see the same outcomes.
+
+*Built once per shape.* The build goes through :mod:`.._check.extension` (the checker's compiled engine's
+cache: ``SAFEPREFETCH_CACHE``, atomic, checksummed, stopped whole by a Ctrl-C) and takes Cython and a C
+compiler (``pip install safeprefetch[speed]``); without them :class:`CompileUnavailable` says what is
+missing. The first build of a shape takes seconds; a cached one loads in milliseconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from .._check.extension import CompileUnavailable, build
+from .._dsl.codegen import CompiledMachine, GeneratedStep
+from .._dsl.typedgen import TypedSource, typed_source
+
+__all__ = ["CompileUnavailable", "TypedTransitions", "typed_transitions"]
+
+
+@dataclass(frozen=True)
+class TypedTransitions:
+    """The typed build of one machine's generated transitions."""
+
+    #: The generated transitions with the typed functions in place: what the runtime is given.
+    compiled: CompiledMachine
+    #: The loaded extension (its ``fallbacks()`` counts, per typed function, the states it left to Python).
+    module: ModuleType
+    #: The typed source, what it typed and what it left to Python (and why).
+    source: TypedSource
+    #: Seconds spent building (0 when it came from the cache).
+    build_seconds: float
+
+    def fallbacks(self) -> dict[str, int]:
+        """Per typed function, how many calls it handed to the generated Python function."""
+        return dict(zip(self.source.typed, self.module.fallbacks()))
+
+
+def typed_transitions(cm: CompiledMachine) -> TypedTransitions:
+    """``cm`` with its transitions typed and compiled (see the module doc). Raises :class:`CompileUnavailable`."""
+    src = typed_source(cm)
+    got = build(src.source, "typed transitions")
+    if got is None:  # pragma: no cover - build=True never returns None
+        raise CompileUnavailable("the typed transitions were not built")
+    module, _path, seconds = got
+    for name, value in src.bind.items():
+        setattr(module, name, value)
+    module.bind_tags()
+
+    def typed(fn: Any) -> Any:
+        return getattr(module, fn.__name__, fn) if fn.__name__ in src.typed or fn.__name__[0] == "f" else fn
+
+    steps = tuple({pc: dataclasses.replace(g, ones=tuple(typed(f) for f in g.ones),
+                                           enabled=tuple(typed(f) for f in g.enabled), first=typed(g.first))
+                   for pc, g in table.items()} for table in cm.steps)
+    _check_in_place(cm, steps, src)
+    return TypedTransitions(dataclasses.replace(cm, steps=steps), module, src, seconds)
+
+
+def _check_in_place(cm: CompiledMachine, steps: tuple, src: TypedSource) -> None:
+    """Every generated function has a typed twin or stays the generated one, under its own name."""
+    for old, new in zip(cm.steps, steps):
+        for pc, g in new.items():
+            before: GeneratedStep = old[pc]
+            for a, b in zip(before.ones + before.enabled + (before.first,), g.ones + g.enabled + (g.first,)):
+                if a.__name__ != b.__name__:
+                    raise CompileUnavailable(f"the typed module put {b.__name__} in place of {a.__name__}")
