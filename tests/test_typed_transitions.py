@@ -177,3 +177,31 @@ def test_a_prefetcher_on_the_typed_runtime_delivers_its_source_and_its_record_co
         assert rt.steps >= 3 and machine.pc(rt.state, machine.thread_names.index("consumer")) == DONE
         report = verify_record(machine, rt.record)
         assert report.ok, report
+
+
+# -- the catalog: models the typed emitter was not written for ---------------------------------------------
+
+def _catalog_names():
+    from safeprefetch import catalog
+
+    return sorted(catalog())
+
+
+#: A default-run slice that uses conditionals, slices, tuples of ints, ``not`` on ints and helpers; the whole
+#: catalog runs under ``-m slow``.
+CATALOG_FAST = ["prefetcher", "swallowed_producer_error", "non_idempotent_close", "interrupt_deferred"]
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in CATALOG_FAST else pytest.mark.slow)
+                                  for n in _catalog_names()])
+def test_every_catalog_model_validates_through_its_typed_transitions(name):
+    from safeprefetch import load_model
+
+    model = load_model(name)
+    machine = model.compile()
+    compiled = compile_transitions(machine, model)
+    typed = typed_transitions(compiled)
+    result = validate(typed.compiled, max_states=20_000)
+    assert result.ok or (not result.exhaustive and not result.differences), _failures(result)
+    if name in CATALOG_FAST:
+        assert len(typed.source.typed) >= 8, typed.source.refused  # the slice is there to exercise the emitter

@@ -116,12 +116,29 @@ class _Expressions:
     def x_Tuple(self, e: ast.Tuple, pre: list[str]) -> tuple[str, str]:
         if not e.elts:
             return "EMPTY_INTS", "ints"
-        if len(e.elts) == 2:
-            a, ka = self.expr(e.elts[0], pre)
-            b, kb = self.expr(e.elts[1], pre)
-            if ka == "tag" and kb in ("int", "optint"):
-                return f"mkpair({a}, {self.num(b, kb)})", "pair"
+        items = [self.expr(x, pre) for x in e.elts]
+        if len(items) == 2 and items[0][1] == "tag" and items[1][1] in ("int", "optint"):
+            return f"mkpair({items[0][0]}, {self.num(*items[1])})", "pair"
+        if all(k in ("int", "optint") for _c, k in items):  # a tuple of ints (no slot state: that is a pair)
+            code = "EMPTY_INTS"
+            for c, k in items:
+                code = f"ints_append({code}, {self.num(c, k)})"
+            return code, "ints"
         raise NotTyped("a tuple display")
+
+    def x_IfExp(self, e: ast.IfExp, pre: list[str]) -> tuple[str, str]:
+        # The test and both arms are pure (anything they raise falls back), so their loops may run first.
+        c, kc = self.expr(e.test, pre)
+        a, ka = self.expr(e.body, pre)
+        b, kb = self.expr(e.orelse, pre)
+        if kc != "bool":
+            c = self._truthy(c, kc)
+        if ka == kb and ka in _INTLIKE + ("optint", "label"):
+            return f"({a} if {c} else {b})", ka
+        if {ka, kb} <= {"int", "optint", "none"}:
+            a, b = (OPT_NONE if ka == "none" else a), (OPT_NONE if kb == "none" else b)
+            return f"({a} if {c} else {b})", "optint"
+        raise NotTyped(f"a conditional between a {ka} and a {kb}")
 
     def num(self, code: str, kind: str) -> str:
         """An int-like value for arithmetic or comparison (an int that may be None is checked)."""
@@ -139,10 +156,24 @@ class _Expressions:
             return f"({self.num(a, ka)} {op} {self.num(b, kb)})", "int"
         raise NotTyped(f"the operator {type(e.op).__name__} on {ka}, {kb}")
 
+    def _truthy(self, c: str, k: str) -> str:
+        """Python's truth of a value of kind ``k`` as a C bool."""
+        if k in ("int", "tag"):
+            return f"({c} != 0)"
+        if k == "optint":
+            return f"({c} != {OPT_NONE} and {c} != 0)"
+        if k == "ints":
+            return f"({c}.n != 0)"
+        if k == "pairs":
+            return "1" if self.mod.cap else "0"
+        if k == "pair":
+            return "1"
+        raise NotTyped(f"the truth of a {k}")
+
     def x_UnaryOp(self, e: ast.UnaryOp, pre: list[str]) -> tuple[str, str]:
         a, k = self.expr(e.operand, pre)
-        if isinstance(e.op, ast.Not) and k == "bool":
-            return f"(not {a})", "bool"
+        if isinstance(e.op, ast.Not):
+            return f"(not {a if k == 'bool' else self._truthy(a, k)})", "bool"
         if isinstance(e.op, ast.USub) and k in _INTLIKE + ("optint",):
             return f"(-{self.num(a, k)})", "int"
         raise NotTyped(f"the operator {type(e.op).__name__} on a {k}")
@@ -198,8 +229,8 @@ class _Expressions:
             neg = "!=" if isinstance(op, ast.IsNot) else "=="
             if ka == "optint" and kb == "none" or ka == "none" and kb == "optint":
                 return f"({a} {neg} {b})", "bool"
-            if ka in ("int", "tag") and kb == "none":
-                return ("0" if neg == "==" else "1"), "bool"
+            if ka in ("int", "tag", "bool", "label", "pair", "pairs", "ints") and kb == "none":
+                return ("0" if neg == "==" else "1"), "bool"  # a value of these kinds is never None
             raise NotTyped(f"'is' between a {ka} and a {kb}")
         if isinstance(op, (ast.In, ast.NotIn)):
             neg = "not " if isinstance(op, ast.NotIn) else ""
@@ -225,8 +256,12 @@ class _Expressions:
                 return f"({neg}ints_eq(&{self.ref(a)}, &{self.ref(b)}))", "bool"
             if ka == kb == "pairs":
                 return f"({neg}pairs_eq(&{self.ref(a)}, &{self.ref(b)}))", "bool"
-            if {ka, kb} in ({"pair", "tag"}, {"pair", "int"}, {"label", "int"}, {"label", "tag"}, {"ints", "pair"}):
-                return ("0" if sym == "==" else "1"), "bool"  # different types: never equal
+            # Different types that Python never finds equal (a tuple and an int, a str and an int). Not a
+            # tuple of ints and a pair: ``(1, 5) == (FILLING, 5)`` is True, a slot state being an int.
+            if {ka, kb} in ({"pair", "tag"}, {"pair", "int"}, {"label", "int"}, {"label", "tag"}, {"label", "bool"},
+                            {"pair", "bool"}, {"ints", "int"}, {"ints", "tag"}, {"ints", "bool"}, {"ints", "label"},
+                            {"pair", "label"}, {"pairs", "label"}, {"pairs", "int"}):
+                return ("0" if sym == "==" else "1"), "bool"
         raise NotTyped(f"{sym} between a {ka} and a {kb}")
 
     def ref(self, code: str) -> str:
@@ -237,7 +272,7 @@ class _Expressions:
 
     def x_Subscript(self, e: ast.Subscript, pre: list[str]) -> tuple[str, str]:
         if isinstance(e.slice, ast.Slice):
-            raise NotTyped("a slice")
+            return self._slice(e, pre)
         a, ka = self.expr(e.value, pre)
         i, ki = self.expr(e.slice, pre)
         if ka == "pair" and i in ("0LL", "1LL"):
@@ -247,6 +282,21 @@ class _Expressions:
         if ka == "ints" and ki in ("int", "optint", "tag"):
             return f"ints_get(&{self.ref(a)}, {self.num(i, ki)})", "int"
         raise NotTyped(f"indexing a {ka} with a {ki}")
+
+    def _slice(self, e: ast.Subscript, pre: list[str]) -> tuple[str, str]:
+        """``t[lo:hi]`` of a tuple of ints, with Python's clamping and negative bounds (no step)."""
+        sl = e.slice
+        a, ka = self.expr(e.value, pre)
+        if ka != "ints" or sl.step is not None:
+            raise NotTyped(f"a slice of a {ka}")
+        args = []
+        for x in (sl.lower, sl.upper):  # (bound, whether given): an absent bound is that end of the tuple
+            if x is None:
+                args += ["0", "0"]
+            else:
+                c, k = self.expr(x, pre)
+                args += [self.num(c, k), "1"]
+        return f"ints_slice(&{self.ref(a)}, {', '.join(args)})", "ints"
 
     def x_Call(self, e: ast.Call, pre: list[str]) -> tuple[str, str]:
         if e.keywords or any(isinstance(a, ast.Starred) for a in e.args):

@@ -139,19 +139,6 @@ class TypedFunction(_Expressions):
             out += ["else:"] + self.block(st.orelse)
         return out
 
-    def _truthy(self, c: str, k: str) -> str:
-        if k in ("int", "tag"):
-            return f"({c} != 0)"
-        if k == "optint":
-            return f"({c} != {OPT_NONE} and {c} != 0)"
-        if k == "ints":
-            return f"({c}.n != 0)"
-        if k == "pairs":
-            return "1" if self.mod.cap else "0"
-        if k == "pair":
-            return "1"
-        raise NotTyped(f"the truth of a {k}")
-
     def s_While(self, st: ast.While) -> list[str]:
         if st.orelse:
             raise NotTyped("while ... else")
@@ -175,12 +162,14 @@ class TypedFunction(_Expressions):
         name = st.target.id
         kind = self.vars.get(name)
         pre: list[str] = []
-        if kind == "ints" and isinstance(st.op, ast.Add) and isinstance(st.value, ast.Tuple):
-            lines = []
-            for elt in st.value.elts:
-                c, k = self.expr(elt, pre)
-                lines.append(f"{name} = ints_append({name}, {self.num(c, k)})")
-            return pre + lines
+        if kind == "ints" and isinstance(st.op, ast.Add):
+            # The whole right side first (``x += (len(x),)`` reads x before it grows), then one concatenation.
+            c, k = self.expr(st.value, pre)
+            if k != "ints":
+                raise NotTyped(f"a tuple of ints extended by a {k}")
+            tmp = self.mod.temp("U")
+            self.vars[tmp] = "ints"
+            return pre + [f"{tmp} = {c}", f"{name} = ints_concat({name}, &{tmp})"]
         if kind in ("int", "optint") and isinstance(st.op, (ast.Add, ast.Sub)):
             c, k = self.expr(st.value, pre)
             op = "+" if isinstance(st.op, ast.Add) else "-"

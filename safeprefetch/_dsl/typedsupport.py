@@ -263,6 +263,41 @@ cdef Ints ints_append(Ints s, long long v) except *:
     return s
 
 
+cdef Ints ints_slice(Ints* s, long long lo, bint has_lo, long long hi, bint has_hi) except *:
+    """``s[lo:hi]`` as Python slices a tuple: negative bounds count from the end, then both are clamped."""
+    cdef Ints out
+    cdef long long n = s.n, i
+    if not has_lo:
+        lo = 0
+    elif lo < 0:
+        lo = lo + n if lo + n > 0 else 0
+    elif lo > n:
+        lo = n
+    if not has_hi:
+        hi = n
+    elif hi < 0:
+        hi = hi + n if hi + n > 0 else 0
+    elif hi > n:
+        hi = n
+    out.n = 0
+    i = lo
+    while i < hi:
+        out.a[out.n] = s.a[i]
+        out.n += 1
+        i += 1
+    return out
+
+
+cdef Ints ints_concat(Ints a, Ints* b) except *:
+    cdef Py_ssize_t i
+    if a.n + b.n > @MAXI@:
+        raise Fallback()
+    for i in range(b.n):
+        a.a[a.n + i] = b.a[i]
+    a.n += b.n
+    return a
+
+
 cdef long long ints_count(Ints* s, long long v) except? -1:
     cdef long long n = 0
     cdef Py_ssize_t i
