@@ -1,5 +1,5 @@
 """The twenty-second round (docs/hardening.md), the live runtime's review: the interrupt sweep's "held" situation
-made deterministic, ...
+made deterministic
 
 The tests of a fix reproduce a finding and failed on the commit before the fix; the others are labelled guards.
 No test sleeps to synchronize: they wait on observable state (``_polling``) or on events set by the code under
