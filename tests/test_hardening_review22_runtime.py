@@ -73,3 +73,24 @@ def test_release_at_held_records_the_kernel_step_points():
     with _inject.python_sigint():
         pts = points(Scenario("release", "held"))
     assert len(pts) >= 15 and any("Runtime.step" in str(p) for p in pts), [str(p) for p in pts]
+
+
+# -- 2. a replay under spurious=on reaches the counterexample's verdict at the trace's end -------------------------
+
+def test_a_replayed_spurious_hang_is_judged_at_the_traces_end():
+    """Threads parked only because it was not their turn are woken at the trace's last step; one whose only move
+    is a spurious wakeup is stuck there, as the checker counts it, and must not leave on that wakeup."""
+    import warnings
+
+    from safeprefetch import check, load_model
+    from safeprefetch.lowlevel import run_live
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        machine = load_model("notify_one_on_close").compile({"spurious": "on"})
+    found = check(machine)
+    assert found.verdict == "shutdown_hang"
+    for seed in range(3):
+        replay = run_live(machine, schedule=found.violation.trace, seed=seed, timeout=20)
+        assert (replay.verdict, replay.conforms) == ("shutdown_hang", True), replay.message
+        assert replay.steps == len(found.violation.trace.steps)
