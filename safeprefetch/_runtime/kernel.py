@@ -276,14 +276,17 @@ class Runtime(Driving, Views):
         else:
             woke = self._wake_enabled(owed if owed is not _EVERYTHING else None)
         self._owed = None
-        if not woke and self._nparked and nxt[self._pci[t]] == DONE:
+        # A replay's last step: the threads parked only because it was not their turn are woken now, and one
+        # left at a spurious wakeup arrived there while the check was off; judge them all once, here.
+        at_end = self._spurious is not None and self._schedule is not None and pos == len(self._schedule)
+        if nxt[self._pci[t]] == DONE and (at_end or not woke and self._nparked):
             # The last runnable thread just finished and woke nobody: the parked ones may be
             # stuck for good. Fail them, but let this thread return normally.
             try:
                 detect(self)
             except LiveError:
                 pass
-        elif self._spurious is not None and nxt[self._pci[t]] in self._spurious[t] and (
+        elif self._spurious is not None and (at_end or nxt[self._pci[t]] in self._spurious[t]) and (
                 self._schedule is None or pos >= len(self._schedule)):  # (a replay: once past its end)
             detect(self)  # arrived where only a spurious wakeup moves it: stuck, if everyone else is
 
