@@ -94,3 +94,124 @@ def test_a_replayed_spurious_hang_is_judged_at_the_traces_end():
         replay = run_live(machine, schedule=found.violation.trace, seed=seed, timeout=20)
         assert (replay.verdict, replay.conforms) == ("shutdown_hang", True), replay.message
         assert replay.steps == len(found.violation.trace.steps)
+
+
+# -- 3. the real-code scheduler's reports: the user's excepthook, thread and lock names -------------------------
+
+def _hooked_body():
+    import threading
+
+    seen = []
+    old = threading.excepthook
+    threading.excepthook = lambda args: seen.append((args.exc_type, args.thread.name))
+    try:
+        t = threading.Thread(target=lambda: 1 / 0, name="worker")
+        t.start()
+        t.join()
+    finally:
+        threading.excepthook = old
+    assert seen == [(ZeroDivisionError, "worker")], seen
+
+
+def test_a_thread_exception_the_codes_own_excepthook_handles_is_not_uncaught():
+    from safeprefetch import interleavings
+
+    result = interleavings.check(_hooked_body)
+    assert result.verdict == "ok", interleavings.render(result)
+
+
+def _hook_raises_body():
+    import threading
+
+    def hook(args):
+        raise RuntimeError("hook failed")
+    old = threading.excepthook
+    threading.excepthook = hook
+    try:
+        t = threading.Thread(target=lambda: 1 / 0, name="worker")
+        t.start()
+        t.join()
+    finally:
+        threading.excepthook = old
+
+
+def test_an_excepthook_that_raises_is_still_reported():
+    """Guard: a hook that fails handles nothing (CPython prints both); the thread's exception stays a finding."""
+    from safeprefetch import interleavings
+
+    result = interleavings.check(_hook_raises_body)
+    assert result.verdict == "uncaught_exception"
+    assert "ZeroDivisionError" in result.exception or "ZeroDivisionError" in interleavings.render(result)
+
+
+def test_without_a_hook_of_the_codes_own_a_thread_exception_is_a_finding():
+    """Guard: the hook in place when the check began (pytest's here) is not the code's: still a finding."""
+    import threading
+
+    from safeprefetch import interleavings
+
+    def body():
+        t = threading.Thread(target=lambda: 1 / 0)
+        t.start()
+        t.join()
+    assert interleavings.check(body).verdict == "uncaught_exception"
+
+
+def _main_named_body():
+    import threading
+
+    gate = threading.Event()
+    t = threading.Thread(target=gate.wait, name="main")
+    t.start()
+    t.join()
+
+
+def test_a_thread_named_main_is_told_apart_from_the_body_in_a_join():
+    from safeprefetch import interleavings
+
+    result = interleavings.check(_main_named_body)
+    assert result.verdict == "deadlock"
+    text = interleavings.render(result)
+    assert "main joins main#2" in text and "main joins main," not in text, text
+
+
+def _two_on_a_line_body():
+    import threading
+
+    a = threading.Lock(); b = threading.Lock()  # noqa: E702 - the case under test
+
+    def w1():
+        with a:
+            with b:
+                pass
+
+    def w2():
+        with b:
+            with a:
+                pass
+    t1 = threading.Thread(target=w1)
+    t2 = threading.Thread(target=w2)
+    t1.start(); t2.start(); t1.join(); t2.join()  # noqa: E702
+
+
+def test_two_locks_made_on_one_line_are_named_after_their_own_targets():
+    from safeprefetch import interleavings
+
+    result = interleavings.check(_two_on_a_line_body)
+    assert result.verdict == "deadlock"
+    text = interleavings.render(result)
+    assert "a_2" not in text and "waits for b (held by" in text, text
+
+
+def test_a_controlled_lock_has_the_type_name_of_a_real_one():
+    import threading
+
+    from safeprefetch import interleavings
+
+    real = [type(threading.Lock()).__name__, type(threading.RLock()).__name__]
+    seen = []
+
+    def body():
+        seen.append([type(threading.Lock()).__name__, type(threading.RLock()).__name__])
+    interleavings.check(body)
+    assert seen and seen[0] == real
