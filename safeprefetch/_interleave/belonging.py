@@ -39,6 +39,7 @@ from __future__ import annotations
 import _thread
 from typing import Any, Callable
 
+from .ops import stored_name
 from .scheduler import Execution, Op, VThread, current, where
 
 __all__ = ["Prim", "context", "deadline_of", "loop_deadline", "queue_deadline", "stand_in", "until", "unwaitable",
@@ -72,7 +73,7 @@ def _adopt(obj: "Prim", ex: Execution) -> None:
                            "cannot start from the same state; create the object inside the test body, or make "
                            "it anew for every schedule with patch_globals={(module, name): Fresh(factory)}")
     obj._ilv_ex = ex
-    ex.name_object(obj, obj._ilv_kind, obj._ilv_line)
+    ex.name_object(obj, obj._ilv_kind, obj._ilv_line, obj._ilv_stored)
 
 
 def stand_in(obj: "Prim") -> Any:
@@ -189,7 +190,8 @@ class Prim:
         self._ilv_ex = c[0]
         self._ilv_name = ""
         self._ilv_line = where(3)
-        c[0].name_object(self, self._ilv_kind, self._ilv_line)
+        self._ilv_stored = stored_name(3)
+        c[0].name_object(self, self._ilv_kind, self._ilv_line, self._ilv_stored)
 
     def _point(self, ex: Execution, vt: VThread, kind: str, *, enabled: Callable[[], bool] | None = None,
                deadline: float | None = None, write: bool = True, keys: tuple = (), alts: Any = None,

@@ -25,8 +25,8 @@ from typing import Any, Callable, Iterable
 
 from .._dsl.violations import ProcessExit, exit_call
 
-__all__ = ["Aborted", "Choice", "Op", "SchedulerStuck", "Settings", "Step", "exit_finding", "join_clock",
-           "may_outlive", "name_from_line", "raised_at", "where"]
+__all__ = ["Aborted", "Choice", "Op", "SchedulerStuck", "Settings", "Step", "exit_finding", "handled_by_hook",
+           "join_clock", "may_outlive", "name_from_line", "raised_at", "stored_name", "where"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _THREADING_FILE = os.path.abspath(sys.modules["threading"].__file__ or "")
@@ -170,6 +170,44 @@ def join_clock(into: list[int], other: Iterable[int]) -> None:
             into.append(v)
 
 
+def stored_name(depth: int = 2) -> str | None:
+    """The name the result of the running call is stored to, in the innermost frame :func:`where` finds:
+    ``b`` for the second call in ``a = Lock(); b = Lock()`` (the line alone names both ``a``), ``not_full`` in
+    ``self.not_full = Condition(...)``. None when the call's result is not stored at once (an argument of
+    another call, a tuple): the line decides then (:func:`name_from_line`)."""
+    f = sys._getframe(depth)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(_HERE) and fn != _THREADING_FILE:
+            return _target_after(f.f_code, f.f_lasti)
+        f = f.f_back
+    return None
+
+
+_STORES = ("STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF", "STORE_FAST_LOAD_FAST", "STORE_FAST_STORE_FAST")
+
+
+def _target_after(code: Any, lasti: int) -> str | None:
+    import dis
+
+    ins = _INSTRUCTIONS.get(code)
+    if ins is None:
+        ins = _INSTRUCTIONS[code] = [i for i in dis.get_instructions(code) if i.opname not in ("CACHE", "NOP")]
+    at = next((k for k, i in enumerate(ins) if i.offset == lasti), None)
+    if at is None or not ins[at].opname.startswith("CALL"):
+        return None
+    k = at + 1
+    if k < len(ins) and ins[k].opname in _STORES:
+        name = ins[k].argval
+        return name[0] if isinstance(name, tuple) else name
+    while k < len(ins) and ins[k].opname.startswith("LOAD_"):  # ``self.x = ...``: the object, then the store
+        k += 1
+    return ins[k].argval if k < len(ins) and k > at + 1 and ins[k].opname == "STORE_ATTR" else None
+
+
+_INSTRUCTIONS: dict[Any, list] = {}
+
+
 def name_from_line(line: tuple[str, int] | None) -> str | None:
     """``not_full`` from ``self.not_full = threading.Condition(...)``: the target of the assignment."""
     if line is None:
@@ -194,6 +232,33 @@ def raised_at(e: BaseException) -> str:
     if last is None:
         return ""
     return f" at {os.path.basename(last.tb_frame.f_code.co_filename)}:{last.tb_lineno}"
+
+
+#: ``threading.excepthook`` when the check began (set by ``patching.patched``): pytest's, or the default.
+HOOK_AT_CHECK: list[Any] = [None]
+
+
+def handled_by_hook(e: BaseException, thread: Any) -> bool:
+    """Whether the code's own ``threading.excepthook`` handled ``e``, raised in ``thread`` (a Thread).
+
+    CPython gives a thread's uncaught exception to the hook current when it
+    is raised. One the code under test installed (another than the one in
+    place when the check began, pytest's or the default) is called, in the
+    thread, as CPython calls it; if it returns, the exception was handled and
+    is no finding. One that raises handled nothing (CPython prints both).
+    """
+    import threading
+
+    hook = threading.excepthook
+    if thread is None or hook is HOOK_AT_CHECK[0] or isinstance(e, SystemExit):
+        return False
+    try:
+        hook(threading.ExceptHookArgs((type(e), e, e.__traceback__, thread)))
+    except Aborted:
+        raise
+    except BaseException:  # noqa: BLE001 - the hook failed: the thread's own exception stays the finding
+        return False
+    return True
 
 
 def exit_finding(e: SystemExit, who: str) -> str | None:

@@ -63,6 +63,7 @@ from typing import Any, Callable
 from .._dsl.violations import refusing_os_exit
 from .barrier import VBarrier
 from .belonging import until, unwaitable
+from .ops import HOOK_AT_CHECK
 from .primitives import VBoundedSemaphore, VCondition, VEvent, VLock, VRLock, VSemaphore
 from .queues import VLifoQueue, VPriorityQueue, VQueue, VSimpleQueue
 from .scheduler import _ACTIVE, Aborted, Execution, Op, VThread, current, mark_started, where
@@ -212,7 +213,7 @@ def _join(self: threading.Thread, timeout: float | None = None) -> None:
     marks = not _THREAD_HANDLES and (bad or (blocks and bool(ex.interrupts)))
     try:
         ex.point(vt, Op("join", self, (("thread", target.index),), enabled=ready, deadline=deadline, write=marks,
-                        where=where(2), label=f"join {self.name}"))
+                        where=where(2), label=f"join {target.name}"))  # (its name in the trace: main#2)
     except Aborted:
         raise
     except BaseException:  # an interrupt's exception; one that lands while the join waits is in the lock wait
@@ -242,7 +243,7 @@ def _is_alive(self: threading.Thread) -> bool:
         if target is None:
             return _ORIG_THREAD["is_alive"](self)
     ex.point(vt, Op("is_alive", self, (("thread", target.index),), write=False, where=where(2),
-                    label=f"is_alive {self.name}"))
+                    label=f"is_alive {target.name}"))
     if target.finished:
         target.stopped = True
     return not (target.finished or target.stopped)
@@ -339,7 +340,8 @@ def _ordered_pool(orig: Callable[[Any], Any]) -> Callable[[Any], Any]:
 def _table() -> list[tuple[Any, str, Any]]:
     """(module, name, replacement) for every name the check replaces in its home module."""
     t = [
-        (threading, "Lock", _switch("Lock", VLock, threading.Lock, _thread.LockType)),
+        # (Named as the type a real ``threading.Lock()`` returns, ``_thread.lock``: code may read its name.)
+        (threading, "Lock", _switch("lock", VLock, threading.Lock, _thread.LockType)),
         (threading, "RLock", _switch("RLock", VRLock, threading.RLock, _rlock_type())),
         (threading, "Condition", _switch("Condition", VCondition, threading.Condition, threading.Condition)),
         (threading, "Semaphore", _switch("Semaphore", VSemaphore, threading.Semaphore, threading.Semaphore)),
@@ -432,6 +434,7 @@ class patched:
                 self._set(vars(module) if not isinstance(module, dict) else module, name, new)
             self.gc_was_enabled = gc.isenabled()
             gc.disable()
+            HOOK_AT_CHECK[0] = threading.excepthook  # a hook the code installs from here on is consulted
         except BaseException:
             self._undo()
             _BUSY.release()

@@ -67,7 +67,8 @@ import re
 import threading
 from typing import Any, Callable
 
-from .ops import Aborted, Choice, Op, SchedulerStuck, Settings, Step, join_clock, may_outlive, name_from_line, raised_at
+from .ops import (Aborted, Choice, Op, SchedulerStuck, Settings, Step, handled_by_hook, join_clock, may_outlive,
+                  name_from_line, raised_at)
 from .ops import exit_finding, where as where
 
 __all__ = ["ABORT_OPS", "ABORT_PATIENCE", "Aborted", "Choice", "Execution", "Op", "SchedulerStuck", "Settings", "Step",
@@ -164,9 +165,9 @@ class Execution:
 
     # -- naming ---------------------------------------------------------------
 
-    def name_object(self, obj: Any, kind: str, line: tuple[str, int] | None) -> None:
-        """Give a new primitive a short, unique, identifier-like name from the line that created it."""
-        base = name_from_line(line) or kind.lower()
+    def name_object(self, obj: Any, kind: str, line: tuple[str, int] | None, stored: str | None = None) -> None:
+        """Give a new primitive a short, unique, identifier-like name: what it is stored to, or its line's."""
+        base = stored or name_from_line(line) or kind.lower()
         n = self.names.get(base, 0) + 1
         self.names[base] = n
         obj._ilv_name = base if n == 1 else f"{base}_{n}"
@@ -257,6 +258,8 @@ class Execution:
         except BaseException as e:  # noqa: BLE001 - every exception of the code under test is a finding
             if vt.abort:  # raised by the code's own cleanup while the checker unwound it: not the code's
                 raise Aborted from None
+            if vt.index and handled_by_hook(e, vt.obj):
+                return
             kind = "assertion" if vt.index == 0 and isinstance(e, AssertionError) else "uncaught_exception"
             text = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
             who = "the test body" if vt.index == 0 else f"thread {vt.name}"
@@ -503,7 +506,8 @@ class Execution:
             if why is not None:
                 reason = why(vt, vt.op)
             elif vt.op.kind == "join":
-                reason = f"joins {vt.op.obj.name}, which never ends"
+                target = self.thread_objs.get(id(vt.op.obj))  # its name in this run (main#2), not the object's
+                reason = f"joins {target.name if target is not None else vt.op.obj.name}, which never ends"
             else:
                 reason = f"blocked at {vt.op.describe()}"
             stuck.append((vt.name, reason))
@@ -556,8 +560,7 @@ def _register(vt: VThread, ident: int) -> None:
 
 
 class _Started:
-    """A Thread's ``_started`` Event, set for good. (A real Event made during a check would be built from
-    the controlled Condition and Lock, and setting it would be scheduling points of its own.)"""
+    """A Thread's ``_started`` Event, set for good (a real one made in a check would be a controlled one)."""
 
     __slots__ = ()
 
@@ -577,8 +580,7 @@ _STARTED = _Started()
 
 
 def mark_started(obj: threading.Thread) -> None:
-    """A Thread the scheduler started is started to real ``threading`` too: ``daemon`` can no longer be
-    set, and its repr says so (its ``__init__`` made a controlled Event, which only the scheduler sets)."""
+    """A Thread the scheduler started is started to real ``threading`` too (``daemon`` fixed; its repr)."""
     obj._started = _STARTED  # type: ignore[attr-defined]
 
 
@@ -587,8 +589,7 @@ def retire(obj: threading.Thread) -> None:
 
     Its run was virtual: the real Thread never started, so after the check a real ``join`` (``concurrent.futures``'
     exit hook joins every executor thread it saw) would raise "cannot join thread before it is started", and
-    ``is_alive`` would read the controlled Event its ``__init__`` made. It did start and end, under the scheduler.
-    """
+    ``is_alive`` would read the controlled Event its ``__init__`` made. It did start and end, under the scheduler."""
     mark_started(obj)
     if hasattr(obj, "_handle"):  # 3.13: a thread handle, marked done
         handle = _thread._make_thread_handle(_thread.get_ident())  # type: ignore[attr-defined]
