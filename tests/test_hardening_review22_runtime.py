@@ -215,3 +215,24 @@ def test_a_controlled_lock_has_the_type_name_of_a_real_one():
         seen.append([type(threading.Lock()).__name__, type(threading.RLock()).__name__])
     interleavings.check(body)
     assert seen and seen[0] == real
+
+
+def _default_hook_body():
+    import threading
+
+    old = threading.excepthook
+    threading.excepthook = threading.__excepthook__  # the default: it prints the traceback, and the error is lost
+    try:
+        t = threading.Thread(target=lambda: 1 / 0)
+        t.start()
+        t.join()
+    finally:
+        threading.excepthook = old
+
+
+def test_the_default_excepthook_set_by_the_code_handles_nothing():
+    """The default hook only prints: an exception it gets is still uncaught (failed on e76279e, which took any
+    hook the code installed for a handler)."""
+    from safeprefetch import interleavings
+
+    assert interleavings.check(_default_hook_body).verdict == "uncaught_exception"
