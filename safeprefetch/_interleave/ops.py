@@ -243,14 +243,16 @@ def handled_by_hook(e: BaseException, thread: Any) -> bool:
 
     CPython gives a thread's uncaught exception to the hook current when it
     is raised. One the code under test installed (another than the one in
-    place when the check began, pytest's or the default) is called, in the
-    thread, as CPython calls it; if it returns, the exception was handled and
-    is no finding. One that raises handled nothing (CPython prints both).
+    place when the check began, pytest's or the default, and other than the
+    default) is called, in the thread, as CPython calls it; if it returns,
+    the exception was handled and is no finding. One that raises handled
+    nothing (CPython prints both).
     """
     import threading
 
     hook = threading.excepthook
-    if thread is None or hook is HOOK_AT_CHECK[0] or isinstance(e, SystemExit):
+    # (The default hook only prints the traceback: the exception is as lost as with no hook of the code's.)
+    if thread is None or hook is HOOK_AT_CHECK[0] or hook is threading.__excepthook__ or isinstance(e, SystemExit):
         return False
     try:
         hook(threading.ExceptHookArgs((type(e), e, e.__traceback__, thread)))
