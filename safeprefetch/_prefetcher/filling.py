@@ -4,11 +4,13 @@
 value is a convention the library does not control. Sources return ``None``, a count (``readinto``'s
 way), a status (``True``, ``"ok"``), ``out`` itself or a view of it, or a new array written as if
 ``__getitem__`` were meant. Most of these are fine. The rest leave the slot holding an earlier batch's
-bytes, and a prefetcher that published it would hand over silently wrong data. Three cases do that:
+bytes, and a prefetcher that published it would hand over silently wrong data. Four cases do that:
 
 * a short count;
 * a view of only part of ``out``;
-* a failure status.
+* a failure status;
+* a fetch not finished when ``fetch_into`` returned: a coroutine (an ``async def fetch_into``), a
+  generator, a future.
 
 :func:`fill_into` calls the source and tells which case it is. It returns a message for the caller to
 raise with the item's position, and the slot is never published. Where the value is ambiguous (a 0-d
@@ -20,6 +22,8 @@ rounds 16, 18, 19 and 21).
 from __future__ import annotations
 
 import array
+import inspect
+import types
 from typing import Any, Callable
 
 import numpy as np
@@ -48,6 +52,9 @@ def fill_into(fetch_into: Callable[[int, np.ndarray], Any], index: int, slot: np
       A string, a dict, a tuple of mixed values, ``True`` is a status: ignored. ``False`` (a Python or numpy
       bool) where the batch cannot be a bool is a failure, refused; so is a pair that starts with ``False``
       (``ok, image``, OpenCV's way); after ``True`` its second item is judged as if returned alone.
+    * A coroutine or other awaitable, a generator, a future (``done`` and ``result``): the fetch was not
+      finished when the call returned (``async def fetch_into`` filled nothing, and a future's thread wrote
+      the slot after it was published: every batch was the slot's old bytes). Refused.
     * An integer (a Python int, or a numpy one where the batch is not 0-d) is a count, readinto's way: it
       must say out was filled whole, in bytes, values or rows (``out.nbytes``, ``out.size``,
       ``len(out)``). A short count (a short read, 0 at the end of a file) is refused: the rest of the
@@ -95,6 +102,8 @@ def _returned_problem(returned: Any, slot: np.ndarray, before: Any) -> str | Non
             return _count_problem(returned, slot, before)
         if isinstance(returned, np.integer) and slot.ndim:
             return _count_problem(int(returned), slot, None)
+        if _unfinished(returned):
+            return _unfinished_problem(returned)
         shown = f"an object of type {type(returned).__name__!r}"
         value, returned = returned, _array_like(returned, slot.dtype)
         if returned is None:
@@ -135,6 +144,23 @@ def _returned_problem(returned: Any, slot: np.ndarray, before: Any) -> str | Non
         return None
     return (f"fetch_into returned {shown} of shape {returned.shape} dtype {returned.dtype}, neither out "
             f"nor a batch (shape {slot.shape} dtype {slot.dtype}): fill out in place (out[...] = batch)")
+
+
+def _unfinished(returned: Any) -> bool:
+    """Whether ``returned`` is a fetch still under way: a coroutine (an ``async def fetch_into``, called and never
+    run) or another awaitable, a generator (a ``yield`` in the body: none of it ran), or a future (the read handed
+    to another thread, which may write the slot after it is published). None of them is a status."""
+    if inspect.isawaitable(returned) or isinstance(returned, (types.GeneratorType, types.AsyncGeneratorType)):
+        return True
+    return callable(getattr(returned, "done", None)) and callable(getattr(returned, "result", None))
+
+
+def _unfinished_problem(returned: Any) -> str:
+    if inspect.iscoroutine(returned) or isinstance(returned, types.GeneratorType):
+        returned.close()  # never run: closed here (a coroutine never awaited warns when collected)
+    return (f"fetch_into returned {type(returned).__name__!r}, a fetch not finished when it returned (an async def "
+            "fetch_into, a yield in it, or work left running on another thread): the slot would deliver an earlier "
+            "batch's bytes; fill out before fetch_into returns (wait for the work inside it) and return None")
 
 
 def _failed(shown: str) -> str:
