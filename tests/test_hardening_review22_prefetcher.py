@@ -94,3 +94,71 @@ def test_a_status_object_is_still_a_status():
 
     with Prefetcher(Status(), shape=(2,), dtype=np.int64) as pf:
         assert [b.tolist() for b in pf] == [[0, 0], [1, 1], [2, 2]]
+
+
+# -- 2. a source error, once raised, is not kept: the caller's frame (its locals) is not held in a cycle --------
+
+
+class _FailsAt:
+    def __init__(self, bad):
+        self.bad = bad
+
+    def __len__(self):
+        return 6
+
+    def __getitem__(self, i):
+        if i == self.bad:
+            raise KeyError(i)
+        return np.full(4, i)
+
+
+class _Local:
+    """A local of the training loop (a model, a GPU tensor): weakly referenceable, to see when it is freed."""
+
+
+def _failing_generator(bad):
+    for i in range(6):
+        if i == bad:
+            raise KeyError(i)
+        yield np.full(4, i)
+
+
+def _streaming(bad, kind):
+    if kind == "map":
+        return Prefetcher(_FailsAt(bad), workers=2)
+    if kind == "map, timeout":
+        return Prefetcher(_FailsAt(bad), workers=2, timeout=30)
+    return Prefetcher(_failing_generator(bad))
+
+
+@pytest.mark.parametrize("kind", ["map", "map, timeout", "generator"])
+@pytest.mark.parametrize("bad", [0, 3])  # (0: the constructor's own read failed)
+def test_a_raised_source_error_does_not_keep_the_callers_frame_alive(bad, kind):
+    # Before: the prefetcher kept the error it had raised (in its box; the constructor's read's also in locals
+    # of the constructor's frames, and in the list its helper thread filled). The error's traceback holds
+    # frames, and each frame keeps its caller's, up to the caller's: a cycle, so the caller's locals (and the
+    # prefetcher, its pool and threads, unclosed) lived on after its function returned, until a cyclic
+    # collection -- for ever under gc.disable().
+    refs = []
+
+    def epoch():
+        local = _Local()
+        pf = _streaming(bad, kind)
+        refs.append((weakref.ref(local), weakref.ref(pf)))
+        try:
+            for _batch in pf:
+                pass
+        except KeyError:
+            pass
+
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        epoch()
+        local, pf = refs[0]
+        assert local() is None, "the caller's frame outlived its call (held by the error the prefetcher kept)"
+        assert pf() is None
+    finally:
+        if was:
+            gc.enable()

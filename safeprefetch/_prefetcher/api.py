@@ -518,6 +518,11 @@ def _open(source: Any, cfg: _Config) -> _Opened:
             del opened.preloaded[0]
     if (opened.shape is None or opened.dtype is None) and opened.items:
         opened.items, opened.sized = 1, True  # the first read failed, so no pool can be sized: the stream is that error
+    # The first read's error, raised later by the caller, has a traceback whose frames keep their callers' (this
+    # one's, the constructor's and the caller's): a local here holding it made a cycle that kept the caller's
+    # frame and locals, the prefetcher among them, alive past the call. Not kept in a local (here, _open_map's
+    # and _open_iterator's).
+    del first
     return opened
 
 
@@ -543,6 +548,7 @@ def _open_map(source: Any, cfg: _Config, opened: _Opened, want_first: bool) -> N
             # would hold another item, silently. Copied now, whatever thread_safe says.
             first = ("item", first[1].copy(order="K"))  # (a subclass stays one: its own check comes later)
         opened.preloaded[0] = first
+        del first  # (see _open)
 
 
 def _open_iterator(source: Any, cfg: _Config, opened: _Opened, want_first: bool) -> None:
@@ -568,6 +574,7 @@ def _open_iterator(source: Any, cfg: _Config, opened: _Opened, want_first: bool)
             opened.preloaded[0] = (kind, first)
             if kind == "error":
                 opened.items, opened.sized = 1, True
+        del first  # (see _open)
 
 
 def _close_failed(core: Any) -> None:

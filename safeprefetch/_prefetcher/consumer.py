@@ -353,6 +353,10 @@ class ConsumerSide:
         if err >= 0 and not self.error_raised and box is not None and err in box.errors:
             self.stash = (ERROR, box.errors[err], err, None, None)
             self.ended_with = ERROR
+            # Taken out of the box (by statements that call nothing: no interruption point between them): once
+            # raised, its traceback holds the caller's frame, whose locals hold this prefetcher and the box; kept
+            # there, that cycle held the caller's locals past its call.
+            del box.errors[err]
         elif err >= 0 or state[self.i_delivered] >= state[self.i_length]:
             self.stash = (END, None, -1, None, None)
             self.ended_with = END

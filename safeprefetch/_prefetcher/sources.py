@@ -433,7 +433,7 @@ def read_first(read: Callable[[], Any], timeout: float | None, name: str, map_st
         raise PrefetchTimeout(f"the source did not return its first batch within {timeout:g} s "
                               f"(the constructor reads it to size the slot pool; give shape= and dtype= to skip "
                               f"it){lost}")
-    kind, value = box[0]
+    kind, value = box.pop()  # (emptied: ``run``'s frame, in the traceback of an error read, holds the list)
     if kind == "base":
         raise value
     return kind, value
