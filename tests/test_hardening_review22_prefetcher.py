@@ -162,3 +162,78 @@ def test_a_raised_source_error_does_not_keep_the_callers_frame_alive(bad, kind):
     finally:
         if was:
             gc.enable()
+
+
+# -- 3. a copy outcome kept across an interrupted call is handed out with the batch's bytes, padding included ---
+
+
+_PADDED = np.dtype([("label", "i1"), ("weight", "f8")], align=True)  # 7 bytes of padding per record
+
+
+def _padding(batch):
+    return np.frombuffer(batch.tobytes(), np.uint8).reshape(-1, _PADDED.itemsize)[:, 1:8]
+
+
+def _interrupt_at(code, marker, nbytes):
+    """A trace hook raising KeyboardInterrupt (as a Ctrl-C would) at the first line of ``code`` containing
+    ``marker``, once, after leaving a freed block of ``nbytes`` bytes of 0xAB where the next allocation of that
+    size is likely to land."""
+    import inspect
+
+    lines, first = inspect.getsourcelines(code)
+    line = first + next(i for i, text in enumerate(lines) if marker in text)
+    fired = []
+
+    def local(frame, event, arg):
+        if event == "line" and frame.f_lineno == line and not fired:
+            fired.append(line)
+            junk = np.full(nbytes, 0xAB, np.uint8)
+            del junk
+            raise KeyboardInterrupt
+        return local
+
+    return (lambda frame, event, arg: local if frame.f_code is code.__code__ else None), fired
+
+
+def test_an_interrupted_copy_prefetched_leaves_no_foreign_bytes_in_the_next_get():
+    # Before: the kept outcome was np.array(out), which copies a padded dtype field by field into a fresh
+    # allocation: the next get() handed out the padding as whatever that memory held (another object's bytes).
+    from safeprefetch._prefetcher.consumer import ConsumerSide
+
+    source = np.zeros((12, 512), _PADDED)
+    source["label"], source["weight"] = np.arange(12)[:, None], 0.5
+    with Prefetcher(source, capacity=2) as pf:
+        for i in range(0, 12, 2):
+            out = np.zeros(512, _PADDED)
+            hook, fired = _interrupt_at(ConsumerSide.consume, "entry[0] not in TERMINAL and (entry[0] is not api",
+                                        source[0].nbytes)
+            sys.settrace(hook)
+            try:
+                with pytest.raises(KeyboardInterrupt):
+                    pf.copy_prefetched(out)
+            finally:
+                sys.settrace(None)
+            assert fired
+            kept = pf.get()  # the interrupted call's batch
+            assert np.array_equal(kept, source[i]) and not _padding(kept).any(), i
+            assert np.array_equal(pf.get(), source[i + 1])
+
+
+def test_an_interrupted_on_demand_copy_into_leaves_no_foreign_bytes_in_the_next_get():
+    from safeprefetch._prefetcher.ondemand_serve import ServeSide
+
+    source = np.zeros((12, 512), _PADDED)
+    source["label"], source["weight"] = np.arange(12)[:, None], 0.5
+    with OnDemandPrefetcher(source, predict=None) as od:
+        for i in range(6):
+            out = np.zeros(512, _PADDED)
+            hook, fired = _interrupt_at(ServeSide.consume, "if self.counted is not None:", source[0].nbytes)
+            sys.settrace(hook)
+            try:
+                with pytest.raises(KeyboardInterrupt):
+                    od.copy_into(i, out)
+            finally:
+                sys.settrace(None)
+            assert fired
+            kept = od.get(i)  # the interrupted call's batch
+            assert np.array_equal(kept, source[i]) and not _padding(kept).any(), i

@@ -61,7 +61,7 @@ TERMINAL = (END, ERROR, CLOSED)
 DEFAULT: Any = type("_Default", (), {"__repr__": lambda self: "<the prefetcher's timeout>"})()
 
 
-def _owned(entry: tuple) -> tuple:
+def _owned(entry: tuple, copy: Any) -> tuple:
     """``entry``, kept for a later call, with its batch in memory the prefetcher owns.
 
     A ``copy_prefetched`` outcome's batch is in the caller's ``out`` only
@@ -69,10 +69,12 @@ def _owned(entry: tuple) -> tuple:
     raised may write ``out`` before its next call, which would then hand
     out the caller's data as the batch. So a kept copy outcome keeps a copy
     of ``out``, taken while it still holds the batch; the next call copies
-    from it (``_adapt``), whatever buffer that call passes.
+    from it (``_adapt``), whatever buffer that call passes. ``copy`` is the
+    core's ``own_copy``: ``np.array`` copies a padded dtype field by field,
+    and a later ``get()`` handed out the padding as its allocation found it.
     """
     if entry[0] is COPY:
-        return (COPY, True, entry[2], np.array(entry[3]), None)
+        return (COPY, True, entry[2], copy(entry[3]), None)
     return entry
 
 
@@ -152,7 +154,7 @@ class ConsumerSide:
                         entry = self.stash
                 except BaseException:  # interrupted before the hand-out: the stash keeps it, in our memory
                     if self.stash is not None:  # (still under the gate: no other consumer sees it meanwhile)
-                        self.stash = _owned(self.stash)
+                        self.stash = _owned(self.stash, self.own_copy)
                     raise
                 # Handed out: no interruption point from here to the caller's return (see get()),
                 # except the check after the gate's exit, which the ``except`` below covers.
@@ -200,7 +202,7 @@ class ConsumerSide:
         hang behind another consumer thread's long call, and a second Ctrl-C during that wait lost the
         outcome. Nothing here waits now, so a second Ctrl-C is deferred to the next call like any other.
         """
-        self.returned.append(_owned(entry))
+        self.returned.append(_owned(entry, self.own_copy))
 
     def take_returned(self) -> None:
         """Move the outcomes interrupted calls put back into the stash, in the order they were put back.

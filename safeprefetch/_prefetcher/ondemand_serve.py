@@ -54,11 +54,12 @@ __all__ = ["CLOSED", "ERROR", "ServeSide"]
 ERROR, CLOSED = "error", "closed"
 
 
-def _kept(entry: tuple) -> tuple:
+def _kept(entry: tuple, copy: Any) -> tuple:
     """``entry``, kept for a later call, with its batch in memory the prefetcher owns: a ``copy_into``
-    outcome's batch is in the caller's ``out`` only, which the caller may write before it asks again."""
+    outcome's batch is in the caller's ``out`` only, which the caller may write before it asks again.
+    ``copy``: the core's ``own_copy`` (a padded dtype's holes as ``out`` holds them, not as an allocation)."""
     if entry[0] is COPY:
-        return (COPY, True, entry[2], np.array(entry[3]))
+        return (COPY, True, entry[2], copy(entry[3]))
     return entry
 
 
@@ -104,7 +105,7 @@ class ServeSide:
                         entry = self.stash = self._adapt(entry, api, out)
                 except BaseException:  # interrupted before the hand-out: the stash keeps it, in our memory
                     if self.stash is not None:
-                        self.stash = _kept(self.stash)
+                        self.stash = _kept(self.stash, self.own_copy)
                     raise
                 committed = entry; self.stash = None  # noqa: E702 - handed out: no interruption point between
                 return entry
@@ -120,7 +121,7 @@ class ServeSide:
         Recorded without the gate, as ``ConsumerSide.unreturn`` (a second Ctrl-C while waiting for the gate
         lost it); the next call moves it into the stash (:meth:`take_returned`).
         """
-        self.returned.append(_kept(entry))
+        self.returned.append(_kept(entry, self.own_copy))
 
     def take_returned(self) -> None:
         """Under the gate: the first outcome put back becomes the stash if it is empty (one is kept, as before);
