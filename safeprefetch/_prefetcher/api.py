@@ -29,6 +29,7 @@ from .machine import RUNTIMES, default_runtime, machine_for, transitions_for, ty
 from .policy import DEFAULT_AUTOTUNE_MAX, MAX_RUN
 from .sources import (SourceBox, executor_reader, gate_of, index_plan, item_reader, plan_copy, read_first, read_under,
                       slot_pool)
+from .sending import by_file
 from .stats import PrefetchStats
 
 __all__ = ["DEFAULT_CLOSE_TIMEOUT", "Prefetcher"]
@@ -86,7 +87,8 @@ class Prefetcher(NotCopyable):
     epoch])`` draws: the same on every rank, different per epoch, taken before
     sharding); ``executor`` (any ``concurrent.futures.Executor``, including
     ``distributed.Client(...).get_executor(pure=False)``) runs the fetches,
-    the source being pickled for process-based executors; ``timeout`` is the
+    the source being pickled for process-based executors (a memmap sent to a
+    ``ProcessPoolExecutor`` as its file: ``sending.by_file``); ``timeout`` is the
     default for every consumer call and bounds the constructor's first read
     (``None`` or ``inf``: wait as long as it takes); ``close_timeout`` bounds
     ``close()`` (``inf``: no bound).
@@ -141,7 +143,7 @@ class Prefetcher(NotCopyable):
         self._source_box = box = SourceBox(
             getitem=item_reader(source) if opened.map_style and opened.has_getitem else None,
             fetch_into=opened.fetch_into if opened.map_style else None, iterator=opened.iterator,
-            source=source if cfg.executor is not None else None, preloaded=opened.preloaded,
+            source=by_file(source, cfg.executor) if cfg.executor is not None else None, preloaded=opened.preloaded,
             thread_safe=cfg.thread_safe, executor=cfg.executor, owner=source)
         capacity = min(cfg.capacity, slots)
         shape = (slots, workers, cfg.ordered, opened.sized, capacity if cfg.autotune else 0, min(slots, MAX_RUN))

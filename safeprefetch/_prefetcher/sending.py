@@ -1,4 +1,13 @@
-"""What travels back from an executor's process: a fetched batch with its dtype, a source's error that arrives.
+"""What travels to and back from an executor's process: a memory-mapped source by its file, a fetched batch with
+its dtype, a source's error that arrives.
+
+A source goes to a process executor pickled with every fetch, and ``np.memmap`` pickles as its whole data: a
+memory-mapped source (``np.load(path, mmap_mode="r")``) sent 16 MB with each 16 KB batch of a 16 MB file, and a
+file larger than memory could not be sent at all. To a ``ProcessPoolExecutor`` (a process of this machine) a
+memmap that maps its file's own pages (mode ``r``, ``r+`` or ``w+``, not a view) travels as its file's name,
+offset, dtype, shape and order, and is mapped again there (:func:`by_file`). A copy-on-write one (mode ``c``),
+whose changes are not in the file, and any to another kind of executor (dask's, whose workers may be on another
+machine), travel as before.
 
 A process executor sends the fetch's result back pickled, at the pickle protocol ``multiprocessing`` uses
 (4 on CPython 3.11-3.13). At that protocol numpy pickles an array of a non-native byte order (``'>i4'`` on
@@ -14,6 +23,8 @@ replaced before it leaves by a :class:`SourceErrorNotSent` that says what it was
 
 from __future__ import annotations
 
+import concurrent.futures
+import mmap
 import pickle
 import traceback
 from typing import Any
@@ -22,9 +33,38 @@ import numpy as np
 
 from .errors import SourceErrorNotSent
 
-__all__ = ["must_travel", "sendable"]
+__all__ = ["MappedFile", "by_file", "must_travel", "sendable"]
 
 _PLAIN_ARRAYS = (np.ndarray, np.memmap)
+
+
+class MappedFile:
+    """A memory-mapped source on its way to a process pool: pickled, its file's name, offset, dtype, shape and
+    order; unpickled, the file mapped again, read-only (``_remap``). In this process, ``array`` is the source."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: np.memmap):
+        self.array = array
+
+    def __reduce__(self) -> tuple:
+        a = self.array
+        order = "F" if a.flags.f_contiguous and not a.flags.c_contiguous else "C"
+        return _remap, (a.filename, a.dtype, a.offset, a.shape, order)
+
+
+def _remap(filename: Any, dtype: np.dtype, offset: int, shape: tuple[int, ...], order: str) -> np.memmap:
+    return np.memmap(filename, dtype=dtype, mode="r", offset=offset, shape=shape, order=order)
+
+
+def by_file(source: Any, executor: Any) -> Any:
+    """``source`` as it is to be sent to ``executor`` with each fetch: a :class:`MappedFile` for a memmap of its
+    file's own pages going to a process pool, else itself (``remote_item`` takes ``array`` out again)."""
+    if (type(source) is np.memmap and isinstance(executor, concurrent.futures.ProcessPoolExecutor)
+            and isinstance(source.base, mmap.mmap) and source.mode in ("r", "r+", "w+")
+            and source.filename is not None):
+        return MappedFile(source)
+    return source
 
 
 class _Bytes:

@@ -38,7 +38,7 @@ from numpy.lib.stride_tricks import as_strided
 from .args import check_batch_dtype
 from .errors import PrefetchTimeout, from_source
 from .filling import fill_into
-from .sending import must_travel, sendable
+from .sending import MappedFile, by_file, must_travel, sendable
 from .waits import SOURCE_BUSY, Gate, new_gate, wait_event, wait_gate
 
 __all__ = ["EXECUTING", "FILLED", "LocalSlot", "SourceBox", "batch_problem", "check_future", "executing",
@@ -237,6 +237,8 @@ def remote_item(source: Any, index: int, shape: tuple[int, ...] | None, dtype: n
     item that is not a batch of the slot's shape and dtype is returned, for the worker to refuse at its position.
     The constructor's first read (no slot yet: ``LocalSlot(None)``) returns a copy made here, for the same reason.
     """
+    if type(source) is MappedFile:  # (not pickled: a thread pool of this process was given it)
+        source = source.array
     me = threading.get_ident()
     outer = EXECUTING.get(me, ())  # an executor that runs the call on a thread already inside one (nested)
     try:
@@ -270,6 +272,8 @@ def check_future(executor: Any, fut: Any) -> None:
 def executor_reader(executor: Any, source: Any) -> Callable[[int], Any]:
     """Item ``i`` read on ``executor``, as the workers' fetches are: the constructor's first read (to size the
     pool) too, so a source that runs only there (a dask worker's resources, a process's own state) works."""
+    source = by_file(source, executor)  # (a memmap to a process pool: its file, not its bytes)
+
     def read(i: int) -> Any:
         # The token names this process; the empty slot asks a thread of this process for a copy of the item.
         fut = executor.submit(remote_item, source, i, None, None, (os.getpid(), 0), LocalSlot(None))
