@@ -59,11 +59,51 @@ class _GeneratorInto:
         yield
 
 
+class _AsyncResultInto:
+    """A ``fetch_into`` that hands the read to a ``multiprocessing`` thread pool: an ``AsyncResult``."""
+
+    def __init__(self, go):
+        import multiprocessing.pool
+
+        self.pool, self.go = multiprocessing.pool.ThreadPool(1), go
+
+    def __len__(self):
+        return 4
+
+    def fetch_into(self, i, out):
+        def read():
+            self.go.wait(10)
+            out[...] = i + 1
+        return self.pool.apply_async(read)
+
+    def close(self):
+        self.pool.close()
+        self.pool.join()
+
+
+class _ThreadInto:
+    """A ``fetch_into`` that starts a thread to read and returns it."""
+
+    def __init__(self, go):
+        self.go = go
+
+    def __len__(self):
+        return 4
+
+    def fetch_into(self, i, out):
+        def read():
+            self.go.wait(10)
+            out[...] = i + 1
+        t = threading.Thread(target=read, daemon=True)
+        t.start()
+        return t
+
+
 def _deferred_sources(pool, go):
-    return [_AsyncInto(), _FutureInto(pool, go), _GeneratorInto()]
+    return [_AsyncInto(), _FutureInto(pool, go), _GeneratorInto(), _AsyncResultInto(go), _ThreadInto(go)]
 
 
-@pytest.mark.parametrize("which", [0, 1, 2])
+@pytest.mark.parametrize("which", [0, 1, 2, 3, 4])
 def test_a_fetch_into_that_returns_before_its_fetch_is_done_is_refused(which):
     # Before: the coroutine (future, generator) was taken for a status and ignored, so every batch was the slot's
     # zeros (and a future's thread wrote the slot after it was published): [[0, 0, 0]] * 4, silently.
@@ -80,6 +120,7 @@ def test_a_fetch_into_that_returns_before_its_fetch_is_done_is_refused(which):
                     od.get(2)
             gc.collect()
         go.set()
+        getattr(source, "close", lambda: None)()
 
 
 def test_a_status_object_is_still_a_status():

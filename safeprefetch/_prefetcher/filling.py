@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import array
 import inspect
+import threading
 import types
 from typing import Any, Callable
 
@@ -148,11 +149,15 @@ def _returned_problem(returned: Any, slot: np.ndarray, before: Any) -> str | Non
 
 def _unfinished(returned: Any) -> bool:
     """Whether ``returned`` is a fetch still under way: a coroutine (an ``async def fetch_into``, called and never
-    run) or another awaitable, a generator (a ``yield`` in the body: none of it ran), or a future (the read handed
-    to another thread, which may write the slot after it is published). None of them is a status."""
-    if inspect.isawaitable(returned) or isinstance(returned, (types.GeneratorType, types.AsyncGeneratorType)):
+    run) or another awaitable, a generator (a ``yield`` in the body: none of it ran), a future (``done`` and
+    ``result``: the read handed to another thread, which may write the slot after it is published), a
+    ``multiprocessing`` pool's ``AsyncResult`` (``ready``, ``wait`` and ``get``) or a thread. None is a status."""
+    if (inspect.isawaitable(returned) or isinstance(returned, (types.GeneratorType, types.AsyncGeneratorType,
+                                                               threading.Thread))):
         return True
-    return callable(getattr(returned, "done", None)) and callable(getattr(returned, "result", None))
+    if callable(getattr(returned, "done", None)) and callable(getattr(returned, "result", None)):
+        return True
+    return all(callable(getattr(returned, name, None)) for name in ("ready", "wait", "get"))
 
 
 def _unfinished_problem(returned: Any) -> str:
