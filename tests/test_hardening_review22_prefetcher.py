@@ -332,3 +332,34 @@ def test_a_copy_on_write_memmap_still_travels_by_its_bytes(tmp_path):
         with Prefetcher(source, executor=pool) as pf:
             batches = list(pf)
     assert np.array_equal(batches[3], np.full(16, 7.0, np.float32)) and not batches[2].any()
+
+
+@pytest.mark.parametrize("speculated", [False, True])
+def test_a_raised_on_demand_error_does_not_keep_the_callers_frame_alive(speculated):
+    # Before: the error of a miss (fetched on the caller's own thread, below its frames) was held by locals of the
+    # frames serving the request, which its traceback keeps: the caller's frame and its locals lived on after
+    # its function returned, until a cyclic collection. (A speculative fetch's error: a guard, its traceback
+    # holds a worker's frames.)
+    refs = []
+
+    def epoch():
+        local = _Local()
+        od = OnDemandPrefetcher(_FailsAt(3), predict="sequential" if speculated else None)
+        refs.append((weakref.ref(local), weakref.ref(od)))
+        try:
+            for i in range(6):
+                od.get(i)
+        except KeyError as e:
+            assert e.args == (3,)
+
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        epoch()
+        local, od = refs[0]
+        assert local() is None, "the caller's frame outlived its call (held by the error the prefetcher kept)"
+        assert od() is None
+    finally:
+        if was:
+            gc.enable()

@@ -56,6 +56,7 @@ from .consumer import COPY, DEFAULT, GET
 from .lease import NotCopyable
 from .lifecycle import reaper, register, want_sigint
 from .ondemand_core import OnDemandCore
+from .ondemand_serve import ERROR
 from .ondemand_stats import OnDemandStats
 from .predictors import Predictor, label, make_predictor
 from .sources import SourceBox, batch_problem, gate_of, item_reader, read_first, read_under
@@ -160,8 +161,10 @@ class OnDemandPrefetcher(NotCopyable):
         if kind is GET:
             return value
         try:
-            raise value
+            raise value.error if kind is ERROR else value
         finally:
+            if kind is ERROR:
+                value.error = None  # (taken out of the outcome: see ondemand_serve.Raised)
             del value
 
     __getitem__ = get
@@ -174,8 +177,10 @@ class OnDemandPrefetcher(NotCopyable):
         if kind is COPY:
             return
         try:
-            raise value
+            raise value.error if kind is ERROR else value
         finally:
+            if kind is ERROR:
+                value.error = None
             del value
 
     def _check_index(self, index: Any) -> int:

@@ -47,11 +47,27 @@ from .errors import PrefetcherClosed, PrefetcherForked, PrefetchTimeout
 from .ondemand_policy import holdings, speculate
 from .waits import NO_GATE, wait_gate
 
-__all__ = ["CLOSED", "ERROR", "ServeSide"]
+__all__ = ["CLOSED", "ERROR", "Raised", "ServeSide"]
 
 # A stash entry is (kind, value, index, data): kind GET (value: a new array) or COPY (value: True,
-# data: the caller's ``out``), or a terminal outcome ERROR / CLOSED whose value is the exception.
+# data: the caller's ``out``), or a terminal outcome ERROR (value: a ``Raised`` holding the source's exception)
+# or CLOSED (value: the exception).
 ERROR, CLOSED = "error", "closed"
+
+
+class Raised:
+    """The source's exception in an ERROR outcome, which the call raising it takes out (``error = None``).
+
+    A miss runs the source on the caller's thread, below the frames serving the request: the error's
+    traceback keeps those frames, and each frame its caller's, up to the caller's own. Their locals hold the
+    outcome; holding the exception itself, they made a cycle that kept the caller's frame and locals (and
+    the prefetcher) alive past its call, until a cyclic collection. They hold this emptied box instead.
+    """
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException):
+        self.error: BaseException | None = error
 
 
 def _kept(entry: tuple, copy: Any) -> tuple:
@@ -196,7 +212,8 @@ class ServeSide:
                     self._uncount()
                 else:
                     self.counts.errors += 1
-                self.stash = (ERROR, error, index, None)
+                self.stash = (ERROR, Raised(error), index, None)
+                del error  # (no local of this frame holds it: see Raised)
                 return
             elif not predicted:
                 predicted = True
