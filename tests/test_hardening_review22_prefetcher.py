@@ -99,8 +99,9 @@ class _ThreadInto:
         return t
 
 
-def _deferred_sources(pool, go):
-    return [_AsyncInto(), _FutureInto(pool, go), _GeneratorInto(), _AsyncResultInto(go), _ThreadInto(go)]
+def _deferred_source(which, pool, go):
+    return [_AsyncInto, lambda: _FutureInto(pool, go), _GeneratorInto, lambda: _AsyncResultInto(go),
+            lambda: _ThreadInto(go)][which]()
 
 
 @pytest.mark.parametrize("which", [0, 1, 2, 3, 4])
@@ -109,7 +110,7 @@ def test_a_fetch_into_that_returns_before_its_fetch_is_done_is_refused(which):
     # zeros (and a future's thread wrote the slot after it was published): [[0, 0, 0]] * 4, silently.
     go = threading.Event()
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        source = _deferred_sources(pool, go)[which]
+        source = _deferred_source(which, pool, go)
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # (a coroutine never awaited warns; it is closed here, unawaited)
             with Prefetcher(source, shape=(3,), dtype=np.int64) as pf:
