@@ -364,3 +364,94 @@ def test_a_raised_on_demand_error_does_not_keep_the_callers_frame_alive(speculat
     finally:
         if was:
             gc.enable()
+
+
+# -- 5. thread_safe=False serializes every prefetcher over one source, one that cannot be weakly referenced too --
+
+
+class _NoWeakrefSource:
+    """A source whose objects cannot be weakly referenced (``__slots__`` without ``__weakref__``, as a Cython
+    class is), and which records a call made while another is inside it."""
+
+    __slots__ = ("busy", "overlapped", "entered", "release")
+
+    def __init__(self):
+        self.busy, self.overlapped = threading.Lock(), []
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        if not self.busy.acquire(blocking=False):
+            self.overlapped.append(i)
+            return np.full(2, i)
+        try:
+            self.entered.set()
+            self.release.wait(30)
+            return np.full(2, i)
+        finally:
+            self.busy.release()
+
+
+def _in_wait_gate(thread) -> bool:
+    frame = sys._current_frames().get(thread.ident)
+    while frame is not None:
+        if frame.f_code.co_name == "wait_gate":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def test_thread_safe_false_serializes_prefetchers_over_a_source_without_weak_references():
+    # Before: such a source got a gate per prefetcher, so two prefetchers declared thread_safe=False called it at
+    # once (the README: "every prefetcher given that source object with thread_safe=False then takes turns"):
+    # batches torn by a reader that is not thread-safe, silently.
+    import time
+
+    source = _NoWeakrefSource()
+    with pytest.raises(TypeError):
+        weakref.ref(source)
+    a = Prefetcher(source, thread_safe=False, shape=(2,), dtype=np.int64, name="r22-A")
+    try:
+        assert source.entered.wait(30)
+        b = Prefetcher(source, thread_safe=False, shape=(2,), dtype=np.int64, name="r22-B")
+        try:
+            worker = next(t for t in threading.enumerate() if t.name.startswith("safeprefetch-r22-B-worker"))
+            deadline = time.monotonic() + 30
+            while not source.overlapped and not _in_wait_gate(worker) and time.monotonic() < deadline:
+                time.sleep(0.001)  # (a bounded poll of observable state)
+            assert not source.overlapped, "B called the source while A's call was inside it"
+            assert _in_wait_gate(worker)
+            source.release.set()
+            assert [b.tolist() for b in a] == [[i, i] for i in range(4)]
+            assert [x.tolist() for x in b] == [[i, i] for i in range(4)]
+            assert not source.overlapped
+        finally:
+            source.release.set()
+            b.close()
+    finally:
+        source.release.set()
+        a.close()
+
+
+def test_an_abandoned_prefetcher_over_such_a_source_that_refers_back_is_still_collected(baseline):
+    # Guard (passes before and after; a version of the fix that kept the source in the gates' table failed it):
+    # the gates' table must not root a source, and through it the prefetcher the source refers back to.
+    class RefersBack:
+        __slots__ = ("pf",)
+
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            return np.full(2, i)
+
+    source = RefersBack()
+    pf = Prefetcher(source, thread_safe=False)
+    source.pf = pf
+    gone = weakref.ref(pf)
+    pf.get()
+    del pf, source
+    gc.collect()
+    assert gone() is None

@@ -39,7 +39,7 @@ from .args import check_batch_dtype
 from .errors import PrefetchTimeout, from_source
 from .filling import fill_into
 from .sending import MappedFile, by_file, must_travel, sendable
-from .waits import SOURCE_BUSY, Gate, new_gate, wait_event, wait_gate
+from .waits import SOURCE_BUSY, Gate, HeldGate, new_gate, wait_event, wait_gate
 
 __all__ = ["EXECUTING", "FILLED", "LocalSlot", "SourceBox", "batch_problem", "check_future", "executing",
            "executor_reader", "gate_of", "index_plan", "item_reader", "new_token", "plan_copy",
@@ -352,10 +352,9 @@ def gate_of(source: Any) -> Any:
 
     A gate per prefetcher let two prefetchers over one dataset object (train and validation, or the next
     epoch's beside this one's) call a source declared not thread-safe at once, and it tore batches (1,400
-    of 2,000 in the review's run). A source that cannot be weakly referenced gets a gate of its own, per
-    prefetcher, as before; so does every source under ``safeprefetch.interleavings``, where a gate is the
-    scheduler's lock of one run, and must not outlive it into the next. A forked child starts the table
-    afresh: a gate a parent's thread held there has no owner in the child.
+    of 2,000 in the review's run). Every source under ``safeprefetch.interleavings`` gets a gate of its own,
+    per prefetcher: there a gate is the scheduler's lock of one run, and must not outlive it into the next.
+    A forked child starts the table afresh: a gate a parent's thread held there has no owner in the child.
     """
     gate = new_gate()
     if source is None or type(gate) is not Gate:
@@ -364,11 +363,29 @@ def gate_of(source: Any) -> Any:
     try:
         ref = weakref.ref(source, lambda r: _GATES.pop(key, None) if _GATES.get(key, (None,))[0] is r else None)
     except TypeError:
-        return gate
+        return _gate_while_used(source, key)
     held = _GATES.setdefault(key, (ref, gate))  # atomic: two prefetchers opened at once get one gate
     if held[0]() is source:
         return held[1]
     _GATES[key] = (ref, gate)  # an entry of a source gone whose id this one reuses, its callback not run yet
+    return gate
+
+
+def _gate_while_used(source: Any, key: int) -> Any:
+    """``gate_of`` for a source that cannot be weakly referenced (``__slots__`` without ``__weakref__``, a Cython
+    class, a list). A gate of its own per prefetcher, as it had, let two prefetchers declared
+    ``thread_safe=False`` call it at once, tearing batches. The gate holds the source (a :class:`HeldGate`), so
+    while it lives the id names no other object; the table holds the gate weakly, and its entry goes once no
+    prefetcher holds the gate. (Held by the table, a source that refers back to its prefetcher would be rooted
+    there, and an abandoned prefetcher never collected: in the gate, that is a cycle the collector frees.)"""
+    gate = HeldGate()
+    gate.source = source
+    ref = weakref.ref(gate, lambda r: _GATES.pop(key, None) if _GATES.get(key, (None,))[0] is r else None)
+    held = _GATES.setdefault(key, (ref, None))  # atomic, as above
+    shared = held[0]() if held[1] is None else None
+    if type(shared) is HeldGate and shared.source is source:
+        return shared
+    _GATES[key] = (ref, None)  # a gate gone, its callback not run yet (or an entry of a weakly kept source)
     return gate
 
 

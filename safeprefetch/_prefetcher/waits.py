@@ -19,7 +19,7 @@ from typing import Any, Callable
 from .._runtime.interrupts import deliver, guard, interruptible, interruptible_until_owned, protected
 from .errors import PrefetchTimeout
 
-__all__ = ["Gate", "NOT_TAKEN", "NO_GATE", "SOURCE_BUSY", "STOP_SLICE", "SourceBusy", "first_driver", "hold_gate",
+__all__ = ["Gate", "HeldGate", "NOT_TAKEN", "NO_GATE", "SOURCE_BUSY", "STOP_SLICE", "SourceBusy", "first_driver", "hold_gate",
            "join_threads", "left", "start_threads", "wait_event", "wait_gate"]
 
 _TIMEOUT_MAX = threading.TIMEOUT_MAX
@@ -158,6 +158,13 @@ class Gate(threading.RLock().__class__):  # type: ignore[misc]
 
     __slots__ = ()
     __enter__ = threading.RLock().__class__._is_owned
+
+
+class HeldGate(Gate):
+    """A :class:`Gate` that holds the source it serializes (``source``): the gate of a source that cannot be
+    weakly referenced, so that while the gate lives the source's id names no other object (``sources.gate_of``)."""
+
+    __slots__ = ("source",)
 
 
 _REAL_RLOCK = threading.RLock().__class__
