@@ -70,6 +70,8 @@ class _Expressions:
 
     mod: Any
     vars: dict[str, str]
+    assigned: set[str] | None
+    read: Any  # TypedFunction.read: a local is read here
 
 
     def expr(self, e: ast.expr, pre: list[str]) -> tuple[str, str]:
@@ -94,14 +96,14 @@ class _Expressions:
 
     def x_Name(self, e: ast.Name, pre: list[str]) -> tuple[str, str]:
         if e.id in self.vars:
+            self.read(e.id)
             return e.id, self.vars[e.id]
         try:
             v = self._const(e.id)
         except KeyError:
             raise NotTyped(f"the name {e.id}") from None
         if _is_tag(v):
-            self.mod.tags.setdefault(int(v), v)
-            return str(int(v)), "tag"
+            return str(self.mod.tag(v)), "tag"
         if type(v) is bool:
             return ("1" if v else "0"), "bool"
         if type(v) is int:
@@ -109,8 +111,9 @@ class _Expressions:
         if type(v) is str:
             return self.mod.label(v), "label"
         if type(v) is tuple and len(v) == 2 and _is_tag(v[0]) and type(v[1]) is int:
-            self.mod.tags.setdefault(int(v[0]), v[0])
-            return f"mkpair({int(v[0])}, {v[1]})", "pair"
+            if not -2**62 < v[1] < 2**62:
+                raise NotTyped("a large int constant")
+            return f"mkpair({self.mod.tag(v[0])}, {v[1]})", "pair"
         raise NotTyped(f"the name {e.id} ({type(v).__name__})")
 
     def x_Tuple(self, e: ast.Tuple, pre: list[str]) -> tuple[str, str]:
@@ -153,7 +156,7 @@ class _Expressions:
         b, kb = self.expr(e.right, pre)
         if isinstance(e.op, (ast.Add, ast.Sub)) and ka in _INTLIKE + ("optint",) and kb in _INTLIKE + ("optint",):
             op = "+" if isinstance(e.op, ast.Add) else "-"
-            return f"({self.num(a, ka)} {op} {self.num(b, kb)})", "int"
+            return f"checked({self.num(a, ka)} {op} {self.num(b, kb)})", "int"
         raise NotTyped(f"the operator {type(e.op).__name__} on {ka}, {kb}")
 
     def _truthy(self, c: str, k: str) -> str:
@@ -175,7 +178,7 @@ class _Expressions:
         if isinstance(e.op, ast.Not):
             return f"(not {a if k == 'bool' else self._truthy(a, k)})", "bool"
         if isinstance(e.op, ast.USub) and k in _INTLIKE + ("optint",):
-            return f"(-{self.num(a, k)})", "int"
+            return f"checked(-{self.num(a, k)})", "int"
         raise NotTyped(f"the operator {type(e.op).__name__} on a {k}")
 
     def x_BoolOp(self, e: ast.BoolOp, pre: list[str]) -> tuple[str, str]:
@@ -332,6 +335,8 @@ class _Expressions:
         out = self.mod.temp("Q")
         self.vars[out] = "bool"
         body: list[str] = []
+        # The generator's variables are its own: after it, the names mean what they meant before.
+        before = None if self.assigned is None else set(self.assigned)
         loop = self._for_header(comp.target, comp.iter, pre)
         inner: list[str] = []
         for cond in comp.ifs:
@@ -350,10 +355,12 @@ class _Expressions:
         body.append(f"        {out} = {'0' if which == 'all' else '1'}")
         body.append("        break")
         pre.extend(body)
+        self.assigned = before
         return out
 
-    def _for_header(self, target: ast.expr, it: ast.expr, pre: list[str]) -> list[str]:
-        """``for`` over a tuple of pairs (optionally ``enumerate``d) or of ints: its header and target stores."""
+    def _for_header(self, target: ast.expr, it: ast.expr, pre: list[str], copy: bool = False) -> list[str]:
+        """``for`` over a tuple of pairs (optionally ``enumerate``d) or of ints: its header and target stores
+        (``copy``: over a copy of the tuple, which a ``for`` statement's body may rebind)."""
         counter = self.mod.temp("I")
         self.vars[counter] = "int"
         index = None
@@ -361,6 +368,11 @@ class _Expressions:
                 and len(it.args) == 1 and not it.keywords and isinstance(target, ast.Tuple) and len(target.elts) == 2:
             index, target, it = target.elts[0], target.elts[1], it.args[0]
         a, ka = self.expr(it, pre)
+        if copy and ka in ("pairs", "ints"):
+            held = self.mod.temp("C")
+            self.vars[held] = ka
+            pre.append(f"{held} = {a}")
+            a = held
         if ka == "pairs":
             lines = [f"for {counter} in range({self.mod.cap}):"]
             item, kind = f"{self.ref(a)}.a[{counter}]", "pair"

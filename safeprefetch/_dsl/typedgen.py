@@ -30,6 +30,15 @@ A function using anything else is left to Python, whole, and :attr:`TypedSource.
 
 ``and``/``or`` are typed only over C bools (Python's return their operands); ``x in t`` over a C array
 compares values, which is Python's ``in`` for these values (ints compare equal only to themselves).
+
+*Python's meaning, where C's would differ* (the twenty-second round's review): a chained assignment
+evaluates its value once; a ``for`` iterates the tuple it started with, whatever its body binds to the
+name; a local read where some path leaves it unassigned is not typed (Python raises UnboundLocalError
+there, a C variable holds whatever it holds); a local or a tuple of ints never mixes ints with slot states
+or flags (they would be boxed back as plain ints); a slot state is typed only when its value, 0 to 63,
+is its own in the table the successors are boxed from (not an ``IntEnum`` member of another's value, not
+a negative one); a helper is known by the function, not by its name, and a recursive one is not typed;
+an int result of ``-2**63`` (the C value that means None) is handed to Python.
 """
 
 from __future__ import annotations
@@ -48,6 +57,9 @@ from .typedexpr import _CTYPE, NotTyped, _is_tag, _kind_of
 from .typedstmt import TypedFunction as _Fn
 
 __all__ = ["NotTyped", "TypedSource", "typed_source"]
+
+#: The slot states' values the C table holds (``typedsupport``'s ``CTAGS``): 0 to 63.
+MAX_TAGS = 64
 
 
 @dataclass
@@ -82,17 +94,27 @@ class _Module:
                 self.label(v)
         for v in ns.values():
             self._collect(v)
-        self.helpers: dict[str, tuple[str, str, tuple[str, ...]]] = {}  # name -> (cname, return kind, params)
+        #: (function id, name, argument kinds) -> (cname, return kind, params); None while being translated.
+        self.helpers: dict[tuple, tuple[str, str, tuple[str, ...]] | None] = {}
         self.helper_defs: list[str] = []
         self.bind: dict[str, Any] = {}
         self.ntemp = 0
 
     def _collect(self, v: Any, depth: int = 2) -> None:
-        if _is_tag(v):
+        if _is_tag(v) and 0 <= v < MAX_TAGS:
             self.tags.setdefault(int(v), v)
         elif type(v) is tuple and depth:
             for x in v:
                 self._collect(x, depth - 1)
+
+    def tag(self, v: Any) -> int:
+        """The C value of slot state ``v``: its int, which must name ``v`` itself in the table of slot states
+        (boxing gives back the table's object: a second object of the same value, an ``IntEnum`` member
+        beside a ``SlotState``, would come back as the first), and fit it."""
+        value = int(v)
+        if not 0 <= value < MAX_TAGS or self.tags.setdefault(value, v) is not v:
+            raise NotTyped(f"the slot state {v!r} (its value is outside 0..{MAX_TAGS - 1} or another's)")
+        return value
 
     def label(self, text: str) -> str:
         return str(self.labels.setdefault(text, len(self.labels)))
@@ -131,18 +153,25 @@ def _set_pattern(node: ast.FunctionDef) -> bool:
 
 
 def _helper(self: _Module, name: str, kinds: list[str], caller: _Fn) -> tuple[str, str]:
-    key = f"{name}({','.join(kinds)})"
-    if key in self.helpers:
-        cname, rkind, _p = self.helpers[key]
-        return cname, rkind
     try:
         fn = caller._const(name)
     except KeyError:
         raise NotTyped(f"the name {name}") from None
+    # The function itself, not its name: two helpers may each call their own ``below`` (closures of one
+    # factory), and each is translated with its own cells.
+    key = (id(fn), name, tuple(kinds))
+    if key in self.helpers:
+        if self.helpers[key] is None:
+            raise NotTyped(f"the recursive helper {name}")
+        cname, rkind, _p = self.helpers[key]
+        return cname, rkind
     if fn is getattr(builtins, name, None):
         raise NotTyped(f"the builtin {name}")
+    if any(k not in _CTYPE for k in kinds):
+        raise NotTyped(f"{name} called with a {next(k for k in kinds if k not in _CTYPE)}")
     node, consts = _helper_node(fn)
-    cname = f"H__{name}_{len(self.helpers)}"
+    self.ntemp += 1
+    cname = f"H__{name}_{self.ntemp}"
     if _set_pattern(node):
         if kinds[0] != "pairs" or kinds[1] not in ("int", "optint", "tag") or kinds[2] != "pair":
             raise NotTyped(f"{name} over a {kinds[0]}")
@@ -151,6 +180,7 @@ def _helper(self: _Module, name: str, kinds: list[str], caller: _Fn) -> tuple[st
     params = {a.arg: k for a, k in zip(node.args.args, kinds)}
     if len(params) != len(kinds):
         raise NotTyped(f"{name} called with {len(kinds)} arguments")
+    self.helpers[key] = None  # being translated: a call of it from within is recursion (the caller rolls back)
     inner = _two_pass(lambda seed: _Fn(self, node, "helper", params, consts, seed))
     decl, body = inner.result
     if inner.ret_kind is None:

@@ -14,11 +14,15 @@ for the wider kind.
 from __future__ import annotations
 
 import ast
+import re
 from typing import Any
 
 from .typedexpr import _CTYPE, OPT_NONE, NotTyped, _Expressions
 
 __all__ = ["TypedFunction"]
+
+#: The translation's own temporaries (``_Module.temp``), assigned where they are made.
+_TEMP = re.compile(r"Z[A-Z]__\d+$")
 
 #: How a C value of each kind becomes its Python object (``ref``: the variable, for a pointer to it).
 _BOX = {"int": "box_int({c})", "optint": "(None if {c} == OPT_NONE else box_int({c}))",
@@ -38,6 +42,9 @@ class TypedFunction(_Expressions):
         self.params = dict(params or {})
         self.closure = closure or {}
         self.alias: dict[str, int] = {}   # a local that is only ever ``state[i]``: boxed as that very object
+        # The locals surely assigned where the translation is (None: no path reaches it). Python raises
+        # UnboundLocalError reading any other, where a C variable would give what it happens to hold.
+        self.assigned: set[str] | None = set(self.params)
         self.ret_kind: str | None = None
         stores: dict[str, int] = {}
         for n in ast.walk(node):
@@ -62,9 +69,7 @@ class TypedFunction(_Expressions):
             self.vars[name] = kind
         elif {old, kind} <= {"int", "optint"}:
             self.vars[name] = "optint"
-        elif {old, kind} <= {"int", "tag"}:
-            self.vars[name] = "int" if old == "int" else kind
-        else:
+        else:  # not an int and a slot state either: the slot state would be boxed back as a plain int
             raise NotTyped(f"{name} holds a {old} and a {kind}")
 
     def _const(self, name: str) -> Any:
@@ -75,8 +80,30 @@ class TypedFunction(_Expressions):
         return self.mod.ns[name]
 
 
+    def assign(self, name: str) -> None:
+        if self.assigned is not None:
+            self.assigned.add(name)
+
+    def read(self, name: str) -> None:
+        """``name`` is read here: it must be a parameter, a temporary, or assigned on every path to here."""
+        if self.assigned is not None and name not in self.assigned and not _TEMP.match(name):
+            raise NotTyped(f"{name} read where it may be unassigned (Python raises UnboundLocalError)")
+
+    def branches(self, arms: list[list[ast.stmt]]) -> list[list[str]]:
+        """The lines of each arm of an ``if``, each from the same assignments; after it, what all arms assign
+        that run on (an arm that returns, breaks or continues does not reach the code after)."""
+        before, outs, after = self.assigned, [], []
+        for arm in arms:
+            self.assigned = None if before is None else set(before)
+            outs.append(self.block(arm))
+            after.append(self.assigned)
+        live = [a for a in after if a is not None]
+        self.assigned = set.intersection(*live) if live else None
+        return outs
+
     def store(self, target: ast.expr, code: str, kind: str) -> list[str]:
         if isinstance(target, ast.Name):
+            self.assign(target.id)
             if target.id == "_":
                 return []
             self._declare(target.id, "optint" if kind == "none" else kind)
@@ -109,9 +136,11 @@ class TypedFunction(_Expressions):
         return []
 
     def s_Break(self, st: ast.Break) -> list[str]:
+        self.assigned = None
         return ["break"]
 
     def s_Continue(self, st: ast.Continue) -> list[str]:
+        self.assigned = None
         return ["continue"]
 
     def s_Try(self, st: ast.Try) -> list[str]:
@@ -126,6 +155,7 @@ class TypedFunction(_Expressions):
         if isinstance(v, ast.Constant) and type(v.value) is str:
             return []  # a docstring
         if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "violate":
+            self.assigned = None
             return ["raise Fallback()" if self.role == "helper" else "return FALLBACK"]
         raise NotTyped("an expression statement")
 
@@ -134,10 +164,8 @@ class TypedFunction(_Expressions):
         c, k = self.expr(st.test, pre)
         if k != "bool":
             c = self._truthy(c, k)
-        out = pre + [f"if {c}:"] + self.block(st.body)
-        if st.orelse:
-            out += ["else:"] + self.block(st.orelse)
-        return out
+        body, orelse = self.branches([st.body, st.orelse])
+        return pre + [f"if {c}:"] + body + (["else:"] + orelse if st.orelse else [])
 
     def s_While(self, st: ast.While) -> list[str]:
         if st.orelse:
@@ -147,14 +175,21 @@ class TypedFunction(_Expressions):
         if pre:
             raise NotTyped("a loop condition with a loop in it")
         c = c if k == "bool" else self._truthy(c, k)
-        return [f"while {c}:"] + self.block(st.body)
+        before = None if self.assigned is None else set(self.assigned)
+        body = self.block(st.body)
+        self.assigned = before  # the body may not run (what a ``while True`` assigns before its break aside)
+        return [f"while {c}:"] + body
 
     def s_For(self, st: ast.For) -> list[str]:
         if st.orelse:
             raise NotTyped("for ... else")
         pre: list[str] = []
-        head = self._for_header(st.target, st.iter, pre)
-        return pre + head + ["    " + s for s in self.stmts(st.body)] + (["    pass"] if not st.body else [])
+        before = None if self.assigned is None else set(self.assigned)
+        # Python iterates the tuple the loop started with, whatever the body binds to its name since.
+        head = self._for_header(st.target, st.iter, pre, copy=True)
+        body = self.stmts(st.body)
+        self.assigned = before  # the tuple may be empty
+        return pre + head + ["    " + s for s in body] + (["    pass"] if not st.body else [])
 
     def s_AugAssign(self, st: ast.AugAssign) -> list[str]:
         if not isinstance(st.target, ast.Name):
@@ -162,8 +197,12 @@ class TypedFunction(_Expressions):
         name = st.target.id
         kind = self.vars.get(name)
         pre: list[str] = []
+        if kind is not None:
+            self.read(name)
         if kind == "ints" and isinstance(st.op, ast.Add):
             # The whole right side first (``x += (len(x),)`` reads x before it grows), then one concatenation.
+            # (A slot state or a flag is no int: x_Tuple refuses them in a tuple of ints, whose boxing would
+            # give them back as plain ints.)
             c, k = self.expr(st.value, pre)
             if k != "ints":
                 raise NotTyped(f"a tuple of ints extended by a {k}")
@@ -173,7 +212,7 @@ class TypedFunction(_Expressions):
         if kind in ("int", "optint") and isinstance(st.op, (ast.Add, ast.Sub)):
             c, k = self.expr(st.value, pre)
             op = "+" if isinstance(st.op, ast.Add) else "-"
-            return pre + [f"{name} = {self.num(name, kind)} {op} {self.num(c, k)}"]
+            return pre + [f"{name} = checked({self.num(name, kind)} {op} {self.num(c, k)})"]
         raise NotTyped(f"an augmented assignment to a {kind}")
 
     def s_Assign(self, st: ast.Assign) -> list[str]:
@@ -185,6 +224,8 @@ class TypedFunction(_Expressions):
             if name == "nxt__":
                 return self._successor(st.value)
         pre: list[str] = []
+        if len(st.targets) > 1:
+            return self._chained(st, pre)
         values = st.value.elts if isinstance(st.value, ast.Tuple) else None
         out: list[str] = []
         for target in st.targets:
@@ -205,11 +246,22 @@ class TypedFunction(_Expressions):
                 out += self.store(target, c, k)
         return pre + out
 
+    def _chained(self, st: ast.Assign, pre: list[str]) -> list[str]:
+        """``a = b = value``: the value once, then each target from left to right (Python's order)."""
+        c, k = self.expr(st.value, pre)
+        tmp = self.mod.temp("A")
+        self.vars[tmp] = "optint" if k == "none" else k
+        out = [f"{tmp} = {c}"]
+        for target in st.targets:
+            out += self.store(target, OPT_NONE if k == "none" else tmp, k)
+        return pre + out
+
     def _unbox(self, name: str, i: int) -> list[str]:
         kind = self.mod.kinds[i] if i < len(self.mod.kinds) else None
         if kind is None:
             raise NotTyped(f"field {i} has no C kind")
         self._declare(name, kind)
+        self.assign(name)
         fn = {"int": "unbox_int", "bool": "unbox_bool", "tag": "unbox_tag", "label": "unbox_label",
               "pairs": "unbox_pairs", "ints": "unbox_ints", "pair": "unbox_pair"}[kind]
         return [f"{name} = {fn}(state[{i}])"]
@@ -240,6 +292,11 @@ class TypedFunction(_Expressions):
         return template.format(c=c, i=i, ref=self.ref(c) if k in ("pairs", "ints") else c)
 
     def s_Return(self, st: ast.Return) -> list[str]:
+        lines = self._return(st)
+        self.assigned = None  # nothing after a return runs
+        return lines
+
+    def _return(self, st: ast.Return) -> list[str]:
         v = st.value
         if self.role == "helper":
             if v is None:

@@ -98,6 +98,14 @@ cdef inline long long notnone(long long x) except? -1:
     return x
 
 
+cdef inline long long checked(long long x) except? -1:
+    # An int result that would read as None (OPT_NONE is LLONG_MIN), and so whose negation would overflow
+    # unchecked: Python's ints go on past it, so Python decides.
+    if x == OPT_NONE:
+        raise Fallback()
+    return x
+
+
 cdef long long unbox_int(object o) except? -1:
     if type(o) is not int:
         raise Fallback()
