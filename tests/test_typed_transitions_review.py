@@ -230,3 +230,28 @@ def large_tag(s, me):
 
 def test_a_slot_state_of_a_value_past_the_c_table_is_left_to_python():
     assert _differences(_one_step("typed_large_tag", large_tag, slot=FREE)) == []
+
+
+def doubled(n):
+    double = n + n
+    return double
+
+
+def counted(n):
+    checked = n
+    checked += 1
+    return checked
+
+
+def helper_local_double(s, me):
+    s.x = doubled(s.x)
+
+
+def helper_local_checked(s, me):
+    s.x = counted(s.x)
+
+
+@pytest.mark.parametrize("effect", [helper_local_double, helper_local_checked], ids=lambda f: f.__name__)
+def test_a_helper_whose_local_is_named_like_the_c_code_is_left_to_python_not_a_failed_build(effect):
+    # ``double`` is a C type (``cdef long long double`` does not parse); ``checked`` is the support code's.
+    assert _differences(_one_step(f"typed_{effect.__name__}", effect, x=2, y=0)) == []
