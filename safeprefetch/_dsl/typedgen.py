@@ -170,6 +170,10 @@ def _helper(self: _Module, name: str, kinds: list[str], caller: _Fn) -> tuple[st
     if any(k not in _CTYPE for k in kinds):
         raise NotTyped(f"{name} called with a {next(k for k in kinds if k not in _CTYPE)}")
     node, consts = _helper_node(fn)
+    clash = sorted(({a.arg for a in node.args.args} | {n.id for n in ast.walk(node) if isinstance(n, ast.Name)
+                                                       and isinstance(n.ctx, ast.Store)}) & typedsupport.RESERVED)
+    if clash:
+        raise NotTyped(f"{name}'s local {clash[0]} (a name of the C support code, or of C)")
     self.ntemp += 1
     cname = f"H__{name}_{self.ntemp}"
     if _set_pattern(node):

@@ -13,7 +13,9 @@ Boxing gives back the objects Python would build: the singletons, interned label
 value changed (an unchanged pair, or slot tuple, is the very object read).
 """
 
-__all__ = ["HEADER"]
+__all__ = ["HEADER", "RESERVED"]
+
+import re
 
 #: ``@CAP@`` (the pool size), ``@MAXI@`` (the longest int tuple held in C) and ``@NFN@`` (typed
 #: functions) are filled in per module.
@@ -339,3 +341,24 @@ cdef bint ints_eq(Ints* a, Ints* b) except -1:
         if a.a[i] != b.a[i]:
             return 0
     return 1'''
+
+
+
+def _defined(header: str) -> set[str]:
+    """The names the support code defines at module level: functions, classes, structs, globals."""
+    names = set()
+    for line in header.splitlines():
+        m = re.match(r"(?:cdef |def |class )[^(=\[:]*?(\w+)\s*(?:\(|\[|=|:|$)|(\w+) = ", line)
+        if m:
+            names.add(m.group(1) or m.group(2))
+    return names
+
+
+#: The names a helper's parameters and locals may not take: the C support code's own (a helper's local
+#: ``checked`` would hide the function its arithmetic calls, and the module would not compile), Cython's
+#: keywords and C type names (``cdef long long int`` is not a declaration), and the builtins the typed
+#: code calls.
+RESERVED = frozenset(_defined(HEADER)) | frozenset(
+    "range len cdef cpdef ctypedef struct union enum extern inline public api readonly NULL sizeof cimport by gil "
+    "nogil DEF IF ELIF ELSE include new const signed unsigned char short int long float double bint object void "
+    "Py_ssize_t size_t PyObject LLONG_MIN PyLong_Check PyLong_AsLongLong PyTuple_New PyTuple_SET_ITEM Py_INCREF".split())
