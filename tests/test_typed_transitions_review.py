@@ -255,3 +255,33 @@ def helper_local_checked(s, me):
 def test_a_helper_whose_local_is_named_like_the_c_code_is_left_to_python_not_a_failed_build(effect):
     # ``double`` is a C type (``cdef long long double`` does not parse); ``checked`` is the support code's.
     assert _differences(_one_step(f"typed_{effect.__name__}", effect, x=2, y=0)) == []
+
+
+@pytest.mark.parametrize("shape", [(2, 2, False, True, 0, 2), (3, 1, True, True, 2, 3)], ids=str)
+def test_guard_the_prefetchers_typed_transitions_keep_every_type_in_every_reachable_state(shape):
+    # A guard (it passed before this round's fixes too): `validate` compares successors with ==, under which
+    # READY == 2 and True == 1, so this walk compares them type by type.
+    from collections import deque
+
+    from safeprefetch._prefetcher.machine import machine_for, transitions_for, typed_for
+
+    typed, cm = typed_for(*shape), transitions_for(*shape)
+    capacity, workers, ordered, sized, target, run = shape
+    for items in (0, 2):
+        m = machine_for(capacity, workers, items, ordered, sized, target, run)
+        seen, todo, walked = {m.init}, deque([m.init]), 0
+        while todo:
+            state = todo.popleft()
+            walked += 1
+            for t, (table, twins) in enumerate(zip(cm.steps, typed.compiled.steps)):
+                g = table.get(state[m.pc_index[t]])
+                if g is None:
+                    continue
+                h = twins[g.label]
+                for a, b in zip(g.ones + g.enabled + (g.first,), h.ones + h.enabled + (h.first,)):
+                    assert _same(a(state), b(state)), (a.__name__, state)
+            for _choice, nxt in m.successors(state):
+                if isinstance(nxt, tuple) and nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        assert walked > 5
