@@ -361,4 +361,5 @@ def _defined(header: str) -> set[str]:
 RESERVED = frozenset(_defined(HEADER)) | frozenset(
     "range len cdef cpdef ctypedef struct union enum extern inline public api readonly NULL sizeof cimport by gil "
     "nogil DEF IF ELIF ELSE include new const signed unsigned char short int long float double bint object void "
-    "Py_ssize_t size_t PyObject LLONG_MIN PyLong_Check PyLong_AsLongLong PyTuple_New PyTuple_SET_ITEM Py_INCREF".split())
+    "Py_ssize_t size_t PyObject LLONG_MIN PyLong_Check PyLong_AsLongLong PyTuple_New PyTuple_SET_ITEM "
+    "Py_INCREF".split())
