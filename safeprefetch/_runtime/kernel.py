@@ -279,7 +279,7 @@ class Runtime(Driving, Views):
         # A replay's last step: the threads parked only because it was not their turn are woken now, and one
         # left at a spurious wakeup arrived there while the check was off; judge them all once, here.
         at_end = self._spurious is not None and self._schedule is not None and pos == len(self._schedule)
-        if nxt[self._pci[t]] == DONE and (at_end or not woke and self._nparked):
+        if (at_end or not woke and self._nparked) and nxt[self._pci[t]] == DONE:
             # The last runnable thread just finished and woke nobody: the parked ones may be
             # stuck for good. Fail them, but let this thread return normally.
             try:
