@@ -69,7 +69,9 @@ CHECKS = {
                   "`fairness` setting (weak by default, or strong) and without spurious wakeups, in which some "
                   "thread never makes a progress step",
     "invariant": "any other model-declared invariant fails (e.g. a slot written while leased), or a thread "
-                 "releases a mutex it does not hold, or waits without holding the condvar's mutex",
+                 "releases a mutex it does not hold, or waits on or notifies a condvar without holding its "
+                 "mutex (`m.condvar(name, notify_unlocked=True)` declares a C++ one, which may be notified "
+                 "without it)",
 }
 
 _SETTING_PHRASE = {

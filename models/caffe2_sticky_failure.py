@@ -52,8 +52,9 @@ class Caffe2StickyFailure(Model):
             running=1,              # the prefetch thread has not returned
         )
         m.mutex("prefetch_access_mutex")
-        m.condvar("producer")
-        m.condvar("consumer")
+        # std::condition_variable: Finalize() notifies producer_ after unlocking, which C++ allows.
+        m.condvar("producer", notify_unlocked=True)
+        m.condvar("consumer", notify_unlocked=True)
         mu = "prefetch_access_mutex"
 
         # -- PrefetchWorker() ----------------------------------------------

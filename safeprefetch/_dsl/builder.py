@@ -100,6 +100,10 @@ class Builder:
         self.shared_vars: dict[str, Any] = {}
         self.mutexes: list[str] = []
         self.condvars: list[str] = []
+        #: Condvar -> the mutex it was declared with (``m.condvar(name, mutex)``), if any.
+        self.condvar_mutex: dict[str, str] = {}
+        #: The condvars declared ``notify_unlocked=True`` (C++/pthread: a notify need not hold the mutex).
+        self.unlocked_notify: set[str] = set()
         self.semaphores: dict[str, tuple[int, int | None]] = {}
         self.flags: dict[str, bool] = {}
         self.programs: dict[str, Program] = {}
@@ -130,8 +134,24 @@ class Builder:
     def mutex(self, name: str) -> None:
         self.mutexes.append(self._name(name))
 
-    def condvar(self, name: str) -> None:
+    def condvar(self, name: str, mutex: str | None = None, *, notify_unlocked: bool = False) -> None:
+        """A condition variable: Python's ``threading.Condition``, bound to one mutex.
+
+        Its mutex is ``mutex``, or else the one its waits name; waiting on it
+        under two different mutexes is a model error (a ``Condition`` has one
+        lock). A notify by a thread that does not hold that mutex is an
+        ``invariant`` violation, as ``Condition.notify`` raises ``RuntimeError:
+        cannot notify on un-acquired lock``. ``notify_unlocked=True`` declares
+        a C++ ``std::condition_variable`` or a pthread condvar instead, which
+        may be notified without its mutex.
+        """
         self.condvars.append(self._name(name))
+        if mutex is not None:
+            if not isinstance(mutex, str):
+                raise ModelError(f"condvar {name!r}: its mutex must be a mutex's name, not {mutex!r}")
+            self.condvar_mutex[name] = mutex
+        if notify_unlocked:
+            self.unlocked_notify.add(name)
 
     def semaphore(self, name: str, initial: int, bound: int | None = None) -> None:
         """A counting semaphore; releasing past ``bound`` is an overflow."""

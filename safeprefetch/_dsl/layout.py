@@ -83,6 +83,31 @@ class Layout:
         self.spurious = b.settings.get("spurious", "off") == "on"
         self.woken_pc = {spec.label + ASLEEP: spec.label + WOKEN for t in b.threads
                          for spec in t.program.specs.values() if spec.kind in WAITS}
+        self.cond_mutex = self._cond_mutexes(b)
+
+    def _cond_mutexes(self, b: Builder) -> dict[str, str]:
+        """Condvar -> its one mutex: the declared one, or the one every wait on it names.
+
+        A ``threading.Condition`` has one lock; a design whose waits on one
+        condvar name two cannot be written with it, so it is refused here.
+        """
+        out = dict(b.condvar_mutex)
+        for name, mutex in out.items():
+            if mutex not in self.mutex_index:
+                raise ModelError(f"condvar {name!r} is declared with undeclared mutex {mutex!r}"
+                                 + did_you_mean(mutex, self.mutex_index))
+        where: dict[str, str] = {c: "its declaration" for c in out}
+        for t in b.threads:
+            for spec in t.program.specs.values():
+                if spec.kind not in WAITS or spec.obj not in self.cond_index or spec.obj2 not in self.mutex_index:
+                    continue  # an undeclared condvar or mutex is named by the wait's own compile
+                had = out.setdefault(spec.obj, spec.obj2)
+                if had != spec.obj2:
+                    raise ModelError(f"condvar {spec.obj!r} is used with two mutexes, {had!r} ({where[spec.obj]}) "
+                                     f"and {spec.obj2!r} (program {t.program.role!r}, step {spec.label!r}); a condition variable has one "
+                                     "mutex: declare one condvar per mutex")
+                where.setdefault(spec.obj, f"program {t.program.role!r}, step {spec.label!r}")
+        return out
 
     def _place(self, items, prefix: str = "") -> dict[str, int]:
         index: dict[str, int] = {}

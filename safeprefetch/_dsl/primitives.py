@@ -284,26 +284,48 @@ def _notify(lay: Layout, site: Site) -> list:
             wake(s, q[0])
             s[ci] = q[1:]
 
+    fault = _unheld_notify(lay, site)
     if spec.kind == "notify_all":
-        fire = _single(site, apply=wake_all)
+        fire = _single(site, fault=fault, apply=wake_all)
     elif not lay.notify_any:
-        fire = _single(site, apply=wake_head)
+        fire = _single(site, fault=fault, apply=wake_head)
     else:
-        fire = _notify_any(site, ci, wake)
+        fire = _notify_any(site, ci, wake, fault)
     info = site.info(fp=site.prim_fp(ci, writes_also=lay.waiter_pcs(spec.obj)))
     return [(site.label, fire, info)]
 
 
-def _notify_any(site: Site, ci: int, wake: Callable) -> Callable:
+def _unheld_notify(lay: Layout, site: Site) -> Callable | None:
+    """The fault of a notify by a thread that does not hold its condvar's mutex (None: nothing to check).
+
+    ``threading.Condition.notify`` raises ``RuntimeError`` there, so such a
+    design cannot run. Whether the thread holds the mutex is decided by the
+    path taken (a computed ``next`` may skip the acquire), so it is a
+    violation the search finds, with its shortest trace, as a wait without
+    the mutex is. No footprint change: only the thread's own steps make it
+    hold the mutex or not (another's acquire takes a free mutex, its release
+    frees its own), so partial-order reduction may still reorder the notify.
+    """
+    cond = site.spec.obj
+    mutex = lay.cond_mutex.get(cond)
+    if mutex is None or cond in lay.b.unlocked_notify:
+        return None
+    mi, ti = lay.mutex_index[mutex], site.ti
+    message = (f"{site.thread_name} notifies {cond} without holding {mutex} "
+               "(Condition.notify raises RuntimeError: cannot notify on un-acquired lock)")
+    return lambda state: StepViolation("invariant", message) if state[mi] != ti else None
+
+
+def _notify_any(site: Site, ci: int, wake: Callable, fault: Callable | None) -> Callable:
     """``notify_one`` under ``notify=any``: branch k wakes the k-th waiter; an empty queue is one move."""
-    one = _single(site)
+    one = _single(site, fault=fault)
     my_pc = site.my_pc
     nxt = site.static_next
     goto = None if nxt is not None else site.goto()
 
     def fire(state):
         q = state[ci]
-        if not q:
+        if not q or (fault is not None and fault(state) is not None):
             return one(state)
         out = []
         try:
