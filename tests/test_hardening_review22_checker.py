@@ -170,3 +170,144 @@ def test_the_catalog_model_that_notifies_unlocked_keeps_its_verdict():
     from safeprefetch._tools.catalog import load_model
     r = check(load_model("caffe2_sticky_failure"))
     assert (r.verdict, len(r.violation.trace.steps)) == ("error_lost", 27)
+
+
+# -- 2. a timed-out waiter stays queued until it retakes the mutex: a notify meanwhile is spent on it ------------
+
+
+class GiveUpProber(Model):
+    """give_up_prober: a prober waits with a timeout and passes a wakeup on; on a timeout it returns.
+
+    In CPython (3.11-3.13) the producer's notify can go to the prober after its wait timed out and before it
+    has the lock back (it is still first in ``_waiters``); it then returns False, and the consumer sleeps next
+    to the item for good.
+    """
+    name = "give_up_prober"
+    params = {}
+
+    def build(self, m):
+        m.shared(items=0)
+        m.mutex("lock")
+        m.condvar("cv")
+        pr = m.program("prober")
+        pr.acquire("lock", "lock", next="check")
+        pr.step("check", next=lambda s, me: "unlock" if s.items else "wait", to=["unlock", "wait"])
+        # if cond.wait(timeout): cond.notify()   (pass the wakeup on)   else: give up
+        pr.wait("wait", "cv", "lock", next="pass on", until=lambda s, me: s.items > 0, timeout="unlock")
+        pr.notify_one("pass on", "cv", next="unlock")
+        pr.release("unlock", "lock", next=DONE)
+
+        def take(s, me):
+            s.items -= 1
+        c = m.program("consumer")
+        c.acquire("lock", "lock", next="check")
+        c.step("check", next=lambda s, me: "take" if s.items else "wait", to=["take", "wait"])
+        c.wait("wait", "cv", "lock", next="check", until=lambda s, me: s.items > 0)
+        c.step("take", take, next="unlock")
+        c.release("unlock", "lock", next=DONE)
+
+        def put(s, me):
+            s.items += 1
+        p = m.program("producer")
+        p.acquire("lock", "lock", next="put")
+        p.step("put", put, next="notify")
+        p.notify_one("notify", "cv", next="unlock")
+        p.release("unlock", "lock", next=DONE)
+        m.thread("prober", pr)
+        m.thread("consumer", c)
+        m.thread("producer", p)
+
+
+def test_cpython_spends_a_notify_on_a_waiter_that_timed_out_but_has_not_retaken_the_lock():
+    # The behaviour the model now follows, on the running Python: c1's wait(0.05) times out while the main
+    # thread holds the lock; the main thread's notify() goes to c1 (first in _waiters), and c2 is not woken.
+    import threading
+    cond = threading.Condition()
+    out: dict = {}
+    both_waiting = threading.Event()
+
+    def c1():
+        with cond:
+            out["c1"] = cond.wait(0.05)
+
+    def c2():
+        with cond:
+            both_waiting.set()
+            out["c2"] = cond.wait(5.0)
+
+    t1 = threading.Thread(target=c1)
+    t1.start()
+    while not cond._waiters:  # bounded: c1 is about to wait
+        t1.join(0.001)
+    t2 = threading.Thread(target=c2)
+    t2.start()
+    assert both_waiting.wait(5.0)
+    with cond:  # c2 has released the lock inside wait() once we hold it
+        assert len(cond._waiters) == 2
+        t1.join(0.3)  # c1's timeout expires while we hold the lock; it cannot finish
+        assert t1.is_alive()
+        cond.notify()
+        still = len(cond._waiters)
+    t1.join(5.0)
+    with cond:
+        cond.notify()  # let c2 go
+    t2.join(5.0)
+    assert out["c1"] is False and still == 1  # the notify was spent on the timed-out c1, c2 still waited
+
+
+@pytest.mark.parametrize("notify", ["fifo", "any"])
+@pytest.mark.parametrize("spurious", ["off", "on"])
+def test_a_notify_spent_on_a_timed_out_waiter_is_a_lost_wakeup(notify, spurious):
+    # Before: "ok, exhaustive": the timed-out prober left the queue at once, so the notify always reached the
+    # consumer, a schedule CPython does not guarantee.
+    r = check(GiveUpProber, {"notify": notify, "spurious": spurious})
+    assert r.verdict == "lost_wakeup", r.verdict
+    assert "consumer sleeps on cv although what it waits for already holds" in r.violation.message
+    steps = [(t.thread, t.step, t.branch) for t in r.violation.trace.steps]
+    # The prober times out, then the producer's notify (step 10) is spent on it before it retakes the lock.
+    assert steps[3] == ("prober", "wait: asleep", "timed out")
+    assert steps[9][:2] == ("producer", "notify") and steps[10:12] == [
+        ("producer", "unlock", None), ("prober", "wait: timed out, reacquire lock", None)]
+    assert len(steps) == 13
+
+
+@pytest.mark.parametrize("reduce", ["none", "symmetry", "por", "all"])
+def test_every_reduction_finds_the_spent_notify(reduce):
+    r = check(GiveUpProber, reduce=reduce)
+    assert (r.verdict, len(r.violation.trace.steps)) == ("lost_wakeup", 13)
+
+
+def test_a_timed_out_waiter_that_rechecks_its_predicate_is_still_ok():
+    # The same prober in a while loop (queue.get(timeout=)'s shape): the notify it took is not lost.
+    class Recheck(GiveUpProber):
+        """recheck: the prober re-checks after a timeout and takes the item itself."""
+        name = "recheck"
+
+        def build(self, m):
+            m.shared(items=0, taken=0)
+            m.mutex("lock")
+            m.condvar("cv")
+
+            def take(s, me):
+                s.items -= 1
+                s.taken += 1
+            for role in ("c1", "c2"):
+                c = m.program(role)
+                c.acquire("lock", "lock", next="check")
+                c.step("check", next=lambda s, me: "take" if s.items else "wait", to=["take", "wait"])
+                c.wait("wait", "cv", "lock", next="check", until=lambda s, me: s.items > 0,
+                       timeout=True if role == "c1" else None)
+                c.step("take", take, next="unlock")
+                c.release("unlock", "lock", next=DONE)
+                m.thread(role, c)
+            p = m.program("producer")
+
+            def put2(s, me):
+                s.items += 2
+            p.acquire("lock", "lock", next="put")
+            p.step("put", put2, next="notify")
+            p.notify_all("notify", "cv", next="unlock")
+            p.release("unlock", "lock", next=DONE)
+            m.thread("producer", p)
+    r = check(Recheck)
+    assert (r.verdict, r.exhaustive) == ("ok", True)

@@ -4,8 +4,9 @@
 // One `atomic` per safeprefetch step, labelled with the step's label. The
 // consumer's timed wait is the kernel's: release-and-enqueue, then either a
 // notify's `woken` bit and re-acquire, or -- only while what it waits for is
-// false -- a timeout that leaves the queue (`??eval(_pid)`: its own entry,
-// wherever it is) and re-acquires in its own step.
+// false -- a timeout, then a step that re-acquires and only then leaves the
+// queue (`??eval(_pid)`: its own entry, wherever it is), as CPython's
+// Condition.wait does: a notify in between is spent on the timed-out thread.
 // Expected: an invalid end state (safeprefetch: lost_wakeup, masked by the timeout).
 
 #define NT     3      /* threads: producer, consumer, closer (= _pid) */
@@ -55,10 +56,14 @@ wait_:                /* cond.wait(0.5) in a while loop */
 asleep:
     if
     :: atomic { woken[_pid] && lock == FREE -> woken[_pid] = false; lock = _pid }; goto check
-    :: atomic { !woken[_pid] && !(count > 0 || closed) -> changed??eval(_pid) }; goto timed_out
+    :: atomic { !woken[_pid] && !(count > 0 || closed) }; goto timed_out
     fi;
 timed_out:
-    atomic { lock == FREE -> lock = _pid };
+    atomic {
+        lock == FREE -> lock = _pid;
+        if :: changed??[eval(_pid)] -> changed??eval(_pid) :: else -> skip fi;
+        woken[_pid] = false
+    };
     goto check;
 take:
     atomic { count--; taken++ };

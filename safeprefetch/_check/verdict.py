@@ -47,7 +47,7 @@ from .._dsl.violations import USER_ERRORS
 from .._dsl.usererror import check_error
 from .._dsl.program import NOT_STARTED
 
-__all__ = ["HANG", "classify_hang", "end_violation", "judge_terminal", "terminal"]
+__all__ = ["HANG", "classify_hang", "end_violation", "judge_terminal", "terminal", "woke_a_sleeper"]
 
 
 class _Hang:
@@ -130,6 +130,16 @@ def classify_hang(machine: Machine, path: Sequence[tuple], choices: Sequence[tup
     return "deadlock", f"all threads blocked: {names}"
 
 
+def woke_a_sleeper(machine: Machine, before: tuple, after: Any, cond: str) -> bool:
+    """Whether a notify of ``cond`` from ``before`` to ``after`` woke a sleeping thread. A notify that reached only
+    threads whose timed wait had already timed out (queued until they retake the mutex) woke nobody: it was spent
+    on them, as CPython's is, and is no evidence that the wakeup went to someone else."""
+    if after.__class__ is not tuple:
+        return False
+    pcs = machine.pc_index
+    return any(after[pcs[w]] != before[pcs[w]] for w in before[machine.cond_index[cond]])
+
+
 def _lost_wakeup(machine: Machine, path: Sequence[tuple], choices: Sequence[tuple[int, int]], t: int) -> str | None:
     state = path[-1]
     pc = machine.pc(state, t)
@@ -150,11 +160,11 @@ def _lost_wakeup(machine: Machine, path: Sequence[tuple], choices: Sequence[tupl
         if not pred(path[i]):
             since = i + 1
             break
-    ci = machine.cond_index[cond]
     for i in range(since, len(choices)):
         ct, _ = choices[i]
         info = machine.step_info(path[i], ct)
-        if info.kind in ("notify_one", "notify_all") and info.obj == cond and path[i][ci]:
+        if info.kind in ("notify_one", "notify_all") and info.obj == cond and woke_a_sleeper(machine, path[i],
+                                                                                              path[i + 1], cond):
             return None  # a notify did arrive; it went to someone else
     who = machine.thread_names[t]
     return f"{who} sleeps on {cond} although what it waits for already holds, and no notify follows"

@@ -32,7 +32,7 @@ from . import specialize as _specialize
 from .builder import Builder
 from .graph import GraphStep, did_you_mean, object_name, went_elsewhere
 from .machine import StepInfo
-from .program import ASLEEP, DONE, NOT_STARTED, WOKEN, StepSpec
+from .program import ASLEEP, DONE, NOT_STARTED, TIMED_OUT, WOKEN, StepSpec
 from .views import make_local_view, make_shared_view
 from .usererror import step_error
 from .violations import ModelError, StepError
@@ -83,6 +83,10 @@ class Layout:
         self.spurious = b.settings.get("spurious", "off") == "on"
         self.woken_pc = {spec.label + ASLEEP: spec.label + WOKEN for t in b.threads
                          for spec in t.program.specs.values() if spec.kind in WAITS}
+        # A thread that timed out is still queued until it retakes the mutex: a notify that reaches it is spent
+        # there, and it goes on from its timeout (primitives._timed_sleep).
+        self.woken_pc.update({spec.label + TIMED_OUT: spec.label + TIMED_OUT for t in b.threads
+                              for spec in t.program.specs.values() if spec.kind == "timed_wait"})
         self.cond_mutex = self._cond_mutexes(b)
 
     def _cond_mutexes(self, b: Builder) -> dict[str, str]:

@@ -195,6 +195,11 @@ def _wait(lay: Layout, site: Site) -> list:
     def reacquire(s, state):
         s[mi] = ti
 
+    def reacquire_and_leave(s, state):  # a timed-out waiter leaves the queue only once it holds the mutex
+        s[mi] = ti
+        if ti in state[ci]:
+            s[ci] = tuple(x for x in state[ci] if x != ti)
+
     both = frozenset((mi, ci))
     out = [(label, _single(site, fault=lambda state: StepViolation("invariant", message) if state[mi] != ti
                            else None, apply=release_and_enqueue, next_pc=asleep),
@@ -202,10 +207,10 @@ def _wait(lay: Layout, site: Site) -> list:
     if spec.kind == "timed_wait":
         out.append(_timed_sleep(lay, site, ci))
         timed_out = label + TIMED_OUT
-        out.append((timed_out, _single(site, blocked=lambda state: state[mi] != -1, apply=reacquire,
+        out.append((timed_out, _single(site, blocked=lambda state: state[mi] != -1, apply=reacquire_and_leave,
                                        next_pc=spec.alt),
                     StepInfo(ti, timed_out, f"{label}: timed out, reacquire {spec.obj2}", "wake", (), spec.obj, None,
-                             site.prim_fp(mi))))
+                             site.prim_fp(mi, ci))))
     elif lay.spurious:
         out.append((asleep, _single(site, apply=_leave_queue(ci, ti), next_pc=woken),
                     StepInfo(ti, asleep, f"{label}: spurious wakeup", "spurious", (), spec.obj, None,
@@ -219,6 +224,7 @@ def _wait(lay: Layout, site: Site) -> list:
 
 
 def _leave_queue(ci: int, ti: int) -> Callable:
+    """A spurious wakeup's effect: the thread is out of the condvar's queue at once."""
     def leave_queue(s, state):
         s[ci] = tuple(x for x in state[ci] if x != ti)
     return leave_queue
@@ -227,7 +233,15 @@ def _leave_queue(ci: int, ti: int) -> Callable:
 def _timed_sleep(lay: Layout, site: Site, ci: int) -> tuple:
     """The asleep counter of a timed wait: branch ``timed out`` (and ``spurious wakeup`` with ``spurious=on``).
 
-    Both leave the queue without a notify, and both are enabled only while the
+    A timed-out thread stays in the queue until it holds the mutex again, as
+    in ``threading.Condition.wait``: its waiter lock timed out, but it leaves
+    ``_waiters`` only after it retakes the lock. A notify meanwhile goes to
+    it if it is first (``notify`` releases and removes the head) and is
+    spent there: the thread still returns from its timeout. So a design
+    whose waiter gives up on a timeout while another waits can lose a
+    wakeup, as it does in CPython. A spurious wakeup leaves the queue.
+
+    Both branches happen without a notify, and both are enabled only while the
     wait's ``until`` is false: once what the thread waits for holds, a
     timeout would only hide a lost wakeup, so then only a notify moves it. A
     timeout is a real move (time passes), not a spurious one: a thread that
@@ -255,7 +269,8 @@ def _timed_sleep(lay: Layout, site: Site, ci: int) -> tuple:
         out = []
         for b, pc in targets:
             s = list(state)
-            leave(s, state)
+            if b:  # a spurious wakeup leaves the queue; a timeout leaves it when it retakes the mutex
+                leave(s, state)
             s[my_pc] = pc
             out.append((b, tuple(s)))
         return out

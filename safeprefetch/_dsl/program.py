@@ -201,6 +201,9 @@ class Program:
         ``until`` is false: once what it waits for holds, only a notify wakes
         it, because a timeout there would mask a lost wakeup -- the bug the
         checker is for. (Without ``until``, it may time out at any time.)
+        A thread that timed out stays in ``cond``'s queue until it holds
+        ``mutex`` again, as in CPython's ``Condition.wait``: a notify in
+        between is spent on it, and it still goes to ``timeout``.
         """
         alt = None if timeout is None or timeout is False else (None if timeout is True else timeout)
         kind = "wait" if timeout is None or timeout is False else "timed_wait"

@@ -65,7 +65,7 @@ from .._check.explore import CheckResult, check
 from .._check.result import json_value
 from .._check.replay import choice_step, replay_choices
 from .._check.trace import format_value
-from .._check.verdict import HANG, terminal
+from .._check.verdict import HANG, terminal, woke_a_sleeper
 from .._dsl.model import DONE, Machine, Model, StepViolation
 from .._dsl.program import ASLEEP, WOKEN
 from .fix import fix_report
@@ -207,7 +207,7 @@ def _move(machine: Machine, state: tuple, t: int, b: int, nxt: Any, index: Mappi
         move["violation"] = {"kind": status.kind, "headline": status.headline, "message": status.detail}
     else:
         move["to"] = index.get(nxt)
-    if info.kind in ("notify_one", "notify_all") and state[machine.cond_index[info.obj]]:
+    if info.kind in ("notify_one", "notify_all") and woke_a_sleeper(machine, state, nxt, info.obj):
         move["notifies"] = info.obj
     if machine.spurious_move(state, t, b):
         move["spurious"] = True
