@@ -262,7 +262,8 @@ def test_a_notify_spent_on_a_timed_out_waiter_is_a_lost_wakeup(notify, spurious)
     # consumer, a schedule CPython does not guarantee.
     r = check(GiveUpProber, {"notify": notify, "spurious": spurious})
     assert r.verdict == "lost_wakeup", r.verdict
-    assert "consumer sleeps on cv although what it waits for already holds" in r.violation.message
+    assert "consumer sleeps on cv although what it waits for already holds: the notify that follows is spent on a " \
+           "waiter whose wait had timed out" in r.violation.message
     steps = [(t.thread, t.step, t.branch) for t in r.violation.trace.steps]
     # The prober times out, then the producer's notify (step 10) is spent on it before it retakes the lock.
     assert steps[3] == ("prober", "wait: asleep", "timed out")

@@ -160,11 +160,16 @@ def _lost_wakeup(machine: Machine, path: Sequence[tuple], choices: Sequence[tupl
         if not pred(path[i]):
             since = i + 1
             break
+    spent = False
     for i in range(since, len(choices)):
         ct, _ = choices[i]
         info = machine.step_info(path[i], ct)
-        if info.kind in ("notify_one", "notify_all") and info.obj == cond and woke_a_sleeper(machine, path[i],
-                                                                                              path[i + 1], cond):
-            return None  # a notify did arrive; it went to someone else
+        if info.kind in ("notify_one", "notify_all") and info.obj == cond:
+            if woke_a_sleeper(machine, path[i], path[i + 1], cond):
+                return None  # a notify did arrive; it went to someone else
+            spent = spent or bool(path[i][machine.cond_index[cond]])
     who = machine.thread_names[t]
+    if spent:
+        return (f"{who} sleeps on {cond} although what it waits for already holds: the notify that follows is spent "
+                "on a waiter whose wait had timed out")
     return f"{who} sleeps on {cond} although what it waits for already holds, and no notify follows"

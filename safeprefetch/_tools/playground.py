@@ -24,7 +24,7 @@ static page needs to let a person be the scheduler without running Python:
   lost wakeup or a plain deadlock depends on the path (see
   :func:`~.._check.verdict.classify_hang`), so the export carries the facts
   that test needs -- which wait predicates hold in each state, and which
-  steps notify a non-empty condvar -- and the page applies the same rule to
+  steps notify a sleeping waiter (``verdict.woke_a_sleeper``) -- and the page applies the same rule to
   the learner's own path;
 * for a model with progress steps, which steps are progress and which the
   priority policy holds back, so the page can tell a starvation cycle the
@@ -308,7 +308,7 @@ def export_graph(machine: Machine, *, max_states: int = MAX_STATES,
     trace table shows it), ``moves`` (each
     enabled step: ``thread``, ``branch``, ``step``, ``branch_name`` when named, and
     ``to`` -- a state number, or null outside the excerpt -- or ``violation``; plus
-    the flags ``notifies`` (a condvar with waiters), ``spurious``, ``progress``,
+    the flags ``notifies`` (a notify that woke a sleeping waiter), ``spurious``, ``progress``,
     ``held``), ``blocked`` (thread name -> why it cannot move), ``holds`` (the wait
     predicates that hold, ``"thread pc"``) and ``status``: null while the run can go
     on, ``{kind, headline, message}`` when the state decides its verdict, or
