@@ -312,3 +312,24 @@ def test_a_timed_out_waiter_that_rechecks_its_predicate_is_still_ok():
             m.thread("producer", p)
     r = check(Recheck)
     assert (r.verdict, r.exhaustive) == ("ok", True)
+
+
+# -- 3. check --all: an ok whose search was cut is not a match -------------------------------------------------
+
+
+def test_check_all_does_not_count_a_cut_ok_search_as_a_match():
+    # Before: an ok model whose search stopped at --max-states was marked "yes" and counted among the models that
+    # match their verdict, while the line below named the same search as unfinished ("its ok is not a proof").
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-m", "safeprefetch", "check", "--all", "--max-states", "30"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 3, done.stderr
+    rows = {line.split()[0]: line.split() for line in done.stdout.splitlines()[1:-1]}
+    unfinished = done.stderr.strip().rsplit(": ", 1)[1].split(", ")
+    cut = [name for name in unfinished if rows[name][1] == "ok"]
+    assert cut, "some ok model's search is cut at 30 states"
+    for name in cut:
+        assert rows[name][-1] == "cut", rows[name]
+    matched = sum(row[-1] == "yes" for row in rows.values())
+    assert done.stdout.splitlines()[-1].startswith(f"{matched}/{len(rows)} models match")
