@@ -205,3 +205,22 @@ def test_every_catalog_model_validates_through_its_typed_transitions(name):
     assert result.ok or (not result.exhaustive and not result.differences), _failures(result)
     if name in CATALOG_FAST:
         assert len(typed.source.typed) >= 8, typed.source.refused  # the slice is there to exercise the emitter
+
+
+def test_the_typed_runtime_without_cython_is_a_clear_error_at_construction(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['Cython'] = None\n"
+            "import numpy as np\n"
+            "from safeprefetch import Prefetcher\n"
+            "from safeprefetch._runtime.typed import CompileUnavailable\n"
+            "try:\n"
+            "    Prefetcher(np.zeros((5, 3)), capacity=2, runtime='typed')\n"
+            "except CompileUnavailable as e:\n"
+            "    print('refused:', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "SAFEPREFETCH_CACHE": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    assert "refused: runtime='typed' needs Cython" in out.stdout and "runtime='generated'" in out.stdout
