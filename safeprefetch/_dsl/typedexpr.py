@@ -16,6 +16,7 @@ back, so running them ahead of a short circuit changes nothing.
 from __future__ import annotations
 
 import ast
+import copy
 from typing import Any
 
 __all__ = ["OPT_NONE", "NotTyped"]
@@ -63,6 +64,19 @@ def _kind_of(value: Any, cap: list[int]) -> str | None:
             return "ints"
     return None
 
+
+
+class _Rename(ast.NodeTransformer):
+    def __init__(self, names: dict[str, str]):
+        self.names = names
+
+    def visit_Name(self, n: ast.Name) -> ast.Name:
+        return ast.copy_location(ast.Name(self.names[n.id], n.ctx), n) if n.id in self.names else n
+
+
+def _renamed(node: Any, names: dict[str, str]) -> Any:
+    """A copy of ``node`` with the names in ``names`` replaced (the original tree is left as it was)."""
+    return _Rename(names).visit(copy.deepcopy(node))
 
 
 class _Expressions:
@@ -332,6 +346,12 @@ class _Expressions:
         if len(g.generators) != 1 or g.generators[0].is_async:
             raise NotTyped("a generator with more than one for")
         comp = g.generators[0]
+        # The generator's variables are a scope of their own: written as fresh temporaries, so that a local of
+        # the function with the same name keeps its value (Python's ``x`` after ``all(... for x in t)``).
+        names = {n.id: self.mod.temp("G") for n in ast.walk(comp.target) if isinstance(n, ast.Name)}
+        it = comp.iter
+        comp, g = _renamed(comp, names), _renamed(g, names)
+        comp.iter = it  # evaluated in the enclosing scope (``for x in x`` reads the function's x)
         out = self.mod.temp("Q")
         self.vars[out] = "bool"
         body: list[str] = []
