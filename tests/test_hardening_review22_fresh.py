@@ -37,3 +37,46 @@ def test_a_generators_variable_leaves_the_functions_local_of_that_name_alone():
 def test_an_enumerated_generators_variables_leave_the_locals_alone():
     model = _one_step("typed_gen_shadow_enum", enumerated_generator_shadows_locals, a=1, t=(4, 1, 2), b=False)
     assert _differences(model, [(0, (), False, "go"), (9, (9, 9), True, "go")]) == []
+
+
+# -- a memory-mapped source sent to a process pool by its file --------------------------------------------------
+#
+# Round 22 sends an ``np.memmap`` to a ``ProcessPoolExecutor`` as its file's name, mapped again in the worker. The
+# name is not the mapping: a file replaced at that path (a checkpoint rewritten with ``os.replace``) since the
+# source was mapped made every batch the new file's rows while the caller's array held the old ones; a file
+# unlinked since (a scratch file cleaned up while mapped) failed in the worker's unpickling, which broke the
+# caller's pool. Both worked before (the memmap pickled as its bytes).
+
+import concurrent.futures  # noqa: E402
+import os  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from safeprefetch import Prefetcher  # noqa: E402
+
+
+def _mapped(tmp_path):
+    path = tmp_path / "rows.npy"
+    np.save(path, np.arange(40, dtype=np.float32).reshape(10, 4))
+    return path, np.load(path, mmap_mode="r")
+
+
+def _delivered(source):
+    with concurrent.futures.ProcessPoolExecutor(2) as ex:
+        with Prefetcher(source, capacity=2, workers=2, executor=ex, timeout=60) as pf:
+            return [b.copy() for b in pf]
+
+
+def test_a_memmap_whose_path_now_names_another_file_delivers_its_own_rows(tmp_path):
+    path, source = _mapped(tmp_path)
+    np.save(tmp_path / "new.npy", -np.ones((10, 4), np.float32))
+    os.replace(tmp_path / "new.npy", path)
+    got = _delivered(source)
+    assert len(got) == 10 and all((g == s).all() for g, s in zip(got, source)), got[0]
+
+
+def test_a_memmap_whose_file_was_unlinked_delivers_its_rows(tmp_path):
+    path, source = _mapped(tmp_path)
+    os.unlink(path)
+    got = _delivered(source)
+    assert len(got) == 10 and all((g == s).all() for g, s in zip(got, source)), got[0]
