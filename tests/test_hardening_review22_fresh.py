@@ -80,3 +80,21 @@ def test_a_memmap_whose_file_was_unlinked_delivers_its_rows(tmp_path):
     os.unlink(path)
     got = _delivered(source)
     assert len(got) == 10 and all((g == s).all() for g, s in zip(got, source)), got[0]
+
+
+def test_a_memmap_whose_file_is_replaced_while_it_streams_raises_and_leaves_the_pool_working(tmp_path):
+    path, source = _mapped(tmp_path)
+    np.save(tmp_path / "new.npy", -np.ones((10, 4), np.float32))
+    got = []
+    with concurrent.futures.ProcessPoolExecutor(2) as ex:
+        with pytest.raises(Exception) as raised:
+            # capacity 2: the workers wait for room before the rows past the first few, so those are fetched
+            # after the replacement, from the file's old name
+            with Prefetcher(source, capacity=2, workers=1, executor=ex, timeout=60) as pf:
+                os.replace(tmp_path / "new.npy", path)
+                for b in pf:
+                    got.append(b.copy())
+        assert not isinstance(raised.value, concurrent.futures.process.BrokenProcessPool), raised.value
+        assert "replaced" in str(raised.value) or "replaced" in str(raised.value.__cause__), raised.value
+        assert ex.submit(abs, -3).result(timeout=30) == 3
+    assert len(got) < 10 and all((g == s).all() for g, s in zip(got, source)), got

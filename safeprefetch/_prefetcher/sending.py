@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import mmap
+import os
 import pickle
 import traceback
 from typing import Any
@@ -33,37 +34,82 @@ import numpy as np
 
 from .errors import SourceErrorNotSent
 
-__all__ = ["MappedFile", "by_file", "must_travel", "sendable"]
+__all__ = ["MappedFile", "Unmapped", "by_file", "must_travel", "sendable"]
 
 _PLAIN_ARRAYS = (np.ndarray, np.memmap)
 
 
 class MappedFile:
-    """A memory-mapped source on its way to a process pool: pickled, its file's name, offset, dtype, shape and
-    order; unpickled, the file mapped again, read-only (``_remap``). In this process, ``array`` is the source."""
+    """A memory-mapped source on its way to a process pool: pickled, its file's name, offset, dtype, shape, order
+    and identity (device, inode); unpickled, the file mapped again, read-only (``_remap``). In this process,
+    ``array`` is the source."""
 
-    __slots__ = ("array",)
+    __slots__ = ("array", "ident")
 
-    def __init__(self, array: np.memmap):
-        self.array = array
+    def __init__(self, array: np.memmap, ident: tuple[int, int]):
+        self.array, self.ident = array, ident
 
     def __reduce__(self) -> tuple:
         a = self.array
         order = "F" if a.flags.f_contiguous and not a.flags.c_contiguous else "C"
-        return _remap, (a.filename, a.dtype, a.offset, a.shape, order)
+        return _remap, (a.filename, a.dtype, a.offset, a.shape, order, self.ident)
 
 
-def _remap(filename: Any, dtype: np.dtype, offset: int, shape: tuple[int, ...], order: str) -> np.memmap:
-    return np.memmap(filename, dtype=dtype, mode="r", offset=offset, shape=shape, order=order)
+class Unmapped:
+    """What a worker process has instead of the source when its file is no longer the one mapped here (replaced
+    at its path, or unlinked, since): ``remote_item`` raises ``error`` at the item's position. (Raised while
+    the call is unpickled, it would end the worker and break the caller's pool.)"""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: OSError):
+        self.error = error
+
+
+def _remap(filename: Any, dtype: np.dtype, offset: int, shape: tuple[int, ...], order: str,
+           ident: tuple[int, int]) -> Any:
+    try:
+        with open(filename, "rb") as f:
+            st = os.fstat(f.fileno())
+            if (st.st_dev, st.st_ino) != ident:
+                raise FileNotFoundError(f"the memory-mapped source's file {filename!r} was replaced since the "
+                                        "Prefetcher sent it by name to a process pool; the worker cannot read it")
+            return np.memmap(f, dtype=dtype, mode="r", offset=offset, shape=shape, order=order)
+    except OSError as e:
+        return Unmapped(e)
+
+
+def _mapped_file(a: np.memmap) -> tuple[int, int] | None:
+    """(device, inode) of the file whose pages ``a``'s data is in, read from ``/proc/self/maps`` (None where that
+    cannot be read: not Linux). Its name may since name another file, or none."""
+    addr = a.__array_interface__["data"][0]
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                fields = line.split(None, 5)
+                lo, hi = (int(x, 16) for x in fields[0].split("-"))
+                if lo <= addr < hi:
+                    major, minor = (int(x, 16) for x in fields[3].split(":"))
+                    return os.makedev(major, minor), int(fields[4])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def by_file(source: Any, executor: Any) -> Any:
     """``source`` as it is to be sent to ``executor`` with each fetch: a :class:`MappedFile` for a memmap of its
-    file's own pages going to a process pool, else itself (``remote_item`` takes ``array`` out again)."""
+    file's own pages going to a process pool, else itself (``remote_item`` takes ``array`` out again). Only while
+    its name still names the file it maps: one replaced at that path, or unlinked, travels as its bytes."""
     if (type(source) is np.memmap and isinstance(executor, concurrent.futures.ProcessPoolExecutor)
             and isinstance(source.base, mmap.mmap) and source.mode in ("r", "r+", "w+")
-            and source.filename is not None):
-        return MappedFile(source)
+            and source.filename is not None and source.size):
+        try:
+            st = os.stat(source.filename)
+        except OSError:
+            return source
+        ident = (st.st_dev, st.st_ino)
+        if _mapped_file(source) == ident:
+            return MappedFile(source, ident)
     return source
 
 

@@ -38,7 +38,7 @@ from numpy.lib.stride_tricks import as_strided
 from .args import check_batch_dtype
 from .errors import PrefetchTimeout, from_source
 from .filling import fill_into
-from .sending import MappedFile, by_file, must_travel, sendable
+from .sending import MappedFile, Unmapped, by_file, must_travel, sendable
 from .waits import SOURCE_BUSY, Gate, HeldGate, new_gate, wait_event, wait_gate
 
 __all__ = ["EXECUTING", "FILLED", "LocalSlot", "SourceBox", "batch_problem", "check_future", "executing",
@@ -244,6 +244,8 @@ def remote_item(source: Any, index: int, shape: tuple[int, ...] | None, dtype: n
     try:
         EXECUTING[me] = (*outer, token)
         try:
+            if type(source) is Unmapped:  # (a worker process: the file it was sent by name is gone)
+                raise source.error
             if slot is not None and token[0] == os.getpid() and (slot.array is not None or shape is None):
                 return _remote_fill(source, index, slot.array)
             # Another process, or this one through an executor that pickles what it runs (the slot came empty):
