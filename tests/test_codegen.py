@@ -375,3 +375,27 @@ def test_successor_tuples_written_as_text_give_the_plain_paths_module(monkeypatc
         fast = compile_transitions(machine, model).source
         assert "SUCCESSOR" not in fast and fast.count("nxt__ = (") == plain.count("nxt__ = (") > 0
         assert fast == plain, machine.name
+
+
+def test_validation_compares_successors_type_by_type():
+    """A generated successor equal to the machine's but holding ``1`` where the machine has ``True`` (or an
+    int where it has a slot state) prints, and behaves, differently: the validation says so (``==`` did not)."""
+    import dataclasses
+
+    compiled = transitions_for(2, 1, True, True, 0, 2)
+    machine = machine_for(2, 1, 2, True, True, 0, 2)
+
+    def as_ints(fn):
+        def one(state):
+            nxt = fn(state)
+            if type(nxt) is not tuple:
+                return nxt
+            return tuple(int(x) if type(x) is bool else x for x in nxt)
+        one.__name__ = fn.__name__
+        return one
+
+    steps = tuple({pc: dataclasses.replace(g, ones=tuple(as_ints(f) for f in g.ones)) for pc, g in table.items()}
+                  for table in compiled.steps)
+    result = validate(dataclasses.replace(compiled, machine=machine, steps=steps))
+    assert not result.ok and any("in a type" in d.message for d in result.differences), result.differences[:2]
+    assert validate(dataclasses.replace(compiled, machine=machine)).ok

@@ -85,15 +85,28 @@ def _mapped_file(a: np.memmap) -> tuple[int, int] | None:
     addr = a.__array_interface__["data"][0]
     try:
         with open("/proc/self/maps") as f:
-            for line in f:
-                fields = line.split(None, 5)
-                lo, hi = (int(x, 16) for x in fields[0].split("-"))
-                if lo <= addr < hi:
-                    major, minor = (int(x, 16) for x in fields[3].split(":"))
-                    return os.makedev(major, minor), int(fields[4])
-    except (OSError, ValueError, IndexError):
+            lines = f.read().splitlines()
+    except OSError:
         return None
+    for line in lines:  # (outside the try: on 3.13 a Ctrl-C at a loop's back-edge inside it skips the handler)
+        found = _maps_entry(line, addr)
+        if found is not None:
+            return found
     return None
+
+
+def _maps_entry(line: str, addr: int) -> tuple[int, int] | None:
+    """(device, inode) of a ``/proc/self/maps`` line whose address range holds ``addr``; None for any other
+    line, or one it cannot read."""
+    try:
+        fields = line.split(None, 5)
+        lo, hi = (int(x, 16) for x in fields[0].split("-"))
+        if not lo <= addr < hi:
+            return None
+        major, minor = (int(x, 16) for x in fields[3].split(":"))
+        return os.makedev(major, minor), int(fields[4])
+    except (ValueError, IndexError):
+        return None
 
 
 def by_file(source: Any, executor: Any) -> Any:

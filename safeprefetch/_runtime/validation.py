@@ -8,8 +8,9 @@ transitions (``codegen.py``) with the machine they were generated from:
 
 * **the same enabled steps and successors**: ``CompiledMachine.successors``
   equals ``Machine.successors`` -- the same ``(thread, branch)`` choices in
-  the same order, the same successor states, the same step violations (kind
-  and message);
+  the same order, the same successor states, field by field of the same
+  types (``True`` is not ``1``, a slot state is not its int), the same step
+  violations (kind and message);
 * **the same invariant verdicts** (when the invariants are folded in): a
   successor the generated code returns as :class:`~.codegen.Broken` is the
   one ``Machine.invariant_violation`` rejects, with the same kind and
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 from .._dsl.violations import StepViolation
 from .._dsl.codegen import Broken, CompiledMachine
 
-__all__ = ["Difference", "Validation", "validate"]
+__all__ = ["Difference", "Validation", "same", "validate"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,16 @@ class Validation:
     @property
     def ok(self) -> bool:
         return self.exhaustive and not self.differences
+
+
+def same(a: object, b: object) -> bool:
+    """Equal and of the same types, all the way down a tuple: ``==`` alone takes ``True`` for ``1`` and a slot
+    state for its int value, which print, and behave as a successor's field, differently."""
+    if type(a) is not type(b):
+        return False
+    if type(a) is tuple:
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))  # type: ignore[arg-type]
+    return a == b
 
 
 def _same_violation(a: object, b: object) -> bool:
@@ -112,11 +123,11 @@ class _Walk:
             return
         if isinstance(g, Broken):
             bad = m.invariant_violation(w) if m.invariants else None
-            if g.state != w or bad != (g.kind, g.message):
+            if not same(g.state, w) or bad != (g.kind, g.message):
                 self.report("invariant", f"{where}: generated {g!r}, the machine's verdict {bad!r}", state)
             return
-        if g != w:
-            self.report("successors", f"{where}: successor differs", state)
+        if not same(g, w):
+            self.report("successors", f"{where}: successor differs" + (" in a type" if g == w else ""), state)
             return
         if (c.invariants_folded and m.invariants and broken_before is None
                 and m.invariant_violation(w) is not None):
