@@ -173,6 +173,22 @@ def _streaming(bad, kind):
     return Prefetcher(_failing_generator(bad))
 
 
+def _collected_without_gc(epoch, refs):
+    """Run ``epoch`` with the cyclic collector off: its local and its prefetcher (``refs[0]``, weak) must be
+    gone once it returns, freed by reference counts alone."""
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        epoch()
+        local, pf = refs[0]
+        assert local() is None, "the caller's frame outlived its call (held by the error the prefetcher kept)"
+        assert pf() is None
+    finally:
+        if was:
+            gc.enable()
+
+
 @pytest.mark.parametrize("kind", ["map", "map, timeout", "generator"])
 @pytest.mark.parametrize("bad", [0, 3])  # (0: the constructor's own read failed)
 def test_a_raised_source_error_does_not_keep_the_callers_frame_alive(bad, kind):
@@ -193,17 +209,7 @@ def test_a_raised_source_error_does_not_keep_the_callers_frame_alive(bad, kind):
         except KeyError:
             pass
 
-    gc.collect()
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        epoch()
-        local, pf = refs[0]
-        assert local() is None, "the caller's frame outlived its call (held by the error the prefetcher kept)"
-        assert pf() is None
-    finally:
-        if was:
-            gc.enable()
+    _collected_without_gc(epoch, refs)
 
 
 # -- 3. a copy outcome kept across an interrupted call is handed out with the batch's bytes, padding included ---
@@ -353,17 +359,7 @@ def test_a_raised_on_demand_error_does_not_keep_the_callers_frame_alive(speculat
         except KeyError as e:
             assert e.args == (3,)
 
-    gc.collect()
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        epoch()
-        local, od = refs[0]
-        assert local() is None, "the caller's frame outlived its call (held by the error the prefetcher kept)"
-        assert od() is None
-    finally:
-        if was:
-            gc.enable()
+    _collected_without_gc(epoch, refs)
 
 
 # -- 5. thread_safe=False serializes every prefetcher over one source, one that cannot be weakly referenced too --

@@ -123,6 +123,51 @@ class _Module:
         self.ntemp += 1
         return f"Z{prefix}__{self.ntemp}"
 
+    def helper(self, name: str, kinds: list[str], caller: _Fn) -> tuple[str, str]:
+        """A helper the transitions call by name, translated once per function and argument kinds: its C name
+        and the kind it returns (``pairs_set`` for the ``_set`` shape)."""
+        try:
+            fn = caller._const(name)
+        except KeyError:
+            raise NotTyped(f"the name {name}") from None
+        # The function itself, not its name: two helpers may each call their own ``below`` (closures of one
+        # factory), and each is translated with its own cells.
+        key = (id(fn), name, tuple(kinds))
+        if key in self.helpers:
+            if self.helpers[key] is None:
+                raise NotTyped(f"the recursive helper {name}")
+            cname, rkind, _p = self.helpers[key]
+            return cname, rkind
+        if fn is getattr(builtins, name, None):
+            raise NotTyped(f"the builtin {name}")
+        if any(k not in _CTYPE for k in kinds):
+            raise NotTyped(f"{name} called with a {next(k for k in kinds if k not in _CTYPE)}")
+        node, consts = _helper_node(fn)
+        clash = sorted(({a.arg for a in node.args.args} | {n.id for n in ast.walk(node) if isinstance(n, ast.Name)
+                                                           and isinstance(n.ctx, ast.Store)}) & typedsupport.RESERVED)
+        if clash:
+            raise NotTyped(f"{name}'s local {clash[0]} (a name of the C support code, or of C)")
+        self.ntemp += 1
+        cname = f"H__{name}_{self.ntemp}"
+        if _set_pattern(node):
+            if kinds[0] != "pairs" or kinds[1] not in ("int", "optint", "tag") or kinds[2] != "pair":
+                raise NotTyped(f"{name} over a {kinds[0]}")
+            self.helpers[key] = ("pairs_set", "pairs", tuple(kinds))
+            return "pairs_set", "pairs"
+        params = {a.arg: k for a, k in zip(node.args.args, kinds)}
+        if len(params) != len(kinds):
+            raise NotTyped(f"{name} called with {len(kinds)} arguments")
+        self.helpers[key] = None  # being translated: a call of it from within is recursion (the caller rolls back)
+        inner = _two_pass(lambda seed: _Fn(self, node, "helper", params, consts, seed))
+        decl, body = inner.result
+        if inner.ret_kind is None:
+            raise NotTyped(f"{name} returns nothing typed")
+        self.helpers[key] = (cname, inner.ret_kind, tuple(kinds))
+        args = ", ".join(f"{_CTYPE[k]} {p}" for p, k in params.items())
+        self.helper_defs.append("\n".join([f"cdef {_CTYPE[inner.ret_kind]} {cname}({args}) except *:"] + decl +
+                                          ["    " + s for s in body] + ["    raise Fallback()"]))
+        return cname, inner.ret_kind
+
 
 # -- the module ------------------------------------------------------------------------------------------
 
@@ -152,51 +197,6 @@ def _set_pattern(node: ast.FunctionDef) -> bool:
     return ast.unparse(node.body[0].value) == want
 
 
-def _helper(self: _Module, name: str, kinds: list[str], caller: _Fn) -> tuple[str, str]:
-    try:
-        fn = caller._const(name)
-    except KeyError:
-        raise NotTyped(f"the name {name}") from None
-    # The function itself, not its name: two helpers may each call their own ``below`` (closures of one
-    # factory), and each is translated with its own cells.
-    key = (id(fn), name, tuple(kinds))
-    if key in self.helpers:
-        if self.helpers[key] is None:
-            raise NotTyped(f"the recursive helper {name}")
-        cname, rkind, _p = self.helpers[key]
-        return cname, rkind
-    if fn is getattr(builtins, name, None):
-        raise NotTyped(f"the builtin {name}")
-    if any(k not in _CTYPE for k in kinds):
-        raise NotTyped(f"{name} called with a {next(k for k in kinds if k not in _CTYPE)}")
-    node, consts = _helper_node(fn)
-    clash = sorted(({a.arg for a in node.args.args} | {n.id for n in ast.walk(node) if isinstance(n, ast.Name)
-                                                       and isinstance(n.ctx, ast.Store)}) & typedsupport.RESERVED)
-    if clash:
-        raise NotTyped(f"{name}'s local {clash[0]} (a name of the C support code, or of C)")
-    self.ntemp += 1
-    cname = f"H__{name}_{self.ntemp}"
-    if _set_pattern(node):
-        if kinds[0] != "pairs" or kinds[1] not in ("int", "optint", "tag") or kinds[2] != "pair":
-            raise NotTyped(f"{name} over a {kinds[0]}")
-        self.helpers[key] = ("pairs_set", "pairs", tuple(kinds))
-        return "pairs_set", "pairs"
-    params = {a.arg: k for a, k in zip(node.args.args, kinds)}
-    if len(params) != len(kinds):
-        raise NotTyped(f"{name} called with {len(kinds)} arguments")
-    self.helpers[key] = None  # being translated: a call of it from within is recursion (the caller rolls back)
-    inner = _two_pass(lambda seed: _Fn(self, node, "helper", params, consts, seed))
-    decl, body = inner.result
-    if inner.ret_kind is None:
-        raise NotTyped(f"{name} returns nothing typed")
-    self.helpers[key] = (cname, inner.ret_kind, tuple(kinds))
-    args = ", ".join(f"{_CTYPE[k]} {p}" for p, k in params.items())
-    self.helper_defs.append("\n".join([f"cdef {_CTYPE[inner.ret_kind]} {cname}({args}) except *:"] + decl +
-                                      ["    " + s for s in body] + ["    raise Fallback()"]))
-    return cname, inner.ret_kind
-
-
-_Module.helper = _helper  # type: ignore[attr-defined]
 
 
 def typed_source(cm: CompiledMachine) -> TypedSource:
