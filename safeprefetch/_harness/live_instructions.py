@@ -66,9 +66,11 @@ MEASUREMENTS: dict[str, tuple[str, int]] = {
     "protocol, runs of 7": ("ours: the protocol loop, depth 8, consumer runs of 7 (kernel + generated transitions)", 7),
     "protocol, one per take": ("ours: the protocol loop, depth 8, one batch per take", 1),
     "protocol, plain, runs of 7": ("ours: the protocol loop on the plain runtime, runs of 7", 7),
-    "protocol, typed, runs of 7": ("ours: the protocol loop on the typed transitions (C, runtime='typed'), runs of 7",
+    "protocol, typed, runs of 7": ("ours: the protocol loop, runtime='typed' (typed transitions, kernel step in C), runs of 7",
                                    7),
     "protocol, typed, one per take": ("ours: the protocol loop on the typed transitions, one batch per take", 1),
+    "protocol, typed, Python kernel, runs of 7": ("ours: the typed transitions under the Python kernel (no C step), "
+                                                  "runs of 7", 7),
     "fetch action": ("ours: the worker's fetch action alone (FetchSide._fetch, fetch_into source)", 1),
     "copy_prefetched, runs of 8": ("ours: copy_prefetched, all buffered, runs of 8 (its take/release share in)", 8),
     "copy_prefetched, one per take": ("ours: copy_prefetched, all buffered, one batch per take (capacity 2)", 2),
@@ -137,11 +139,15 @@ elif name.startswith("protocol"):
         from safeprefetch._prefetcher.machine import typed_for
         from safeprefetch._runtime.typed import CompileUnavailable
         try:
-            compiled = typed_for(8, 1, True, True, 0, 8).compiled
+            typed = typed_for(8, 1, True, True, 0, 8)
         except CompileUnavailable as e:
             raise SystemExit(f"skipped: {e}")
+        compiled, kernel = typed.compiled, None if "Python kernel" in name else typed.kernel
+    else:
+        kernel = None
     # Marked protected, as the Prefetcher's own fetch is: called directly, as the Prefetcher's is.
-    rt = Runtime(m, {"fetch": protected(lambda ctx: "ok")}, compiled=compiled)
+    rt = Runtime(m, {"fetch": protected(lambda ctx: "ok")}, compiled=compiled, kernel=kernel)
+    assert (rt._fast is not None) == (kernel is not None)
     w, c = m.thread_names.index("worker0"), m.thread_names.index("consumer")
     take = f"take up to {run}"
     rt.step(w)

@@ -147,10 +147,11 @@ class Prefetcher(NotCopyable):
             thread_safe=cfg.thread_safe, executor=cfg.executor, owner=source)
         capacity = min(cfg.capacity, slots)
         shape = (slots, workers, cfg.ordered, opened.sized, capacity if cfg.autotune else 0, min(slots, MAX_RUN))
+        typed = typed_for(*shape) if cfg.runtime == "typed" else None
         self._core = core = Core(
             machine=machine_for(shape[0], shape[1], opened.items, *shape[2:]),
-            compiled=(transitions_for(*shape) if cfg.runtime == "generated" else
-                      typed_for(*shape).compiled if cfg.runtime == "typed" else None),
+            compiled=transitions_for(*shape) if cfg.runtime == "generated" else typed and typed.compiled,
+            kernel=typed and typed.kernel,
             pool=pool, shape=opened.shape, dtype=opened.dtype, plan=opened.plan, box=box, workers=workers,
             close_timeout=cfg.close_timeout, name=cfg.name, timeline=cfg.timeline, timeout=cfg.timeout)
         self._ordered = cfg.ordered

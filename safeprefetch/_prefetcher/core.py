@@ -55,10 +55,13 @@ def _read_only_alias(pool: np.ndarray) -> np.ndarray:
 class Core(FetchSide, ConsumerSide, CloseSide):
     def __init__(self, *, machine: Any, pool: np.ndarray | None, shape: tuple[int, ...] | None, dtype: Any,
                  plan: np.ndarray | None, box: SourceBox, workers: int, close_timeout: float | None,
-                 name: str, timeline: bool = False, timeout: float | None = None, compiled: Any = None):
+                 name: str, timeline: bool = False, timeout: float | None = None, compiled: Any = None,
+                 kernel: Any = None):
         self.machine = m = machine
         # ``compiled``: the machine's generated transitions (the default), or None for its plain steps.
-        self.rt = runtime_factory[0](m, {P.ACTION_FETCH: self._fetch}, check_invariants=True, compiled=compiled)
+        # ``kernel``: the kernel's step in C, built with typed transitions (``runtime="typed"``), or None.
+        self.rt = runtime_factory[0](m, {P.ACTION_FETCH: self._fetch}, check_invariants=True, compiled=compiled,
+                                     **({} if kernel is None else {"kernel": kernel}))
         self._index_machine(m, workers)
         # -- the pool: pool[k, ...] is a 0-d array (not a numpy scalar) when batches are 0-d, and
         # leases are views of a read-only alias of it (their writeable flag cannot be set).

@@ -89,6 +89,7 @@ from .._check.result import Trace
 from .interrupts import deliver, guard, interruptible, outermost, protected, retake
 from .._dsl.model import DONE, Machine
 from .._dsl.codegen import Broken, CompiledMachine
+from .ckernel import FIELDS
 from .driving import Driving
 from .entries import GENERIC, ActionContext, Entry, bind_actions, generated_entry, never, seconds
 from .errors import LiveDeadlock, LiveError, LiveViolation, NeverStarted, StepTimeout
@@ -121,7 +122,7 @@ class Runtime(Driving, Views):
 
     def __init__(self, machine: Machine, actions: Mapping[str, Callable[[ActionContext], str | None]] | None = None,
                  *, record: bool = False, check_invariants: bool = True, schedule: Trace | None = None,
-                 compiled: CompiledMachine | None = None):
+                 compiled: CompiledMachine | None = None, kernel: Any = None):
         if isinstance(machine, type):
             raise TypeError(f"the live runtime runs a compiled Machine, not the class {machine.__name__}: pass "
                             f"{machine.__name__}.compile() (or .compile(config))")
@@ -182,6 +183,10 @@ class Runtime(Driving, Views):
         bad = self._check_invariants and self._invariant_violation(self._state)
         if bad:  # the first state breaks one (the checker's 0-step counterexample): every step raises it
             self._failure = LiveViolation(bad[0], bad[1], self._state, describe(self, self._state))
+        # The step in C (``ckernel.py``, built with the typed transitions): the free-running path only. It holds
+        # no reference to this runtime, so none of its own makes a cycle.
+        self._fast = kernel(self, FIELDS).step if kernel is not None and compiled is not None and schedule is None \
+            else None
 
     # -- the kernel (all under self._lock) -----------------------------------
     #
@@ -469,38 +474,44 @@ class Runtime(Driving, Views):
         leaving and re-entering the kernel first: the woken thread finds the
         interpreter free instead of waking twice.
         """
-        if t.__class__ is not int or not 0 <= t < self._n:
-            t = self._thread_index(t)
-        deadline = None if timeout is None or timeout == _INF else time.monotonic() + seconds(timeout)
-        lock = self._lock
-        if lock._is_owned() or self._sleeping[t]:
-            self._reentered(t)
+        fast = self._fast
+        if fast is None:
+            if t.__class__ is not int or not 0 <= t < self._n:
+                t = self._thread_index(t)
+            deadline = None if timeout is None or timeout == _INF else time.monotonic() + seconds(timeout)
+            lock = self._lock
+            if lock._is_owned() or self._sleeping[t]:
+                self._reentered(t)
         try:
-            with lock:
-                e = self._begin(t)  # the step's kind, fire and footprint, prepared once
-                state = self._state
-                if not e.external:
-                    self._take_locked(t, branch, deadline, chain, then)
-            if e.external:
-                # External: run the action outside the lock, on the snapshot taken above.
-                action = self.actions.get(e.action)
-                outcome = action(ActionContext(self, t, state, e.label)) if action is not None else branch
-                if outcome is not None and outcome not in e.bindex and (  # (no action: the caller's tuple, checked)
-                        action is not None or type(outcome) is not tuple or not e.bindex.keys() >= set(outcome)):
-                    raise ValueError(f"action {e.action!r} returned unknown outcome {outcome!r}")
+            if fast is not None:  # the same step in C (ckernel.py); this frame stays, protected, for the delivery
+                label = fast(self, t, branch, timeout, chain, then)
+            else:
                 with lock:
-                    self._begin(t)
-                    self._take_locked(t, outcome, deadline, chain, then)
-            if self._failure is not None:  # recorded while this step ran (a handler's fail()): it raises it
-                with lock:
-                    self._fail(self._failure)
+                    e = self._begin(t)  # the step's kind, fire and footprint, prepared once
+                    state = self._state
+                    if not e.external:
+                        self._take_locked(t, branch, deadline, chain, then)
+                if e.external:
+                    # External: run the action outside the lock, on the snapshot taken above.
+                    action = self.actions.get(e.action)
+                    outcome = action(ActionContext(self, t, state, e.label)) if action is not None else branch
+                    if outcome is not None and outcome not in e.bindex and (  # (no action: the caller's tuple)
+                            action is not None or type(outcome) is not tuple or not e.bindex.keys() >= set(outcome)):
+                        raise ValueError(f"action {e.action!r} returned unknown outcome {outcome!r}")
+                    with lock:
+                        self._begin(t)
+                        self._take_locked(t, outcome, deadline, chain, then)
+                if self._failure is not None:  # recorded while this step ran (a handler's fail()): it raises it
+                    with lock:
+                        self._fail(self._failure)
+                label = e.label
         except BaseException:
             if guard.deferred and outermost(sys._getframe()):
                 deliver()
             raise
         if guard.deferred and outermost(sys._getframe()):
             deliver()
-        return e.label
+        return label
 
     @protected
     def _begin(self, t: int) -> Entry:

@@ -36,13 +36,21 @@ missing. The first build of a shape takes seconds; a cached one loads in millise
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from .._check.extension import CompileUnavailable, build
 from .._dsl.codegen import CompiledMachine, GeneratedStep
+from .._dsl.model import DONE
 from .._dsl.typedgen import TypedSource, typed_source
+from . import ckernel
+from .entries import GENERIC, ActionContext
+from .entries import seconds as timeout_seconds
+from .errors import LiveError
+from .kernel import _EVERYTHING
+from .stuck import detect
 
 __all__ = ["CompileUnavailable", "TypedTransitions", "typed_transitions"]
 
@@ -59,6 +67,8 @@ class TypedTransitions:
     source: TypedSource
     #: Seconds spent building (0 when it came from the cache).
     build_seconds: float
+    #: The kernel's step in C (:mod:`.ckernel`), built into the same module: ``Runtime(..., kernel=...)``.
+    kernel: Any = None
 
     def fallbacks(self) -> dict[str, int]:
         """Per typed function, how many calls it handed to the generated Python function."""
@@ -68,8 +78,11 @@ class TypedTransitions:
 def typed_transitions(cm: CompiledMachine) -> TypedTransitions:
     """``cm`` with its transitions typed and compiled (see the module doc). Raises :class:`CompileUnavailable`."""
     src = typed_source(cm)
+    # The kernel's step goes in the same module (one build); its names start with K_, which no bound name
+    # or typed function may share.
+    clash = sorted(n for n in (*src.bind, *src.typed) if n.startswith("K_"))
     try:
-        got = build(src.source, "typed transitions")
+        got = build(src.source + ("" if clash else ckernel.SOURCE), "typed transitions")
     except CompileUnavailable as e:  # its message speaks of the checker's engine: say what asked for it
         raise CompileUnavailable(f"runtime='typed' needs Cython and a C compiler (pip install "
                                  f"'safeprefetch[speed]'), or use runtime='generated': {e}") from e
@@ -79,6 +92,10 @@ def typed_transitions(cm: CompiledMachine) -> TypedTransitions:
     for name, value in src.bind.items():
         setattr(module, name, value)
     module.bind_tags()
+    kernel = None
+    if not clash:
+        module.K_bind(GENERIC, DONE, _EVERYTHING, detect, LiveError, ActionContext, time.monotonic, timeout_seconds)
+        kernel = module.K_Kernel
 
     def typed(fn: Any) -> Any:
         return getattr(module, fn.__name__, fn) if fn.__name__ in src.typed or fn.__name__[0] == "f" else fn
@@ -87,7 +104,7 @@ def typed_transitions(cm: CompiledMachine) -> TypedTransitions:
                                            enabled=tuple(typed(f) for f in g.enabled), first=typed(g.first))
                    for pc, g in table.items()} for table in cm.steps)
     _check_in_place(cm, steps, src)
-    return TypedTransitions(dataclasses.replace(cm, steps=steps), module, src, seconds)
+    return TypedTransitions(dataclasses.replace(cm, steps=steps), module, src, seconds, kernel)
 
 
 def _check_in_place(cm: CompiledMachine, steps: tuple, src: TypedSource) -> None:

@@ -1,0 +1,291 @@
+"""The kernel's step in C: ``Runtime.step``'s common path, compiled with the typed transitions.
+
+What it guarantees
+------------------
+``Runtime(..., kernel=K)`` (the Prefetcher's ``runtime="typed"``) runs ``step`` through :data:`SOURCE`,
+Cython appended to the typed transitions' module and built with it. It is ``kernel.py``'s step, line for
+line, with its common path written in C: enter, take the thread's generated step (its typed ``first``),
+store the successor with its debt, count and record, wake the parked threads of the branch's wake set,
+chain the next plain step, and the external step's two critical sections around its action. Everything
+else -- a step that must park, a debt or a failure found on entry, a branch only the generic path serves,
+a violation, an invariant to check outside the transition, a re-entrant call, the run's end -- calls the
+Python method that handles it (``_begin``, ``_take``, ``_settle``, ``_wake_enabled``, ``_fail``, ``detect``)
+at the same point and with the lock in the same hands as the Python step would. So every path the C step
+does not decide itself is the Python kernel's, and the ones it does decide are the same stores in the same
+order: ``tests/test_ckernel.py`` runs the two side by side on the same calls and compares the records and
+the states, step by step.
+
+Why it is still interrupt-safe
+------------------------------
+The Python kernel's safety rests on where the interpreter can raise: at its eval-breaker points, which the
+injection sweeps (``tests/test_interrupts.py``, ``python -m safeprefetch inject``) stop at one by one. C
+code has none of its own. A signal handler, a finalizer or an exception can reach the C step only where it
+calls back into Python: a transition or guard (the typed ones call the generated Python function on a
+fallback), an action, a Python method of the kernel, ``lock.acquire`` (which runs signal handlers while
+it blocks), or, on 3.11, an allocation that starts a collection whose finalizers run. The arrangement
+around those points is the Python kernel's, and is checked the same way:
+
+* Every call back into Python goes through ``K_out()``, which can raise instead of making the call (a test
+  hook, ``K_inject``: the k-th call on a given thread). ``tests/test_ckernel.py`` raises a
+  ``KeyboardInterrupt`` at every one of them in turn, on the consumer's and on a worker's thread, and
+  checks that the run still delivers every batch once, in order, and leaves no lock held and no wakeup
+  owed -- the C analogue of injecting at every line.
+* The lock is taken by ``acquire`` and released in a ``finally`` with nothing between them: there is no
+  point there where anything can run.
+* A step's successor, its debt (``_owed``), its count and its record are stored with no call back into
+  Python between the first store and the last: the record's tuple, the one allocation, is built before
+  the first. (Replacing the state frees the old one: model values, which run no finalizer.)
+* The wakeups owed are paid by the next entry if the wake-up loop is cut short (the guard calls in it
+  call Python), and a woken thread is unmarked, counted and given its token with no call between.
+* A finalizer or handler that runs inside a call back into Python on this thread finds the lock owned and
+  only records a failure (``fail``) or refuses to re-enter (``_reentered``), as with the Python step; the
+  C step checks ``_failure`` after its stores, as ``_wake_set`` and ``step`` do.
+* The wrapper in ``Runtime.step`` stays Python and protected: a SIGINT arriving while the C step runs (in
+  a call back into Python) finds a protected frame and is deferred, then delivered when the step returns,
+  as before.
+
+The C step reads and writes the runtime's fields in its instance dict; ``K_Kernel`` refuses a runtime
+class that makes any of them a descriptor (the stores would bypass it).
+"""
+
+from __future__ import annotations
+
+__all__ = ["FIELDS", "SITES", "SOURCE"]
+
+#: The calls back into Python, by the number ``K_out`` gives each (``K_sites``).
+SITES = (
+    "thread index", "deadline", "re-entered", "acquire", "action context", "action", "acquire again",
+    "acquire to fail", "fail", "begin", "begin, done", "settle", "transition", "python take", "wake enabled",
+    "detect at done", "detect at spurious", "wake all", "wake guard",
+)
+
+#: The runtime fields the C step reads or stores through the instance dict.
+FIELDS = ("_state", "_owed", "_failure", "_nparked", "steps", "record", "actions")
+
+SOURCE = '''
+
+# ---- The kernel's step in C: safeprefetch/_runtime/ckernel.py (appended to the typed transitions) ----
+
+from cpython.pythread cimport PyThread_get_thread_ident
+
+cdef object K_GENERIC = None
+cdef object K_DONE = None
+cdef object K_EVERYTHING = None
+cdef object K_INF = float("inf")
+cdef object K_detect = None
+cdef object K_LiveError = None
+cdef object K_ActionContext = None
+cdef object K_monotonic = None
+cdef object K_seconds = None
+
+# The test hook: every call back into Python counts, per thread; the one that brings K_countdown to zero on
+# thread K_thread raises K_exception instead of being made.
+cdef long long K_calls = 0
+cdef long long K_countdown = -1
+cdef unsigned long K_thread = 0
+cdef object K_exception = None
+cdef long long K_site_calls[19]
+cdef int K_fired = -1
+
+
+def K_bind(generic, done, everything, detect, live_error, action_context, monotonic, seconds):
+    """The Python values the C step uses (bound once, after loading)."""
+    global K_GENERIC, K_DONE, K_EVERYTHING, K_detect, K_LiveError, K_ActionContext, K_monotonic, K_seconds
+    K_GENERIC, K_DONE, K_EVERYTHING, K_detect = generic, done, everything, detect
+    K_LiveError, K_ActionContext, K_monotonic, K_seconds = live_error, action_context, monotonic, seconds
+
+
+def K_inject(long long countdown, unsigned long thread, exception):
+    """Raise ``exception`` at the ``countdown``-th call back into Python on ``thread`` (an ident, 0: none)
+    from now, instead of making it; -1: never. Counts that thread's calls per site from zero. Returns how
+    many calls back into Python were made so far (all threads)."""
+    global K_countdown, K_thread, K_exception, K_fired
+    K_countdown, K_thread, K_exception, K_fired = countdown, thread, exception, -1
+    for i in range(19):
+        K_site_calls[i] = 0
+    return K_calls
+
+
+def K_sites():
+    """Since ``K_inject``: the calls back into Python on its thread, per site, and the site it raised at
+    (-1: none)."""
+    return [K_site_calls[i] for i in range(19)], K_fired
+
+
+cdef inline int K_out(int site) except -1:
+    global K_calls, K_countdown, K_fired
+    K_calls += 1
+    if K_thread != 0 and PyThread_get_thread_ident() == K_thread:
+        K_site_calls[site] += 1
+    if K_countdown >= 0 and PyThread_get_thread_ident() == K_thread:
+        if K_countdown == 0:
+            K_countdown = -1
+            K_fired = site
+            raise K_exception
+        K_countdown -= 1
+    return 0
+
+
+cdef class K_Kernel:
+    """One runtime's C step: the per-thread lists that never change identity. (It holds no reference to the
+    runtime or its dict, which hold it: no cycle, so a runtime is still freed when its last reference goes.)"""
+
+    cdef object lock
+    cdef list tokens, parked, sleeping, want, entries
+    cdef tuple pci
+    cdef Py_ssize_t n
+    cdef bint wake_sets
+    cdef object spurious
+
+    def __init__(self, rt, fields):
+        for name in fields:
+            for klass in type(rt).__mro__:
+                if name in vars(klass):
+                    raise TypeError(f"{type(rt).__name__} defines {name!r} on its class: the C step stores "
+                                    f"it in the instance dict and would bypass it")
+        self.lock = rt._lock
+        self.tokens, self.parked, self.sleeping = rt._tokens, rt._parked, rt._sleeping
+        self.want, self.entries = rt._want, rt._entries
+        self.pci = tuple(rt._pci)
+        self.n = rt._n
+        self.wake_sets = rt._wake_sets
+        self.spurious = rt._spurious
+
+    def step(self, rt, t, branch, timeout, bint chain, then):
+        """``Runtime.step`` (the wrapper there delivers deferred interrupts): the step's label."""
+        cdef dict d = rt.__dict__
+        cdef Py_ssize_t ti
+        cdef object e, state, lock = self.lock, deadline = None, action, outcome
+        if type(t) is not int or t < 0 or t >= self.n:
+            K_out(0); t = rt._thread_index(t)
+        ti = t
+        if timeout is not None and not timeout == K_INF:
+            K_out(1); deadline = K_monotonic() + K_seconds(timeout)
+        if lock._is_owned() or self.sleeping[ti]:
+            K_out(2); rt._reentered(ti)
+        K_out(3); lock.acquire()
+        try:
+            e = self.section(rt, d, ti, branch, deadline, chain, then, False)
+            state = d["_state"]
+        finally:
+            lock.release()
+        if e.external:  # its action runs outside the lock, on the snapshot taken above
+            action = d["actions"].get(e.action)
+            if action is not None:
+                K_out(4); ctx = K_ActionContext(rt, ti, state, e.label)
+                K_out(5); outcome = action(ctx)
+            else:
+                outcome = branch
+            if outcome is not None and outcome not in e.bindex and (
+                    action is not None or type(outcome) is not tuple or not e.bindex.keys() >= set(outcome)):
+                raise ValueError(f"action {e.action!r} returned unknown outcome {outcome!r}")
+            K_out(6); lock.acquire()
+            try:
+                self.section(rt, d, ti, outcome, deadline, chain, then, True)
+            finally:
+                lock.release()
+        if d["_failure"] is not None:  # recorded while this step ran (a handler's fail()): it raises it
+            K_out(7); lock.acquire()
+            try:
+                K_out(8); rt._fail(d["_failure"])
+            finally:
+                lock.release()
+        return e.label
+
+    cdef object section(self, rt, dict d, Py_ssize_t t, branch, deadline, bint chain, then, bint second):
+        """One critical section (lock held): ``_begin``, then ``_take_locked`` unless it is an external step's
+        first half. Returns the entry."""
+        cdef object e, pc, nxt_e
+        if d["_owed"] is not None or d["_failure"] is not None:
+            K_out(9); e = rt._begin(t)  # pays the debt, raises the failure
+        else:
+            pc = (<tuple?>d["_state"])[<Py_ssize_t>self.pci[t]]
+            if pc == K_DONE:
+                K_out(10); rt._begin(t)  # raises: the thread is done
+            e = (<dict?>self.entries[t])[pc]
+        if not second and e.external:
+            return e
+        try:
+            self.take(rt, d, t, e, branch, deadline)
+            if chain:
+                nxt_e = (<dict?>self.entries[t]).get((<tuple?>d["_state"])[<Py_ssize_t>self.pci[t]])
+                if nxt_e is not None and not nxt_e.external:
+                    self.take(rt, d, t, nxt_e, then, deadline)
+        except BaseException:
+            if d["_owed"] is not None:
+                K_out(11); rt._settle()
+            raise
+        return e
+
+    cdef int take(self, rt, dict d, Py_ssize_t t, e, branch, deadline) except -1:
+        """``_take``: the generated step's first enabled branch, stored here; anything else, by ``_take``."""
+        cdef object first = e.first, r, nxt, rec
+        rec = d["record"]
+        if first is not None and not e.inv and (rec is None or type(rec) is list):
+            state = d["_state"]
+            K_out(12)
+            r = first(state) if branch is None else e.choose(state, branch)
+            if r is not K_GENERIC and r is not None:
+                nxt = r[1]
+                if type(nxt) is tuple:
+                    self.apply(rt, d, t, e, r[0], <tuple>nxt, rec)
+                    return 0
+        # Parking, a branch only the generic path serves, a violation: the Python step, from the start (the
+        # transitions are pure, and nothing was stored).
+        K_out(13); rt._take(t, branch, deadline)
+        return 0
+
+    cdef int apply(self, rt, dict d, Py_ssize_t t, e, b, tuple nxt, rec) except -1:
+        """``_apply`` for a successor that is a state (and no invariant to check here)."""
+        cdef object bw = e.bwrites, owed, item = None, pc, woke
+        owed = bw[b] if bw is not None else (e.writes if e.writes is not None else K_EVERYTHING)
+        if rec is not None:
+            item = (t, b, nxt)  # the one allocation, before the first store
+        # The step, its debt, its count and its record: no call back into Python from here to the last.
+        d["_owed"] = owed
+        d["_state"] = nxt
+        d["steps"] = d["steps"] + 1
+        if rec is not None:
+            (<list>rec).append(item)
+        if not d["_nparked"]:
+            woke = False
+        elif self.wake_sets:
+            woke = self.wake_set(rt, d, e.wake[b])
+        else:
+            K_out(14); woke = rt._wake_enabled(owed if owed is not K_EVERYTHING else None)
+        d["_owed"] = None
+        pc = nxt[<Py_ssize_t>self.pci[t]]
+        if not woke and d["_nparked"] and pc == K_DONE:
+            # The last runnable thread just finished and woke nobody: the parked ones may be stuck for good.
+            try:
+                K_out(15); K_detect(rt)
+            except K_LiveError:
+                pass
+        elif self.spurious is not None and pc in self.spurious[t]:
+            K_out(16); K_detect(rt)
+        return 0
+
+    cdef object wake_set(self, rt, dict d, tuple wake):
+        """``_wake_set``: wake the parked threads of the branch's wake set whose step is now enabled."""
+        cdef object woke = False, state, pc, want, eu, ok
+        cdef Py_ssize_t u
+        if d["_failure"] is not None:
+            K_out(17); return rt._wake_enabled(None)
+        state = d["_state"]
+        for u_, pcs in wake:
+            u = u_
+            if self.parked[u]:
+                pc = (<tuple?>state)[<Py_ssize_t>self.pci[u]]
+                if pc in pcs:
+                    want = self.want[u]
+                    eu = (<dict?>self.entries[u])[pc]
+                    K_out(18)
+                    ok = eu.enabled(state) if want is None else rt._enabled(u, eu, want)
+                    if ok:
+                        # Unmarked, counted and given its token with no call back into Python between.
+                        self.parked[u] = False
+                        d["_nparked"] = d["_nparked"] - 1
+                        self.tokens[u].release()
+                        woke = True
+        return woke
+'''

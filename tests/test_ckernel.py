@@ -1,0 +1,208 @@
+"""The kernel's step in C (``_runtime/ckernel.py``): the Python step's twin, checked against it and under fire.
+
+* **Call for call.** A runtime on the C step and one on the Python step, on the same typed transitions, are
+  given the same calls (random threads, branches, tuples of branches, chains, timeouts): after every call
+  their states, labels, step counts and records are equal.
+* **On real threads.** Every thread of the model on its own thread, parking and waking, the record
+  replayed through the model (``verify_record``); a Prefetcher on ``runtime="typed"`` runs the C step and
+  delivers its source.
+* **Injected at every call back into Python.** The C step has no eval-breaker point of its own: an
+  exception can reach it only where it calls back into Python, and each such call goes through a hook
+  that can raise there instead (``K_inject``). The sweep raises a ``KeyboardInterrupt`` at the k-th call
+  on the consumer's thread, then on the worker's, for every k the run makes; each thread carries on after
+  it, as a caller that catches Ctrl-C does. Every run must finish with the whole stream delivered, its
+  record conforming to the model, no lock held, no wakeup owed and no thread marked parked; and the sweep
+  must have raised at every site the uninjected run reaches.
+* **Violations.** A step whose successor breaks an invariant fails both runtimes with the same verdict.
+"""
+
+import random
+import threading
+
+import pytest
+from _cython import cython_here
+
+from safeprefetch import Prefetcher
+from safeprefetch._check.replay import choice_step
+from safeprefetch._dsl.codegen import compile_transitions
+from safeprefetch._prefetcher.machine import machine_for, typed_for
+from safeprefetch._runtime.ckernel import SITES
+from safeprefetch._runtime.conformance import verify_record
+from safeprefetch._runtime.errors import LiveViolation
+from safeprefetch._runtime.interrupts import protected
+from safeprefetch._runtime.kernel import Runtime
+from safeprefetch._runtime.typed import typed_transitions
+from safeprefetch.model import DONE
+from test_typed_transitions import Overflowing  # two adds, an invariant that bounds their count by one
+
+pytestmark = pytest.mark.skipif(not cython_here(), reason="the kernel's C step is built with Cython (the speed extra)")
+
+SHAPES = [(2, 2, False, True, 0, 2), (3, 1, True, True, 2, 3), (8, 1, True, True, 0, 8), (2, 1, True, False, 0, 2)]
+
+
+def _pair(shape, items):
+    typed = typed_for(*shape)
+    machine = machine_for(shape[0], shape[1], items, *shape[2:])
+    c = Runtime(machine, None, record=True, compiled=typed.compiled, kernel=typed.kernel)
+    py = Runtime(machine, None, record=True, compiled=typed.compiled)
+    assert c._fast is not None and py._fast is None
+    return machine, c, py
+
+
+def _call(machine, state, rng):
+    """A random call that cannot park a lone caller: a step the model enables, and a chain only when the
+    thread's next step is plain and enabled after it."""
+    options = machine.successors(state)
+    # A close or a source error ends the stream: rarely, so that most runs go through it.
+    ending = [o for o in options if machine.thread_names[o[0][0]] == "closer"
+              or choice_step(machine, state, o[0]).branch == "error"]
+    going = [o for o in options if o not in ending]
+    (t, b), nxt = rng.choice(going if going and rng.random() < 0.995 else options)
+    info = machine.step_info(state, t)
+    named = choice_step(machine, state, (t, b)).branch
+    branch = named
+    if len(info.branches) > 1 and rng.random() < 0.3:  # any of these, the first enabled in this order
+        others = [x for x in info.branches if x != named]
+        branch = (*rng.sample(others, rng.randint(0, len(others))), named)
+    elif info.kind != "external" and rng.random() < 0.3 and all(o[0][0] != t or o[0][1] == b for o in options):
+        branch = None  # the first enabled: the only one enabled here
+    nxt_info = machine.step_info(nxt, t) if isinstance(nxt, tuple) else None
+    chain = (nxt_info is not None and nxt_info.kind != "external" and machine.enabled(nxt, t)
+             and rng.random() < 0.5)
+    return t, branch, chain, rng.choice([None, 30.0, float("inf")])
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_the_c_step_takes_the_python_steps_call_for_call(shape):
+    steps = 0
+    for seed in range(4):
+        machine, c, py = _pair(shape, 30)
+        rng = random.Random(seed)
+        calls = 0
+        while machine.successors(py.state):
+            t, branch, chain, timeout = _call(machine, py.state, rng)
+            got = c.step(t, branch, timeout, chain=chain)
+            want = py.step(t, branch, timeout, chain=chain)
+            calls += 1
+            assert (got, c.state, c.steps) == (want, py.state, py.steps), (calls, t, branch, chain)
+        assert c.record == py.record
+        assert verify_record(machine, c.record).ok
+        steps += len(c.record)
+    assert steps > 30
+
+
+def _run_threads(rt, machine, seed):
+    threads = [threading.Thread(target=rt.run_thread, args=(t,), kwargs={"rng": random.Random(seed * 7 + t)})
+               for t in range(len(machine.thread_names))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert not any(th.is_alive() for th in threads)
+
+
+@pytest.mark.parametrize("step", ["C step", "Python step"])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_the_typed_transitions_on_real_threads_conform_to_the_model(shape, step):
+    typed = typed_for(*shape)
+    machine = machine_for(shape[0], shape[1], 150, *shape[2:])
+    for seed in range(4):
+        rt = Runtime(machine, {"fetch": lambda ctx: "ok"}, record=True, compiled=typed.compiled,
+                     kernel=typed.kernel if step == "C step" else None)
+        _run_threads(rt, machine, seed)
+        assert machine.pc(rt.state, machine.thread_names.index("consumer")) == DONE
+        report = verify_record(machine, rt.record)
+        assert report.ok, report
+
+
+def test_a_typed_prefetcher_runs_the_c_step_and_delivers_its_source():
+    import numpy as np
+
+    data = np.arange(4 * 300, dtype=np.float32).reshape(300, 4)
+    for workers, capacity in ((1, 2), (2, 3), (3, 8)):
+        with Prefetcher(data, capacity=capacity, workers=workers, runtime="typed") as pf:
+            assert pf._core.rt._fast is not None
+            got = np.stack(list(pf))
+        np.testing.assert_array_equal(got, data)
+
+
+# -- injection at every call back into Python ------------------------------------------------------------
+
+INJECT_SHAPE = (2, 1, True, True, 0, 2)
+#: The sites every run of the protocol reaches on both threads' hot paths.
+HOT = {"acquire", "transition"}
+
+
+def _injected_run(items, side, k):
+    """The protocol's worker and consumer on two threads, a KeyboardInterrupt raised at the k-th call back
+    into Python on ``side``'s thread (k = -1: none). Returns the per-site calls, the site raised at, and
+    how many interrupts were caught."""
+    typed = typed_for(*INJECT_SHAPE)
+    machine = machine_for(INJECT_SHAPE[0], INJECT_SHAPE[1], items, *INJECT_SHAPE[2:])
+    rt = Runtime(machine, {"fetch": protected(lambda ctx: "ok")}, record=True, compiled=typed.compiled,
+                 kernel=typed.kernel)
+    w, c = machine.thread_names.index("worker0"), machine.thread_names.index("consumer")
+    caught, sites = [], {}
+    armed = threading.Event()
+
+    def drive(t):
+        if (t == c) == (side == "consumer"):
+            typed.module.K_inject(k, threading.get_ident(), KeyboardInterrupt)
+            armed.set()
+        else:
+            armed.wait(30)
+        while True:
+            try:
+                if rt.pc(t) == DONE:
+                    break
+                rt.step(t, chain=t == w)
+            except KeyboardInterrupt:
+                caught.append(t)  # a caller that catches Ctrl-C and carries on
+        if (t == c) == (side == "consumer"):
+            sites["calls"], sites["fired"] = typed.module.K_sites()
+            typed.module.K_inject(-1, 0, None)
+
+    worker = threading.Thread(target=drive, args=(w,))
+    worker.start()
+    drive(c)
+    worker.join(60)
+    assert not worker.is_alive()
+    # Consistent, whatever point it was cut at: the stream delivered, the record the model's, nothing held.
+    assert machine.pc(rt.state, c) == DONE and machine.pc(rt.state, w) == DONE
+    report = verify_record(machine, rt.record)
+    assert report.ok, (side, k, report)
+    assert rt._lock.acquire(False)
+    rt._lock.release()
+    assert rt._owed is None and rt._nparked == 0 and not any(rt._parked), (side, k)
+    return sites["calls"], sites["fired"], len(caught)
+
+
+@pytest.mark.parametrize("side", ["consumer", "worker"])
+def test_an_exception_at_every_call_back_into_python_leaves_the_kernel_consistent(side):
+    calls, fired, caught = _injected_run(12, side, -1)
+    assert fired == -1 and caught == 0
+    reached = {SITES[i] for i, n in enumerate(calls) if n}
+    assert HOT <= reached, reached
+    raised_at = set()
+    for k in range(sum(calls) + 5):  # (the count moves a little with the interleaving)
+        _calls, fired, caught = _injected_run(12, side, k)
+        if fired >= 0:
+            raised_at.add(SITES[fired])
+            assert caught == 1
+    assert reached <= raised_at, reached - raised_at
+
+
+# -- violations ---------------------------------------------------------------------------------------------
+
+def test_a_broken_invariant_fails_the_c_step_as_it_fails_the_python_step():
+    machine = Overflowing.compile()
+    typed = typed_transitions(compile_transitions(machine, Overflowing))
+    verdicts = []
+    for kernel in (typed.kernel, None):
+        rt = Runtime(machine, None, record=True, compiled=typed.compiled, kernel=kernel)
+        assert (rt._fast is not None) == (kernel is not None)
+        rt.step(0)
+        with pytest.raises(LiveViolation) as raised:
+            rt.step(1)  # the second add: count 2
+        verdicts.append((raised.value.kind, str(raised.value), rt.state, rt.record))
+    assert verdicts[0] == verdicts[1]
