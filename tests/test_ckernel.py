@@ -18,11 +18,13 @@
 
 import random
 import threading
+import time
 
 import pytest
 from _cython import cython_here
+from _polling import wait_until
 
-from safeprefetch import Prefetcher
+from safeprefetch import Prefetcher, PrefetcherClosed
 from safeprefetch._check.replay import choice_step
 from safeprefetch._dsl.codegen import compile_transitions
 from safeprefetch._prefetcher.machine import machine_for, typed_for
@@ -40,13 +42,22 @@ pytestmark = pytest.mark.skipif(not cython_here(), reason="the kernel's C step i
 SHAPES = [(2, 2, False, True, 0, 2), (3, 1, True, True, 2, 3), (8, 1, True, True, 0, 8), (2, 1, True, False, 0, 2)]
 
 
-def _pair(shape, items):
+def _pair(shape, items, outcome=None):
+    """Two runtimes on the same typed transitions, on the C step and on the Python step. With ``outcome`` (a
+    one-item list), the fetch action returns ``outcome[0]`` and logs what its context shows."""
     typed = typed_for(*shape)
     machine = machine_for(shape[0], shape[1], items, *shape[2:])
-    c = Runtime(machine, None, record=True, compiled=typed.compiled, kernel=typed.kernel)
-    py = Runtime(machine, None, record=True, compiled=typed.compiled)
+    runtimes, seen = [], ([], [])
+    for log, kernel in zip(seen, (typed.kernel, None)):
+        def fetch(ctx, log=log, mine=len(runtimes)):
+            log.append((type(ctx), ctx.runtime is runtimes[mine], ctx.thread, ctx.state, ctx.label, ctx.name,
+                        type(ctx.me), ctx.me.index, list(ctx.me._s)))
+            return outcome[0]
+        runtimes.append(Runtime(machine, None if outcome is None else {"fetch": fetch}, record=True,
+                                compiled=typed.compiled, kernel=kernel))
+    c, py = runtimes
     assert c._fast is not None and py._fast is None
-    return machine, c, py
+    return machine, c, py, seen
 
 
 def _call(machine, state, rng):
@@ -74,21 +85,27 @@ def _call(machine, state, rng):
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_the_c_step_takes_the_python_steps_call_for_call(shape):
-    steps = 0
-    for seed in range(4):
-        machine, c, py = _pair(shape, 30)
+    steps = contexts = 0
+    for seed in range(6):
+        outcome = [None] if seed % 2 else None  # the external step's branch from an action, or from the call
+        machine, c, py, seen = _pair(shape, 30, outcome)
         rng = random.Random(seed)
         calls = 0
         while machine.successors(py.state):
             t, branch, chain, timeout = _call(machine, py.state, rng)
+            if outcome is not None:
+                outcome[0] = branch[-1] if type(branch) is tuple else branch
             got = c.step(t, branch, timeout, chain=chain)
             want = py.step(t, branch, timeout, chain=chain)
             calls += 1
             assert (got, c.state, c.steps) == (want, py.state, py.steps), (calls, t, branch, chain)
         assert c.record == py.record
+        assert seen[0] == seen[1]  # the same contexts, field by field
+        assert all(ok for _type, ok, *_rest in seen[0])
+        contexts += len(seen[0])
         assert verify_record(machine, c.record).ok
         steps += len(c.record)
-    assert steps > 30
+    assert steps > 30 and contexts > 3
 
 
 def _run_threads(rt, machine, seed):
@@ -206,3 +223,53 @@ def test_a_broken_invariant_fails_the_c_step_as_it_fails_the_python_step():
             rt.step(1)  # the second add: count 2
         verdicts.append((raised.value.kind, str(raised.value), rt.state, rt.record))
     assert verdicts[0] == verdicts[1]
+
+
+# -- a signal handler's close() at every call back into Python -------------------------------------------
+
+class _Items:
+    def __len__(self):
+        return 20
+
+    def __getitem__(self, i):
+        import numpy as np
+
+        return np.full((3,), i, np.float32)
+
+
+def _close_from_a_handler_at(k):
+    """A typed Prefetcher's get(), with a handler calling close(timeout=1.0) run at its k-th call back into
+    Python (the lock held there, or not): returns the site it ran at (-1: none) and the calls per site."""
+    pf = Prefetcher(_Items(), capacity=2, workers=1, runtime="typed")
+    typed = typed_for(2, 1, True, True, 0, 2)
+    assert type(pf._core.rt._fast.__self__) is typed.kernel
+    pf.get()
+    took = []
+
+    def handler(site):
+        t0 = time.monotonic()
+        pf.close(timeout=1.0)
+        took.append(time.monotonic() - t0)
+
+    typed.module.K_inject(k, threading.get_ident(), handler)
+    try:
+        pf.get()
+    except PrefetcherClosed:
+        pass
+    finally:
+        calls, fired = typed.module.K_sites()
+        typed.module.K_inject(-1, 0, None)
+    if fired >= 0:
+        assert took and took[0] < 1.5, (SITES[fired], took)
+        assert pf.closed
+        assert wait_until(lambda: pf._core.closed and not any(t.is_alive() for t in pf._core.threads), 10)
+    pf.close()
+    return fired, calls
+
+
+def test_close_from_a_signal_handler_at_every_call_back_into_python_returns():
+    fired, calls = _close_from_a_handler_at(-1)
+    reached = {SITES[i] for i, n in enumerate(calls) if n}
+    assert fired == -1 and {"acquire", "transition"} <= reached, reached
+    ran_at = {SITES[f] for f in (_close_from_a_handler_at(k)[0] for k in range(sum(calls) + 3)) if f >= 0}
+    assert reached <= ran_at, reached - ran_at

@@ -25,11 +25,12 @@ fallback), an action, a Python method of the kernel, ``lock.acquire`` (which run
 it blocks), or, on 3.11, an allocation that starts a collection whose finalizers run. The arrangement
 around those points is the Python kernel's, and is checked the same way:
 
-* Every call back into Python goes through ``K_out()``, which can raise instead of making the call (a test
-  hook, ``K_inject``: the k-th call on a given thread). ``tests/test_ckernel.py`` raises a
-  ``KeyboardInterrupt`` at every one of them in turn, on the consumer's and on a worker's thread, and
-  checks that the run still delivers every batch once, in order, and leaves no lock held and no wakeup
-  owed -- the C analogue of injecting at every line.
+* Every call back into Python goes through ``K_out()``, which can raise instead of making the call, or run
+  a function there first (a test hook, ``K_inject``: the k-th call on a given thread).
+  ``tests/test_ckernel.py`` raises a ``KeyboardInterrupt`` at every one of them in turn, on the consumer's
+  and on a worker's thread, and checks that the run still delivers every batch once, in order, and leaves
+  no lock held and no wakeup owed -- the C analogue of injecting at every line; and runs a signal
+  handler's ``close()`` at every one of them, which must return within its bound.
 * The lock is taken by ``acquire`` and released in a ``finally`` with nothing between them: there is no
   point there where anything can run.
 * A step's successor, its debt (``_owed``), its count and its record are stored with no call back into
@@ -97,7 +98,8 @@ def K_bind(generic, done, everything, detect, live_error, action_context, monoto
 
 def K_inject(long long countdown, unsigned long thread, exception):
     """Raise ``exception`` at the ``countdown``-th call back into Python on ``thread`` (an ident, 0: none)
-    from now, instead of making it; -1: never. Counts that thread's calls per site from zero. Returns how
+    from now, instead of making it (or, given a function, call it there with the site's number, then make
+    the call: a signal handler or a finalizer running inside it); -1: never. Counts that thread's calls per site from zero. Returns how
     many calls back into Python were made so far (all threads)."""
     global K_countdown, K_thread, K_exception, K_fired
     K_countdown, K_thread, K_exception, K_fired = countdown, thread, exception, -1
@@ -121,16 +123,39 @@ cdef inline int K_out(int site) except -1:
         if K_countdown == 0:
             K_countdown = -1
             K_fired = site
-            raise K_exception
+            if isinstance(K_exception, BaseException) or (
+                    isinstance(K_exception, type) and issubclass(K_exception, BaseException)):
+                raise K_exception
+            K_exception(site)  # code that runs there, as a signal handler or a finalizer would
         K_countdown -= 1
     return 0
 
 
-cdef class K_Kernel:
-    """One runtime's C step: the per-thread lists that never change identity. (It holds no reference to the
-    runtime or its dict, which hold it: no cycle, so a runtime is still freed when its last reference goes.)"""
+cdef class K_Entry:
+    """An ``Entry`` (``entries.py``) as C fields, with its generated step's per-branch functions: what the C
+    step reads of it without an attribute lookup. Built once per runtime; entries do not change."""
 
-    cdef object lock
+    cdef object entry, first, label, action, names, choice, writes, bwrites, wake
+    cdef tuple ones, tests
+    cdef bint external, plain
+
+    def __init__(self, e):
+        self.entry, self.first, self.label, self.action = e, e.first, e.label, e.action
+        self.external = e.external
+        self.names = e.bindex
+        self.choice = e.bindex if e.branches else {None: 0}  # the generated step's own (generated_entry)
+        self.writes, self.bwrites, self.wake = e.writes, e.bwrites, e.wake
+        self.ones, self.tests = e.ones, e.tests
+        # Taken here: a generated step whose transitions check the invariants themselves.
+        self.plain = e.first is not None and e.ones is not None and e.tests is not None and not e.inv
+
+
+cdef class K_Kernel:
+    """One runtime's C step: its entries, and the per-thread lists that never change identity. (It holds no
+    reference to the runtime or its dict, which hold it: no cycle, so a runtime is still freed when its last
+    reference goes.)"""
+
+    cdef object lock, acquire, release, is_owned
     cdef list tokens, parked, sleeping, want, entries
     cdef tuple pci
     cdef Py_ssize_t n
@@ -143,9 +168,11 @@ cdef class K_Kernel:
                 if name in vars(klass):
                     raise TypeError(f"{type(rt).__name__} defines {name!r} on its class: the C step stores "
                                     f"it in the instance dict and would bypass it")
-        self.lock = rt._lock
+        self.lock = lock = rt._lock
+        self.acquire, self.release, self.is_owned = lock.acquire, lock.release, lock._is_owned
         self.tokens, self.parked, self.sleeping = rt._tokens, rt._parked, rt._sleeping
-        self.want, self.entries = rt._want, rt._entries
+        self.want = rt._want
+        self.entries = [{pc: K_Entry(e) for pc, e in es.items()} for es in rt._entries]
         self.pci = tuple(rt._pci)
         self.n = rt._n
         self.wake_sets = rt._wake_sets
@@ -155,87 +182,106 @@ cdef class K_Kernel:
         """``Runtime.step`` (the wrapper there delivers deferred interrupts): the step's label."""
         cdef dict d = rt.__dict__
         cdef Py_ssize_t ti
-        cdef object e, state, lock = self.lock, deadline = None, action, outcome
+        cdef K_Entry e
+        cdef object state, deadline = None, action, outcome, ctx
         if type(t) is not int or t < 0 or t >= self.n:
             K_out(0); t = rt._thread_index(t)
         ti = t
         if timeout is not None and not timeout == K_INF:
             K_out(1); deadline = K_monotonic() + K_seconds(timeout)
-        if lock._is_owned() or self.sleeping[ti]:
+        if self.is_owned() or self.sleeping[ti]:
             K_out(2); rt._reentered(ti)
-        K_out(3); lock.acquire()
+        K_out(3); self.acquire()
         try:
             e = self.section(rt, d, ti, branch, deadline, chain, then, False)
             state = d["_state"]
         finally:
-            lock.release()
+            self.release()
         if e.external:  # its action runs outside the lock, on the snapshot taken above
             action = d["actions"].get(e.action)
             if action is not None:
-                K_out(4); ctx = K_ActionContext(rt, ti, state, e.label)
+                # ActionContext(rt, t, state, label), its __init__'s stores made here.
+                K_out(4); ctx = K_ActionContext.__new__(K_ActionContext)
+                ctx.runtime = rt; ctx.thread = ti; ctx.state = state; ctx.label = e.label; ctx._me = None
                 K_out(5); outcome = action(ctx)
             else:
                 outcome = branch
-            if outcome is not None and outcome not in e.bindex and (
-                    action is not None or type(outcome) is not tuple or not e.bindex.keys() >= set(outcome)):
+            if outcome is not None and outcome not in e.names and (
+                    action is not None or type(outcome) is not tuple or not e.names.keys() >= set(outcome)):
                 raise ValueError(f"action {e.action!r} returned unknown outcome {outcome!r}")
-            K_out(6); lock.acquire()
+            K_out(6); self.acquire()
             try:
                 self.section(rt, d, ti, outcome, deadline, chain, then, True)
             finally:
-                lock.release()
+                self.release()
         if d["_failure"] is not None:  # recorded while this step ran (a handler's fail()): it raises it
-            K_out(7); lock.acquire()
+            K_out(7); self.acquire()
             try:
                 K_out(8); rt._fail(d["_failure"])
             finally:
-                lock.release()
+                self.release()
         return e.label
 
-    cdef object section(self, rt, dict d, Py_ssize_t t, branch, deadline, bint chain, then, bint second):
+    cdef K_Entry section(self, rt, dict d, Py_ssize_t t, branch, deadline, bint chain, then, bint second):
         """One critical section (lock held): ``_begin``, then ``_take_locked`` unless it is an external step's
         first half. Returns the entry."""
-        cdef object e, pc, nxt_e
+        cdef K_Entry e
+        cdef object pc, nxt_e
         if d["_owed"] is not None or d["_failure"] is not None:
-            K_out(9); e = rt._begin(t)  # pays the debt, raises the failure
-        else:
-            pc = (<tuple?>d["_state"])[<Py_ssize_t>self.pci[t]]
-            if pc == K_DONE:
-                K_out(10); rt._begin(t)  # raises: the thread is done
-            e = (<dict?>self.entries[t])[pc]
+            K_out(9); rt._begin(t)  # pays the debt, raises the failure
+        pc = (<tuple?>d["_state"])[<Py_ssize_t>self.pci[t]]
+        if pc == K_DONE:
+            K_out(10); rt._begin(t)  # raises: the thread is done
+        e = (<dict?>self.entries[t])[pc]
         if not second and e.external:
             return e
         try:
             self.take(rt, d, t, e, branch, deadline)
             if chain:
                 nxt_e = (<dict?>self.entries[t]).get((<tuple?>d["_state"])[<Py_ssize_t>self.pci[t]])
-                if nxt_e is not None and not nxt_e.external:
-                    self.take(rt, d, t, nxt_e, then, deadline)
+                if nxt_e is not None and not (<K_Entry>nxt_e).external:
+                    self.take(rt, d, t, <K_Entry>nxt_e, then, deadline)
         except BaseException:
             if d["_owed"] is not None:
                 K_out(11); rt._settle()
             raise
         return e
 
-    cdef int take(self, rt, dict d, Py_ssize_t t, e, branch, deadline) except -1:
-        """``_take``: the generated step's first enabled branch, stored here; anything else, by ``_take``."""
-        cdef object first = e.first, r, nxt, rec
+    cdef int take(self, rt, dict d, Py_ssize_t t, K_Entry e, branch, deadline) except -1:
+        """``_take``: the generated step's branch (the first enabled, or the one asked for, as ``first`` and
+        ``generated_entry``'s ``choose`` pick it), stored here; anything else, by ``_take``."""
+        cdef object r, nxt = None, rec, state, x, b = None
         rec = d["record"]
-        if first is not None and not e.inv and (rec is None or type(rec) is list):
+        if e.plain and (rec is None or type(rec) is list):
             state = d["_state"]
-            K_out(12)
-            r = first(state) if branch is None else e.choose(state, branch)
-            if r is not K_GENERIC and r is not None:
-                nxt = r[1]
-                if type(nxt) is tuple:
-                    self.apply(rt, d, t, e, r[0], <tuple>nxt, rec)
-                    return 0
+            if branch is None:
+                K_out(12); r = e.first(state)
+                if r is not None:
+                    b, nxt = r[0], r[1]
+            elif type(branch) is tuple:
+                for name in <tuple>branch:
+                    x = e.choice.get(name)
+                    if x is None:
+                        break  # a name only the generic path serves
+                    K_out(12); nxt = e.ones[<Py_ssize_t>x](state)
+                    if nxt is not None:
+                        b = x
+                        break
+            else:
+                x = e.choice.get(branch)
+                if x is not None:
+                    K_out(12); nxt = e.ones[<Py_ssize_t>x](state)
+                    if nxt is not None:
+                        b = x
+            if b is not None and type(nxt) is tuple:
+                self.apply(rt, d, t, e, b, <tuple>nxt, rec)
+                return 0
         # Parking, a branch only the generic path serves, a violation: the Python step, from the start (the
         # transitions are pure, and nothing was stored).
         K_out(13); rt._take(t, branch, deadline)
         return 0
 
-    cdef int apply(self, rt, dict d, Py_ssize_t t, e, b, tuple nxt, rec) except -1:
+    cdef int apply(self, rt, dict d, Py_ssize_t t, K_Entry e, b, tuple nxt, rec) except -1:
         """``_apply`` for a successor that is a state (and no invariant to check here)."""
         cdef object bw = e.bwrites, owed, item = None, pc, woke
         owed = bw[b] if bw is not None else (e.writes if e.writes is not None else K_EVERYTHING)
@@ -267,7 +313,8 @@ cdef class K_Kernel:
 
     cdef object wake_set(self, rt, dict d, tuple wake):
         """``_wake_set``: wake the parked threads of the branch's wake set whose step is now enabled."""
-        cdef object woke = False, state, pc, want, eu, ok
+        cdef object woke = False, state, pc, want, ok, test
+        cdef K_Entry eu
         cdef Py_ssize_t u
         if d["_failure"] is not None:
             K_out(17); return rt._wake_enabled(None)
@@ -279,8 +326,15 @@ cdef class K_Kernel:
                 if pc in pcs:
                     want = self.want[u]
                     eu = (<dict?>self.entries[u])[pc]
-                    K_out(18)
-                    ok = eu.enabled(state) if want is None else rt._enabled(u, eu, want)
+                    ok = False
+                    if want is not None or eu.tests is None:
+                        K_out(18); ok = rt._enabled(u, eu.entry, want)
+                    else:
+                        for test in eu.tests:  # generated_entry's ``enabled``: any branch's guard
+                            K_out(18)
+                            if test(state):
+                                ok = True
+                                break
                     if ok:
                         # Unmarked, counted and given its token with no call back into Python between.
                         self.parked[u] = False

@@ -118,7 +118,7 @@ class Entry:
     """
 
     __slots__ = ("label", "external", "action", "branches", "bindex", "fire", "one", "enabled", "enabled_one",
-                 "reads", "writes", "first", "choose", "bwrites", "wake", "inv")
+                 "reads", "writes", "first", "choose", "bwrites", "wake", "inv", "ones", "tests")
 
     def __init__(self, info: Any, fire: Callable | None):
         self.label = info.label
@@ -152,7 +152,7 @@ class Entry:
         self.reads = fp[0] if fp is not None else None
         self.writes = fp[1] if fp is not None else None
         #: Generated steps only (see generated_entry); None here.
-        self.first = self.choose = self.bwrites = self.wake = None
+        self.first = self.choose = self.bwrites = self.wake = self.ones = self.tests = None
         #: The invariant predicates to check after this step (set by the runtime: none for a generated step
         #: whose transitions check them, every one for a step through the machine's own ``fire``).
         self.inv: tuple = ()
@@ -211,6 +211,7 @@ def generated_entry(info: Any, step: Any) -> Entry:
     e.fire, e.one, e.enabled = fire, one, enabled
     e.enabled_one = lambda state, bi: bool(tests[bi](state))
     e.first, e.choose = step.first, choose
+    e.ones, e.tests = ones, tests  # (the kernel's C step calls them itself: ckernel.py)
     e.reads = step.reads
     e.bwrites = step.writes
     e.writes = frozenset().union(*step.writes)
