@@ -13,6 +13,13 @@
   it, as a caller that catches Ctrl-C does. Every run must finish with the whole stream delivered, its
   record conforming to the model, no lock held, no wakeup owed and no thread marked parked; and the sweep
   must have raised at every site the uninjected run reaches.
+  A signal handler's ``close()`` run at every one of those calls on the consumer's thread returns within
+  its bound, and the prefetcher ends closed with its threads gone.
+* **Under the real-code scheduler** (``safeprefetch.interleavings``): a typed Prefetcher's scenarios -- drain,
+  a handler's close, the finalizer on a worker, Ctrl-C while waiting, ``copy_prefetched`` -- show no violation
+  in any schedule within their bounds; the C step's lock and token calls are the scheduling points.
+* **Mutations.** A C step that takes the last enabled of a tuple of branches differs from the Python step; one
+  whose wake set wakes nobody deadlocks under the scheduler, with a trace.
 * **Violations.** A step whose successor breaks an invariant fails both runtimes with the same verdict.
 """
 
@@ -24,7 +31,8 @@ import pytest
 from _cython import cython_here
 from _polling import wait_until
 
-from safeprefetch import Prefetcher, PrefetcherClosed
+from safeprefetch import Prefetcher, PrefetcherClosed, interleavings
+from safeprefetch._harness import prefetcher_code as pc
 from safeprefetch._check.replay import choice_step
 from safeprefetch._dsl.codegen import compile_transitions
 from safeprefetch._prefetcher.machine import machine_for, typed_for
@@ -42,10 +50,10 @@ pytestmark = pytest.mark.skipif(not cython_here(), reason="the kernel's C step i
 SHAPES = [(2, 2, False, True, 0, 2), (3, 1, True, True, 2, 3), (8, 1, True, True, 0, 8), (2, 1, True, False, 0, 2)]
 
 
-def _pair(shape, items, outcome=None):
+def _pair(shape, items, outcome=None, typed=None):
     """Two runtimes on the same typed transitions, on the C step and on the Python step. With ``outcome`` (a
     one-item list), the fetch action returns ``outcome[0]`` and logs what its context shows."""
-    typed = typed_for(*shape)
+    typed = typed or typed_for(*shape)
     machine = machine_for(shape[0], shape[1], items, *shape[2:])
     runtimes, seen = [], ([], [])
     for log, kernel in zip(seen, (typed.kernel, None)):
@@ -85,10 +93,14 @@ def _call(machine, state, rng):
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_the_c_step_takes_the_python_steps_call_for_call(shape):
+    _call_for_call(shape)
+
+
+def _call_for_call(shape, typed=None):
     steps = contexts = 0
     for seed in range(6):
         outcome = [None] if seed % 2 else None  # the external step's branch from an action, or from the call
-        machine, c, py, seen = _pair(shape, 30, outcome)
+        machine, c, py, seen = _pair(shape, 30, outcome, typed)
         rng = random.Random(seed)
         calls = 0
         while machine.successors(py.state):
@@ -273,3 +285,66 @@ def test_close_from_a_signal_handler_at_every_call_back_into_python_returns():
     assert fired == -1 and {"acquire", "transition"} <= reached, reached
     ran_at = {SITES[f] for f in (_close_from_a_handler_at(k)[0] for k in range(sum(calls) + 3)) if f >= 0}
     assert reached <= ran_at, reached - ran_at
+
+
+# -- the real-code scheduler: the C step's lock and token calls are its scheduling points ----------------
+
+TYPED = (("runtime", "typed"),)
+SCHEDULED = [pc.Scenario("typed-map-c1-w1-i2", options=TYPED),
+             pc.Scenario("typed-signal-handler-close", interrupt="signal", bound=0, options=TYPED),
+             pc.Scenario("typed-finalizer-on-worker", interrupt="finalizer", bound=0, options=TYPED),
+             pc.Scenario("typed-ctrl-c-while-waiting", interrupt="ctrl_c", bound=1, options=TYPED),
+             pc.Scenario("typed-copy-c2-i3", items=3, capacity=2, api="copy", bound=1, options=TYPED)]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("sc", SCHEDULED, ids=[s.name for s in SCHEDULED])
+def test_a_typed_prefetcher_under_the_real_code_scheduler_shows_no_violation(sc, monkeypatch):
+    for shape in ((1, 1, True, True, 0, 1), (2, 1, True, True, 0, 2)):
+        typed_for(*shape)  # built before, not inside, the controlled runs
+    on_c_step, run_with = [], pc._run_with
+    monkeypatch.setattr(pc, "_run_with", lambda sc, pf: (on_c_step.append(pf._core.rt._fast is not None),
+                                                          run_with(sc, pf))[1])
+    r = pc.check_scenario(sc)
+    assert r.verdict == "ok", interleavings.render(r)
+    assert r.exhaustive if sc.bound is None else r.bound_covered
+    assert on_c_step and all(on_c_step)  # the runs went through the C step
+
+
+# -- a mutated C step is caught ---------------------------------------------------------------------------
+
+MUTATIONS = {
+    # The first enabled of a tuple of branches becomes the last: a different step than the Python step's.
+    "tuple of branches: the last enabled": ("                        b = x\n                        break\n",
+                                             "                        b = x\n"),
+    # A parked thread whose step the branch enabled is left parked: a lost wakeup.
+    "wake set: none woken": ("                    if ok:\n                        # Unmarked",
+                             "                    if False:\n                        # Unmarked"),
+}
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("mutation", list(MUTATIONS))
+def test_a_mutated_c_step_is_caught(mutation, monkeypatch):
+    from safeprefetch._prefetcher.machine import transitions_for
+    from safeprefetch._runtime import ckernel
+
+    old, new = MUTATIONS[mutation]
+    assert ckernel.SOURCE.count(old) == 1
+    monkeypatch.setattr(ckernel, "SOURCE", ckernel.SOURCE.replace(old, new))
+    if mutation.startswith("tuple"):
+        shape = (3, 1, True, True, 2, 3)  # the tuner's grow, shrink and stop are often enabled together
+        typed = typed_transitions(transitions_for(*shape))
+        with pytest.raises(AssertionError):
+            _call_for_call(shape, typed)
+        return
+    # Under the real-code scheduler, whose deadlock detection is exact: the consumer parks for a batch, and
+    # the worker's fill leaves it parked.
+    from safeprefetch._prefetcher import api
+
+    shape = (1, 1, True, True, 0, 1)
+    typed = typed_transitions(transitions_for(*shape))
+    monkeypatch.setattr(api, "typed_for", lambda *key: typed)
+    r = pc.check_scenario(SCHEDULED[0])
+    assert r.verdict in ("deadlock", "lost_wakeup", "hang"), interleavings.render(r)
+    assert len(r.trace) > 0
