@@ -427,7 +427,13 @@ def check_mutation(mutation: Mutation, **options: Any) -> CodeCheckResult:
     with tempfile.TemporaryDirectory() as d:
         mutant = mutant_runtime(mutation, d)
         sc = mutation.scenario
+
+        def python_step(machine: Any, actions: Any, kernel: Any = None, **kw: Any) -> Any:
+            # The mutant is kernel.py's Python step: without this, runtime="typed" would run the C step in its
+            # place (ckernel.py), which the edit does not touch.
+            return mutant.Runtime(machine, actions, **kw)
+
         opts = dict(allow_alive=ALLOW_ALIVE, lock_release="any", name=f"mutant[{mutation.name}]",
-                    patch_globals={**patches(), (_core, "runtime_factory"): [mutant.Runtime]})
+                    patch_globals={**patches(), (_core, "runtime_factory"): [python_step]})
         opts.update(options)
         return checked(sc.body(), **opts)
