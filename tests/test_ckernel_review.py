@@ -1,0 +1,50 @@
+"""Round 23's review of the kernel's step in C (``_runtime/ckernel.py``): where it was not the Python step.
+
+* **``chain``'s truth, judged where the Python step judges it.** The Python step asks ``if chain:`` in
+  ``_take_locked``, after the first step is taken; the C step took ``chain`` as a C ``bint``, which judges
+  it on entry. A ``chain`` whose truth raises (a numpy array, an object whose ``__bool__`` raises) left the
+  Python runtime one step on and the C one where it was, with the same exception.
+"""
+
+import numpy as np
+import pytest
+from _cython import cython_here
+
+from safeprefetch._prefetcher.machine import machine_for, typed_for
+from safeprefetch._runtime.kernel import Runtime
+
+pytestmark = pytest.mark.skipif(not cython_here(), reason="the kernel's C step is built with Cython (the speed extra)")
+
+SHAPE = (2, 1, True, True, 0, 2)
+
+
+def _both(items=5, record=True):
+    """A runtime on the C step and one on the Python step, on the same typed transitions."""
+    typed = typed_for(*SHAPE)
+    machine = machine_for(SHAPE[0], SHAPE[1], items, *SHAPE[2:])
+    c = Runtime(machine, None, record=record, compiled=typed.compiled, kernel=typed.kernel)
+    py = Runtime(machine, None, record=record, compiled=typed.compiled)
+    assert c._fast is not None and py._fast is None
+    return machine, c, py
+
+
+def _after(rt, call):
+    try:
+        got = ("returned", call(rt))
+    except Exception as e:  # noqa: BLE001 - the outcome compared, whatever it is
+        got = ("raised", type(e), str(e))
+    return got, rt.state, rt.steps, rt.record, rt._owed, rt._nparked
+
+
+class _Unjudgeable:
+    def __bool__(self):
+        raise ZeroDivisionError("no truth here")
+
+
+@pytest.mark.parametrize("chain", [_Unjudgeable(), np.array([True, False])], ids=["__bool__ raises", "array"])
+def test_a_chain_whose_truth_raises_is_judged_after_the_first_step_as_the_python_step_does(chain):
+    machine, c, py = _both()
+    w = machine.thread_names.index("worker0")
+    got, want = _after(c, lambda rt: rt.step(w, chain=chain)), _after(py, lambda rt: rt.step(w, chain=chain))
+    assert want[0][0] == "raised" and want[2] == 1  # the Python step: taken, then the chain's truth raised
+    assert got == want
