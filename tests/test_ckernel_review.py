@@ -4,12 +4,17 @@
   ``_take_locked``, after the first step is taken; the C step took ``chain`` as a C ``bint``, which judges
   it on entry. A ``chain`` whose truth raises (a numpy array, an object whose ``__bool__`` raises) left the
   Python runtime one step on and the C one where it was, with the same exception.
+* **The kernel's mutants run.** ``prefetcher_code.check_mutation`` edits ``kernel.py`` and swaps the edited
+  ``Runtime`` in; under ``SAFEPREFETCH_RUNTIME=typed`` the Prefetcher handed it the C step, which replaces the
+  edited ``_apply``/``_wake_set``: a skipped wakeup was checked, exhaustively, and found "ok". The mutant now
+  runs the Python step it mutates.
 """
 
 import numpy as np
 import pytest
 from _cython import cython_here
 
+from safeprefetch._harness import prefetcher_code as pc
 from safeprefetch._prefetcher.machine import machine_for, typed_for
 from safeprefetch._runtime.kernel import Runtime
 
@@ -48,3 +53,10 @@ def test_a_chain_whose_truth_raises_is_judged_after_the_first_step_as_the_python
     got, want = _after(c, lambda rt: rt.step(w, chain=chain)), _after(py, lambda rt: rt.step(w, chain=chain))
     assert want[0][0] == "raised" and want[2] == 1  # the Python step: taken, then the chain's truth raised
     assert got == want
+
+
+def test_a_mutant_of_the_kernel_runs_its_own_step_under_the_typed_runtime(monkeypatch):
+    monkeypatch.setenv("SAFEPREFETCH_RUNTIME", "typed")
+    skipped = next(m for m in pc.MUTATIONS if m.name == "skipped wakeup")
+    r = pc.check_mutation(skipped)
+    assert r.verdict in ("deadlock", "lost_wakeup", "leaked_thread", "hang"), r.verdict
