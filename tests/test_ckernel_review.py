@@ -10,12 +10,16 @@
   runs the Python step it mutates.
 """
 
+import threading
+
 import numpy as np
 import pytest
 from _cython import cython_here
 
 from safeprefetch._harness import prefetcher_code as pc
 from safeprefetch._prefetcher.machine import machine_for, typed_for
+from safeprefetch._runtime.ckernel import SITES
+from safeprefetch._runtime.conformance import verify_record
 from safeprefetch._runtime.kernel import Runtime
 
 pytestmark = pytest.mark.skipif(not cython_here(), reason="the kernel's C step is built with Cython (the speed extra)")
@@ -53,6 +57,32 @@ def test_a_chain_whose_truth_raises_is_judged_after_the_first_step_as_the_python
     got, want = _after(c, lambda rt: rt.step(w, chain=chain)), _after(py, lambda rt: rt.step(w, chain=chain))
     assert want[0][0] == "raised" and want[2] == 1  # the Python step: taken, then the chain's truth raised
     assert got == want
+
+
+def test_an_interrupt_at_the_chains_truth_leaves_the_first_step_taken_and_the_kernel_consistent():
+    """(A guard: the new call back into Python, injected like the others.)"""
+    typed = typed_for(*SHAPE)
+    site = SITES.index("chain's truth")
+    for k in range(8):
+        machine, c, _py = _both()
+        w = machine.thread_names.index("worker0")
+        typed.module.K_inject(k, threading.get_ident(), KeyboardInterrupt)
+        try:
+            c.step(w, chain=1)  # not a bool: its truth is a call, through K_out
+        except KeyboardInterrupt:
+            pass
+        finally:
+            _calls, fired = typed.module.K_sites()
+            typed.module.K_inject(-1, 0, None)
+        if fired == site:
+            break
+    else:
+        pytest.fail("never raised at the chain's truth")
+    assert c.steps == 1 and verify_record(machine, c.record).ok
+    assert c._lock.acquire(False)
+    c._lock.release()
+    assert c._owed is None and c._nparked == 0
+    c.step(w)  # and the kernel goes on: the chained step, taken alone
 
 
 def test_a_mutant_of_the_kernel_runs_its_own_step_under_the_typed_runtime(monkeypatch):
