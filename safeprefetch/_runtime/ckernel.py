@@ -9,9 +9,9 @@ store the successor with its debt, count and record, wake the parked threads of 
 chain the next plain step, and the external step's two critical sections around its action. Everything
 else -- a step that must park, a debt or a failure found on entry, a branch only the generic path serves,
 a violation, an invariant to check outside the transition, a re-entrant call, the run's end -- calls the
-Python method that handles it (``_begin``, ``_take``, ``_settle``, ``_wake_enabled``, ``_fail``, ``detect``)
-at the same point and with the lock in the same hands as the Python step would. So every path the C step
-does not decide itself is the Python kernel's, and the ones it does decide are the same stores in the same
+Python method that handles it (``_begin``, ``_take``, ``_apply``, ``_settle``, ``_wake_enabled``, ``_fail``,
+``detect``) at the same point and with the lock in the same hands as the Python step would. So every path the
+C step does not decide itself is the Python kernel's, and the ones it does decide are the same stores in the same
 order: ``tests/test_ckernel.py`` runs the two side by side on the same calls and compares the records and
 the states, step by step.
 
@@ -57,7 +57,7 @@ __all__ = ["FIELDS", "SITES", "SOURCE"]
 SITES = (
     "thread index", "deadline", "re-entered", "acquire", "action context", "action", "acquire again",
     "acquire to fail", "fail", "begin", "begin, done", "settle", "transition", "python take", "wake enabled",
-    "detect at done", "detect at spurious", "wake all", "wake guard",
+    "detect at done", "detect at spurious", "wake all", "wake guard", "chain's truth", "python apply",
 )
 
 #: The runtime fields the C step reads or stores through the instance dict.
@@ -85,7 +85,7 @@ cdef long long K_calls = 0
 cdef long long K_countdown = -1
 cdef unsigned long K_thread = 0
 cdef object K_exception = None
-cdef long long K_site_calls[19]
+cdef long long K_site_calls[21]
 cdef int K_fired = -1
 
 
@@ -103,7 +103,7 @@ def K_inject(long long countdown, unsigned long thread, exception):
     many calls back into Python were made so far (all threads)."""
     global K_countdown, K_thread, K_exception, K_fired
     K_countdown, K_thread, K_exception, K_fired = countdown, thread, exception, -1
-    for i in range(19):
+    for i in range(21):
         K_site_calls[i] = 0
     return K_calls
 
@@ -111,7 +111,7 @@ def K_inject(long long countdown, unsigned long thread, exception):
 def K_sites():
     """Since ``K_inject``: the calls back into Python on its thread, per site, and the site it raised at
     (-1: none)."""
-    return [K_site_calls[i] for i in range(19)], K_fired
+    return [K_site_calls[i] for i in range(21)], K_fired
 
 
 cdef inline int K_out(int site) except -1:
@@ -129,6 +129,14 @@ cdef inline int K_out(int site) except -1:
             K_exception(site)  # code that runs there, as a signal handler or a finalizer would
         K_countdown -= 1
     return 0
+
+
+cdef inline bint K_truth(x) except -1:
+    """``if x:``, the call back into Python (a ``__bool__``) through ``K_out`` when ``x`` is not a bool."""
+    if type(x) is bool:
+        return x is True
+    K_out(19)
+    return True if x else False
 
 
 cdef class K_Entry:
@@ -178,7 +186,7 @@ cdef class K_Kernel:
         self.wake_sets = rt._wake_sets
         self.spurious = rt._spurious
 
-    def step(self, rt, t, branch, timeout, bint chain, then):
+    def step(self, rt, t, branch, timeout, chain, then):
         """``Runtime.step`` (the wrapper there delivers deferred interrupts): the step's label."""
         cdef dict d = rt.__dict__
         cdef Py_ssize_t ti
@@ -222,7 +230,7 @@ cdef class K_Kernel:
                 self.release()
         return e.label
 
-    cdef K_Entry section(self, rt, dict d, Py_ssize_t t, branch, deadline, bint chain, then, bint second):
+    cdef K_Entry section(self, rt, dict d, Py_ssize_t t, branch, deadline, chain, then, bint second):
         """One critical section (lock held): ``_begin``, then ``_take_locked`` unless it is an external step's
         first half. Returns the entry."""
         cdef K_Entry e
@@ -237,7 +245,7 @@ cdef class K_Kernel:
             return e
         try:
             self.take(rt, d, t, e, branch, deadline)
-            if chain:
+            if K_truth(chain):  # judged here, after the first step, as ``_take_locked`` judges it
                 nxt_e = (<dict?>self.entries[t]).get((<tuple?>d["_state"])[<Py_ssize_t>self.pci[t]])
                 if nxt_e is not None and not (<K_Entry>nxt_e).external:
                     self.take(rt, d, t, <K_Entry>nxt_e, then, deadline)
@@ -273,11 +281,16 @@ cdef class K_Kernel:
                     K_out(12); nxt = e.ones[<Py_ssize_t>x](state)
                     if nxt is not None:
                         b = x
-            if b is not None and type(nxt) is tuple:
-                self.apply(rt, d, t, e, b, <tuple>nxt, rec)
+            if b is not None:
+                if type(nxt) is tuple:
+                    self.apply(rt, d, t, e, b, <tuple>nxt, rec)
+                    return 0
+                # A violation, or a successor that breaks an invariant: ``_apply`` records and raises it, as
+                # ``_take`` has it do (not computed again).
+                K_out(20); rt._apply(t, e.entry, b, nxt)
                 return 0
-        # Parking, a branch only the generic path serves, a violation: the Python step, from the start (the
-        # transitions are pure, and nothing was stored).
+        # Parking, a branch only the generic path serves: the Python step, from the start (the transitions are
+        # pure, and nothing was stored).
         K_out(13); rt._take(t, branch, deadline)
         return 0
 
