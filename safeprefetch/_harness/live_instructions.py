@@ -66,9 +66,9 @@ MEASUREMENTS: dict[str, tuple[str, int]] = {
     "protocol, runs of 7": ("ours: the protocol loop, depth 8, consumer runs of 7 (kernel + generated transitions)", 7),
     "protocol, one per take": ("ours: the protocol loop, depth 8, one batch per take", 1),
     "protocol, plain, runs of 7": ("ours: the protocol loop on the plain runtime, runs of 7", 7),
-    "protocol, typed, runs of 7": ("ours: the protocol loop, runtime='typed' (typed transitions, kernel step in C), runs of 7",
-                                   7),
-    "protocol, typed, one per take": ("ours: the protocol loop on the typed transitions, one batch per take", 1),
+    "protocol, typed, runs of 7": ("ours: the protocol loop, runtime='typed' (typed transitions, the kernel's "
+                                   "step in C), runs of 7", 7),
+    "protocol, typed, one per take": ("ours: the protocol loop, runtime='typed', one batch per take", 1),
     "protocol, typed, Python kernel, runs of 7": ("ours: the typed transitions under the Python kernel (no C step), "
                                                   "runs of 7", 7),
     "fetch action": ("ours: the worker's fetch action alone (FetchSide._fetch, fetch_into source)", 1),

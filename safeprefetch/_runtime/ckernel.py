@@ -99,8 +99,8 @@ def K_bind(generic, done, everything, detect, live_error, action_context, monoto
 def K_inject(long long countdown, unsigned long thread, exception):
     """Raise ``exception`` at the ``countdown``-th call back into Python on ``thread`` (an ident, 0: none)
     from now, instead of making it (or, given a function, call it there with the site's number, then make
-    the call: a signal handler or a finalizer running inside it); -1: never. Counts that thread's calls per site from zero. Returns how
-    many calls back into Python were made so far (all threads)."""
+    the call: a signal handler or a finalizer running inside it); -1: never. Counts that thread's calls per
+    site from zero. Returns how many calls back into Python were made so far (all threads)."""
     global K_countdown, K_thread, K_exception, K_fired
     K_countdown, K_thread, K_exception, K_fired = countdown, thread, exception, -1
     for i in range(21):

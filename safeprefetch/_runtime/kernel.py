@@ -53,6 +53,11 @@ applies the step the model gives it.
   that branch's precomputed wake set tested. Same steps, same states, same
   record: ``tests/test_codegen.py`` proves the transitions are the machine's,
   and runs this runtime both ways.
+* With ``kernel=`` (built with the typed transitions, ``runtime="typed"``),
+  ``step``'s common path runs in C (``ckernel.py``): the same stores in the
+  same order, every other path through the methods below, and an
+  interrupt-safety argument and injection sweep of its own, since C has no
+  lines to inject at (``tests/test_ckernel.py``).
 
 Interrupts: the kernel's methods are marked protected (``_interrupts.py``):
 with the SIGINT wrapper installed, Ctrl-C landing in them is deferred to the
@@ -118,6 +123,9 @@ class Runtime(Driving, Views):
     ``actions`` maps an external step's action name to ``f(ctx) -> branch``
     (None means the first branch). An action runs outside the kernel lock, and
     a Ctrl-C landing in it is raised there, unless it is marked ``protected``.
+    ``kernel`` (``TypedTransitions.kernel``, with its ``compiled``) runs
+    ``step`` through the kernel's step in C (``ckernel.py``) unless a
+    ``schedule`` forces the order.
     """
 
     def __init__(self, machine: Machine, actions: Mapping[str, Callable[[ActionContext], str | None]] | None = None,

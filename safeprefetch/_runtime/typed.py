@@ -5,7 +5,7 @@ What it guarantees
 :func:`typed_transitions` takes a machine's generated transitions (:mod:`.._dsl.codegen`) and returns
 the same :class:`~.._dsl.codegen.CompiledMachine` with every transition, guard and first-branch function
 replaced by its typed twin (:mod:`.._dsl.typedgen`), compiled by Cython and a C compiler: the fields a
-step reads become C values, the step runs on them, and the successor is boxed once. The kernel calls
+step reads become C values, the step runs on them, and the successor is boxed once. The Python kernel calls
 them exactly as it calls the generated ones, so nothing else in the runtime changes: the state is still
 the immutable tuple the record, the conformance check, the consumer's lock-free reads and the
 interrupt-safety arrangements rely on.
@@ -26,6 +26,11 @@ own: a signal handler or a finalizer can run only where it calls back into Pytho
 allocation that triggers a collection), which is inside the call, before anything is stored -- the
 same place an exception from the generated function comes from. So the kernel's lines around the call,
 which the injection sweeps cover, see the same outcomes.
+
+*The kernel's step in C.* The same module carries :mod:`.ckernel`'s Cython (``TypedTransitions.kernel``):
+``Runtime(..., kernel=...)`` then runs its step's common path in C, calling these typed functions directly.
+That step has no Python lines for the injection sweeps to stop at, so it has its own argument and sweep
+(``ckernel.py``'s docstring, ``tests/test_ckernel.py``).
 
 *Built once per shape.* The build goes through :mod:`.._check.extension` (the checker's compiled engine's
 cache: ``SAFEPREFETCH_CACHE``, atomic, checksummed, stopped whole by a Ctrl-C) and takes Cython and a C
