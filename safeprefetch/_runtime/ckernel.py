@@ -4,16 +4,17 @@ What it guarantees
 ------------------
 ``Runtime(..., kernel=K)`` (the Prefetcher's ``runtime="typed"``) runs ``step`` through :data:`SOURCE`,
 Cython appended to the typed transitions' module and built with it. It is ``kernel.py``'s step, line for
-line, with its common path written in C: enter, take the thread's generated step (its typed ``first``),
-store the successor with its debt, count and record, wake the parked threads of the branch's wake set,
-chain the next plain step, and the external step's two critical sections around its action. Everything
-else -- a step that must park, a debt or a failure found on entry, a branch only the generic path serves,
-a violation, an invariant to check outside the transition, a re-entrant call, the run's end -- calls the
-Python method that handles it (``_begin``, ``_take``, ``_apply``, ``_settle``, ``_wake_enabled``, ``_fail``,
-``detect``) at the same point and with the lock in the same hands as the Python step would. So every path the
-C step does not decide itself is the Python kernel's, and the ones it does decide are the same stores in the same
-order: ``tests/test_ckernel.py`` runs the two side by side on the same calls and compares the records and
-the states, step by step.
+line, with its common path written in C: enter, take the thread's generated step (its typed ``first``, or
+the branch asked for), store the successor with its debt, count and record, wake the parked threads of the
+branch's wake set, park and take the step again when it is not enabled, chain the next plain step, and the
+external step's two critical sections around its action. Everything else -- the wait itself, a debt or a
+failure found on entry, a branch only the generic path serves, a violation, an invariant to check outside
+the transition, a re-entrant call, the run's end -- calls the Python method that handles it (``_begin``,
+``_park``, ``_take``, ``_apply``, ``_settle``, ``_wake_enabled``, ``_fail``, ``detect``) at the same point
+and with the lock in the same hands as the Python step would. So every path the C step does not decide
+itself is the Python kernel's, and the ones it does decide are the same stores in the same order:
+``tests/test_ckernel.py`` runs the two side by side on the same calls and compares the records and the
+states, step by step.
 
 Why it is still interrupt-safe
 ------------------------------
@@ -57,7 +58,8 @@ __all__ = ["FIELDS", "SITES", "SOURCE"]
 SITES = (
     "thread index", "deadline", "re-entered", "acquire", "action context", "action", "acquire again",
     "acquire to fail", "fail", "begin", "begin, done", "settle", "transition", "python take", "wake enabled",
-    "detect at done", "detect at spurious", "wake all", "wake guard", "chain's truth", "python apply",
+    "detect at done", "detect at spurious", "wake all", "wake guard", "chain's truth", "python apply", "park",
+    "still wanted",
 )
 
 #: The runtime fields the C step reads or stores through the instance dict.
@@ -85,7 +87,7 @@ cdef long long K_calls = 0
 cdef long long K_countdown = -1
 cdef unsigned long K_thread = 0
 cdef object K_exception = None
-cdef long long K_site_calls[21]
+cdef long long K_site_calls[23]
 cdef int K_fired = -1
 
 
@@ -103,7 +105,7 @@ def K_inject(long long countdown, unsigned long thread, exception):
     site from zero. Returns how many calls back into Python were made so far (all threads)."""
     global K_countdown, K_thread, K_exception, K_fired
     K_countdown, K_thread, K_exception, K_fired = countdown, thread, exception, -1
-    for i in range(21):
+    for i in range(23):
         K_site_calls[i] = 0
     return K_calls
 
@@ -111,7 +113,7 @@ def K_inject(long long countdown, unsigned long thread, exception):
 def K_sites():
     """Since ``K_inject``: the calls back into Python on its thread, per site, and the site it raised at
     (-1: none)."""
-    return [K_site_calls[i] for i in range(21)], K_fired
+    return [K_site_calls[i] for i in range(23)], K_fired
 
 
 cdef inline int K_out(int site) except -1:
@@ -257,11 +259,17 @@ cdef class K_Kernel:
 
     cdef int take(self, rt, dict d, Py_ssize_t t, K_Entry e, branch, deadline) except -1:
         """``_take``: the generated step's branch (the first enabled, or the one asked for, as ``first`` and
-        ``generated_entry``'s ``choose`` pick it), stored here; anything else, by ``_take``."""
-        cdef object r, nxt = None, rec, state, x, b = None
-        rec = d["record"]
-        if e.plain and (rec is None or type(rec) is list):
+        ``generated_entry``'s ``choose`` pick it), stored here, parking until there is one; anything else, by
+        ``_take``."""
+        cdef object r, nxt, rec, state, x, b
+        cdef bint generic
+        while True:
+            rec = d["record"]
+            if not e.plain or not (rec is None or type(rec) is list):
+                break
             state = d["_state"]
+            b = nxt = None
+            generic = False
             if branch is None:
                 K_out(12); r = e.first(state)
                 if r is not None:
@@ -270,17 +278,22 @@ cdef class K_Kernel:
                 for name in <tuple>branch:
                     x = e.choice.get(name)
                     if x is None:
-                        break  # a name only the generic path serves
+                        generic = True  # a name only the generic path serves
+                        break
                     K_out(12); nxt = e.ones[<Py_ssize_t>x](state)
                     if nxt is not None:
                         b = x
                         break
             else:
                 x = e.choice.get(branch)
-                if x is not None:
+                if x is None:
+                    generic = True
+                else:
                     K_out(12); nxt = e.ones[<Py_ssize_t>x](state)
                     if nxt is not None:
                         b = x
+            if generic:
+                break
             if b is not None:
                 if type(nxt) is tuple:
                     self.apply(rt, d, t, e, b, <tuple>nxt, rec)
@@ -289,8 +302,13 @@ cdef class K_Kernel:
                 # ``_take`` has it do (not computed again).
                 K_out(20); rt._apply(t, e.entry, b, nxt)
                 return 0
-        # Parking, a branch only the generic path serves: the Python step, from the start (the transitions are
-        # pure, and nothing was stored).
+            # Not enabled: park until a step wakes this thread (or the deadline passes, or the run fails:
+            # ``_park`` raises), then take the step it is at now, as ``_take`` does.
+            K_out(21); rt._park(t, branch, deadline)
+            K_out(22); branch = rt._still_wanted(t, branch)
+            e = (<dict?>self.entries[t])[(<tuple?>d["_state"])[<Py_ssize_t>self.pci[t]]]
+        # A branch only the generic path serves, an invariant to check here, a record that is not a list: the
+        # Python step, from the start (the transitions are pure, and nothing was stored).
         K_out(13); rt._take(t, branch, deadline)
         return 0
 
