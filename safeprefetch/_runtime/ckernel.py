@@ -47,12 +47,15 @@ around those points is the Python kernel's, and is checked the same way:
   as before.
 
 The C step reads and writes the runtime's fields in its instance dict; ``K_Kernel`` refuses a runtime
-class that makes any of them a descriptor (the stores would bypass it).
+class that defines any of them on the class (a descriptor the stores would bypass). A runtime class that
+overrides one of the methods whose work the C step does itself (:data:`REPLACED`) is given the Python step
+(``Runtime.__init__``): the override would be bypassed. (A method replaced on an instance after construction
+is not seen.)
 """
 
 from __future__ import annotations
 
-__all__ = ["FIELDS", "SITES", "SOURCE"]
+__all__ = ["FIELDS", "REPLACED", "SITES", "SOURCE"]
 
 #: The calls back into Python, by the number ``K_out`` gives each (``K_sites``).
 SITES = (
@@ -64,6 +67,10 @@ SITES = (
 
 #: The runtime fields the C step reads or stores through the instance dict.
 FIELDS = ("_state", "_owed", "_failure", "_nparked", "steps", "record", "actions")
+
+#: The runtime's methods the C step does the work of on its common path (it calls the others). A runtime class
+#: that overrides one of them keeps the Python step: the C step would bypass the override.
+REPLACED = ("_begin", "_take_locked", "_take", "_chain", "_apply", "_wake_set", "_enabled")
 
 SOURCE = '''
 

@@ -94,7 +94,7 @@ from .._check.result import Trace
 from .interrupts import deliver, guard, interruptible, outermost, protected, retake
 from .._dsl.model import DONE, Machine
 from .._dsl.codegen import Broken, CompiledMachine
-from .ckernel import FIELDS
+from .ckernel import FIELDS, REPLACED
 from .driving import Driving
 from .entries import GENERIC, ActionContext, Entry, bind_actions, generated_entry, never, seconds
 from .errors import LiveDeadlock, LiveError, LiveViolation, NeverStarted, StepTimeout
@@ -191,10 +191,12 @@ class Runtime(Driving, Views):
         bad = self._check_invariants and self._invariant_violation(self._state)
         if bad:  # the first state breaks one (the checker's 0-step counterexample): every step raises it
             self._failure = LiveViolation(bad[0], bad[1], self._state, describe(self, self._state))
-        # The step in C (``ckernel.py``, built with the typed transitions): the free-running path only. It holds
-        # no reference to this runtime, so none of its own makes a cycle.
+        # The step in C (``ckernel.py``, built with the typed transitions): the free-running path only, and not
+        # for a class that overrides a method it does the work of. It holds no reference to this runtime, so
+        # none of its own makes a cycle.
+        own = any(getattr(type(self), name) is not getattr(Runtime, name) for name in REPLACED)
         self._fast = kernel(self, FIELDS).step if kernel is not None and compiled is not None and schedule is None \
-            else None
+            and not own else None
 
     # -- the kernel (all under self._lock) -----------------------------------
     #
