@@ -10,6 +10,8 @@
   raises ``KeyboardInterrupt`` or runs a handler's ``fail()`` -- calls back into Python that do not go
   through ``K_out``: the C step and the Python step give the same outcome, state, count, record, debt and
   failure.
+* **A step that parks calls its transition once before parking**, as the Python step does: the C step handed a
+  disabled step to ``_take``, which called the transition again (one more fallback per park counted).
 * **Freed by reference counting** (a guard): a runtime on the C step, with the collector off, is freed when
   its last reference goes (``K_Kernel`` holds its lock, lists and entries, not the runtime).
 """
@@ -21,9 +23,12 @@ import weakref
 import pytest
 from _cython import cython_here
 
+from safeprefetch._dsl.codegen import compile_transitions
 from safeprefetch._prefetcher.machine import machine_for, typed_for
-from safeprefetch._runtime.errors import LiveError
+from safeprefetch._runtime.errors import LiveError, StepTimeout
 from safeprefetch._runtime.kernel import Runtime
+from safeprefetch._runtime.typed import typed_transitions
+from safeprefetch.model import DONE, Model
 
 pytestmark = pytest.mark.skipif(not cython_here(), reason="the kernel's C step is built with Cython (the speed extra)")
 
@@ -155,3 +160,39 @@ def test_a_runtime_on_the_c_step_is_freed_by_reference_counting():
         assert kernel is None or kernel() is None
     finally:
         gc.enable()
+
+
+class _HugeWait(Model):
+    """A waiter whose guard reads a value past 64 bits: its typed guard hands every state to Python."""
+
+    name = "huge_wait_typed"
+
+    def build(self, m):
+        m.shared(big=2**70, go=0)
+
+        def set_go(s, me):
+            s.go = 1
+
+        waiter = m.program("waiter")
+        waiter.step("wait", None, next=DONE, guard=lambda s, me: s.go == 1 and s.big > 0)
+        setter = m.program("setter")
+        setter.step("set", set_go, next=DONE)
+        m.thread("waiter", waiter)
+        m.thread("setter", setter)
+
+
+def test_a_step_that_parks_calls_its_transition_as_often_as_the_python_step():
+    """Found: the C step called the transition, found it disabled, and handed the step to ``_take``, which called
+    it again before parking: one more fallback per park in ``TypedTransitions.fallbacks()`` than the Python step
+    counts (and one more transition call per park)."""
+    machine = _HugeWait.compile()
+    typed = typed_transitions(compile_transitions(machine, _HugeWait))
+    counted = []
+    for kernel in (typed.kernel, None):
+        rt = Runtime(machine, None, record=True, compiled=typed.compiled, kernel=kernel)
+        before = sum(typed.module.fallbacks())
+        with pytest.raises(StepTimeout):
+            rt.step(0, timeout=0)  # parks, and times out at once
+        counted.append(sum(typed.module.fallbacks()) - before)
+        assert rt.steps == 0 and rt._nparked == 0 and rt._owed is None
+    assert counted[1] >= 1 and counted[0] == counted[1], counted
