@@ -103,7 +103,8 @@ class Prefetcher(NotCopyable):
     ``runtime`` chooses how the checked model runs: ``"generated"`` (the
     default; its transitions compiled to straight-line code, proved equal to
     the model state by state), ``"typed"`` (those transitions typed and
-    compiled to C, validated the same way; needs the ``speed`` extra and a
+    compiled to C, validated the same way, and the kernel's step in C,
+    checked against the Python one call for call; needs the ``speed`` extra and a
     C compiler, and the first Prefetcher of a shape builds them, for
     seconds) or ``"plain"`` (the model's own step functions, as the
     checker runs them); ``None`` reads ``SAFEPREFETCH_RUNTIME``.

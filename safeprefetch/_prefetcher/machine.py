@@ -27,12 +27,13 @@ from ..models import _protocol as P
 __all__ = ["RUNTIMES", "compile_reference", "default_runtime", "machine_for", "transitions_for", "typed_for"]
 
 #: The ways to run the model live: its generated transitions (the default), its plain step functions, or the
-#: generated transitions typed and compiled to C (``typed``: needs Cython and a C compiler, the speed extra).
+#: generated transitions typed and compiled to C with the kernel's step (``typed``: needs Cython and a C compiler, the
+#: speed extra).
 RUNTIMES = ("generated", "plain", "typed")
 
 
 def default_runtime() -> str:
-    """``SAFEPREFETCH_RUNTIME`` (``generated`` or ``plain``), read at each construction; ``generated`` if unset."""
+    """``SAFEPREFETCH_RUNTIME`` (one of :data:`RUNTIMES`), read at each construction; ``generated`` if unset."""
     value = os.environ.get("SAFEPREFETCH_RUNTIME", "generated").strip().lower() or "generated"
     if value not in RUNTIMES:
         raise ValueError(f"SAFEPREFETCH_RUNTIME must be one of {', '.join(RUNTIMES)}, not {value!r}")

@@ -57,7 +57,9 @@ applies the step the model gives it.
   ``step``'s common path runs in C (``ckernel.py``): the same stores in the
   same order, every other path through the methods below, and an
   interrupt-safety argument and injection sweep of its own, since C has no
-  lines to inject at (``tests/test_ckernel.py``).
+  lines to inject at (``tests/test_ckernel.py``); not under a schedule, nor
+  for a class that overrides a method whose work it does
+  (``ckernel.REPLACED``).
 
 Interrupts: the kernel's methods are marked protected (``_interrupts.py``):
 with the SIGINT wrapper installed, Ctrl-C landing in them is deferred to the

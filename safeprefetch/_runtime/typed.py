@@ -25,7 +25,8 @@ was, and like it, it changes nothing before it returns. Compiled code has no eva
 own: a signal handler or a finalizer can run only where it calls back into Python (a fallback, an
 allocation that triggers a collection), which is inside the call, before anything is stored -- the
 same place an exception from the generated function comes from. So the kernel's lines around the call,
-which the injection sweeps cover, see the same outcomes.
+which the injection sweeps cover, see the same outcomes. (Under the C step those lines are C: there the
+argument is :mod:`.ckernel`'s, and its sweep raises at every call back into Python.)
 
 *The kernel's step in C.* The same module carries :mod:`.ckernel`'s Cython (``TypedTransitions.kernel``):
 ``Runtime(..., kernel=...)`` then runs its step's common path in C, calling these typed functions directly.
