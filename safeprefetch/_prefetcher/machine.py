@@ -27,8 +27,8 @@ from ..models import _protocol as P
 __all__ = ["RUNTIMES", "compile_reference", "default_runtime", "machine_for", "transitions_for", "typed_for"]
 
 #: The ways to run the model live: its generated transitions (the default), its plain step functions, or the
-#: generated transitions typed and compiled to C with the kernel's step (``typed``: needs Cython and a C compiler, the
-#: speed extra).
+#: generated transitions typed and compiled to C with the kernel's step (``typed``: needs Cython and a C compiler,
+#: the speed extra).
 RUNTIMES = ("generated", "plain", "typed")
 
 

@@ -10,11 +10,11 @@ branch's wake set, park and take the step again when it is not enabled, chain th
 external step's two critical sections around its action. Everything else -- the wait itself, a debt or a
 failure found on entry, a branch only the generic path serves, a violation, an invariant to check outside
 the transition, a re-entrant call, the run's end -- calls the Python method that handles it (``_begin``,
-``_park``, ``_take``, ``_apply``, ``_settle``, ``_wake_enabled``, ``_fail``, ``detect``) at the same point
-and with the lock in the same hands as the Python step would. So every path the C step does not decide
-itself is the Python kernel's, and the ones it does decide are the same stores in the same order:
-``tests/test_ckernel.py`` runs the two side by side on the same calls and compares the records and the
-states, step by step.
+``_park``, ``_still_wanted``, ``_take``, ``_apply``, ``_enabled``, ``_settle``, ``_wake_enabled``, ``_fail``,
+``_thread_index``, ``_reentered``, ``detect``) at the same point and with the lock in the same hands as the
+Python step would. So every path the C step does not decide itself is the Python kernel's, and the ones it
+does decide are the same stores in the same order: ``tests/test_ckernel.py`` runs the two side by side on the
+same calls and compares the records and the states, step by step.
 
 Why it is still interrupt-safe
 ------------------------------
