@@ -7,7 +7,7 @@
 * **A violation's transition, called once.** Handing a step it does not store to Python, the C step called
   ``rt._take``, which called the typed transition again: a violation (or a successor breaking an invariant)
   cost two calls, and two fallbacks in ``TypedTransitions.fallbacks()`` where the Python step counts one. It
-  calls ``rt._apply`` with the result, as ``_take`` does.
+  calls ``rt._apply`` with the result, as ``_take`` does (asserted in test_ckernel.py's violation test).
 * **The kernel's mutants run.** ``prefetcher_code.check_mutation`` edits ``kernel.py`` and swaps the edited
   ``Runtime`` in; under ``SAFEPREFETCH_RUNTIME=typed`` the Prefetcher handed it the C step, which replaces the
   edited ``_apply``/``_wake_set``: a skipped wakeup was checked, exhaustively, and found "ok". The mutant now
@@ -20,15 +20,11 @@ import numpy as np
 import pytest
 from _cython import cython_here
 
-from safeprefetch._dsl.codegen import compile_transitions
 from safeprefetch._harness import prefetcher_code as pc
 from safeprefetch._prefetcher.machine import machine_for, typed_for
 from safeprefetch._runtime.ckernel import SITES
 from safeprefetch._runtime.conformance import verify_record
-from safeprefetch._runtime.errors import LiveViolation
 from safeprefetch._runtime.kernel import Runtime
-from safeprefetch._runtime.typed import typed_transitions
-from test_typed_transitions import Overflowing  # two adds, an invariant that bounds their count by one
 
 pytestmark = pytest.mark.skipif(not cython_here(), reason="the kernel's C step is built with Cython (the speed extra)")
 
@@ -91,20 +87,6 @@ def test_an_interrupt_at_the_chains_truth_leaves_the_first_step_taken_and_the_ke
     c._lock.release()
     assert c._owed is None and c._nparked == 0
     c.step(w)  # and the kernel goes on: the chained step, taken alone
-
-
-def test_a_violation_is_computed_once_as_the_python_step_computes_it():
-    machine = Overflowing.compile()
-    typed = typed_transitions(compile_transitions(machine, Overflowing))
-    counted = []
-    for kernel in (typed.kernel, None):
-        rt = Runtime(machine, None, record=True, compiled=typed.compiled, kernel=kernel)
-        rt.step(0)
-        before = sum(typed.module.fallbacks())
-        with pytest.raises(LiveViolation):
-            rt.step(1)  # the second add: count 2, handed to Python by the typed transition
-        counted.append(sum(typed.module.fallbacks()) - before)
-    assert counted[1] >= 1 and counted[0] == counted[1], counted
 
 
 def test_a_mutant_of_the_kernel_runs_its_own_step_under_the_typed_runtime(monkeypatch):

@@ -172,7 +172,7 @@ cdef class K_Kernel:
     reference to the runtime or its dict, which hold it: no cycle, so a runtime is still freed when its last
     reference goes.)"""
 
-    cdef object lock, acquire, release, is_owned
+    cdef object acquire, release, is_owned
     cdef list tokens, parked, sleeping, want, entries
     cdef tuple pci
     cdef Py_ssize_t n
@@ -185,7 +185,7 @@ cdef class K_Kernel:
                 if name in vars(klass):
                     raise TypeError(f"{type(rt).__name__} defines {name!r} on its class: the C step stores "
                                     f"it in the instance dict and would bypass it")
-        self.lock = lock = rt._lock
+        lock = rt._lock
         self.acquire, self.release, self.is_owned = lock.acquire, lock.release, lock._is_owned
         self.tokens, self.parked, self.sleeping = rt._tokens, rt._parked, rt._sleeping
         self.want = rt._want
