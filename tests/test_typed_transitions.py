@@ -113,12 +113,17 @@ def test_violations_and_broken_invariants_are_handed_to_python_with_the_machines
     assert sum(typed.module.fallbacks()) > 0
 
 
-@pytest.mark.parametrize("mutation", ["not dropped", "membership by state alone"])
+@pytest.mark.parametrize("mutation", ["not dropped", "membership by state alone", "pairs cache by no identity"])
 def test_a_mutated_typed_emitter_fails_the_validation(monkeypatch, mutation):
     if mutation == "not dropped":
         original = typedexpr._Expressions.x_UnaryOp
         monkeypatch.setattr(typedexpr._Expressions, "x_UnaryOp", lambda self, e, pre: (
             self.expr(e.operand, pre) if isinstance(e.op, ast.Not) else original(self, e, pre)))
+    elif mutation == "pairs cache by no identity":
+        # The cache of the last tuple of pairs answers for any tuple: a stale slot pool.
+        header = typedsupport.HEADER.replace("if o is PAIRS_OBJ:", "if PAIRS_OBJ is not None:")
+        assert header != typedsupport.HEADER
+        monkeypatch.setattr(typedsupport, "HEADER", header)
     else:
         # ``(READY, i) in slots`` true of any ready slot: the ordered consumer's next slot is wrong.
         header = typedsupport.HEADER.replace(

@@ -26,7 +26,7 @@ HEADER = '''\
 
 from cpython.object cimport PyObject
 from cpython.long cimport PyLong_Check, PyLong_AsLongLong
-from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM, PyTuple_GET_ITEM
 from cpython.ref cimport Py_INCREF
 
 cdef extern from "limits.h":
@@ -148,14 +148,76 @@ cdef Pair unbox_pair(object o) except *:
     return mkpair(unbox_tag((<tuple>o)[0]), unbox_int((<tuple>o)[1]))
 
 
+# The last tuple of pairs unboxed or boxed, and its C value: a step's successor is the next step's state, so
+# most unboxings are of the tuple the step before built. The tuple is held, so no other object can have its
+# identity while it is here, and tuples are immutable, so ``o is PAIRS_OBJ`` means ``o`` unboxes to
+# PAIRS_VAL. Only a tuple that unboxed (or was boxed) whole is stored. Both are set with no call back into
+# Python between (the value first; Cython sets the object before it drops the old one, a tuple of tags and
+# ints whose freeing runs no Python code).
+cdef object PAIRS_OBJ = None
+cdef Pairs PAIRS_VAL
+cdef long long PAIRS_HITS = 0
+
+
+def pairs_cache():
+    """How many unboxings and boxings the cache of the last tuple of pairs answered (tests read it)."""
+    return PAIRS_HITS
+
+
 cdef Pairs unbox_pairs(object o) except *:
+    global PAIRS_OBJ, PAIRS_VAL, PAIRS_HITS
     cdef Pairs s
     cdef Py_ssize_t i
+    if o is PAIRS_OBJ:
+        PAIRS_HITS += 1
+        return PAIRS_VAL
     if type(o) is not tuple or len(<tuple>o) != @CAP@:
         raise Fallback()
     for i in range(@CAP@):
         s.a[i] = unbox_pair((<tuple>o)[i])
+    PAIRS_VAL = s
+    PAIRS_OBJ = o
     return s
+
+
+cdef tuple box_pairs(Pairs* s, object old):
+    """The tuple of pairs, reusing the old tuple's pair objects (and the old tuple) where equal."""
+    global PAIRS_OBJ, PAIRS_VAL, PAIRS_HITS
+    cdef Py_ssize_t i
+    cdef bint same = True
+    cdef Pair p
+    cdef Pairs was
+    cdef tuple out
+    cdef object item
+    if old is not PAIRS_OBJ:
+        try:
+            unbox_pairs(old)  # the old tuple is not the one cached: unbox it (and cache it) to compare with
+        except Fallback:
+            old = None
+    else:
+        PAIRS_HITS += 1
+    if old is None:  # nothing to reuse
+        same = False
+    else:
+        was = PAIRS_VAL
+        for i in range(@CAP@):
+            if not pair_eq(s.a[i], was.a[i]):
+                same = False
+                break
+        if same:
+            return <tuple>old
+    out = PyTuple_New(@CAP@)
+    for i in range(@CAP@):
+        p = s.a[i]
+        if old is not None and pair_eq(p, was.a[i]):
+            item = <object>PyTuple_GET_ITEM(<tuple>old, i)
+        else:
+            item = (<object>CTAGS[p.tag], p.idx)
+        Py_INCREF(item)
+        PyTuple_SET_ITEM(out, i, item)
+    PAIRS_VAL = s[0]
+    PAIRS_OBJ = out
+    return out
 
 
 cdef Ints unbox_ints(object o) except *:
@@ -175,30 +237,6 @@ cdef object box_int(long long v):
 
 cdef object box_pair(Pair p):
     return (<object>CTAGS[p.tag], p.idx)
-
-
-cdef tuple box_pairs(Pairs* s, object old):
-    """The tuple of pairs, reusing the old tuple's pair objects (and the old tuple) where equal."""
-    cdef Py_ssize_t i
-    cdef bint same = True
-    cdef Pair p
-    cdef tuple out = PyTuple_New(@CAP@)
-    cdef object item
-    if type(old) is not tuple or len(<tuple>old) != @CAP@:
-        old = (None,) * @CAP@
-        same = False
-    for i in range(@CAP@):
-        p = s.a[i]
-        o = (<tuple>old)[i]
-        if type(o) is tuple and len(<tuple>o) == 2 and <PyObject*>((<tuple>o)[0]) == CTAGS[p.tag] \
-                and type((<tuple>o)[1]) is int and (<tuple>o)[1] == p.idx:
-            item = o
-        else:
-            same = False
-            item = (<object>CTAGS[p.tag], p.idx)
-        Py_INCREF(item)
-        PyTuple_SET_ITEM(out, i, item)
-    return <tuple>old if same else out
 
 
 cdef tuple box_ints(Ints* s):
@@ -361,5 +399,5 @@ def _defined(header: str) -> set[str]:
 RESERVED = frozenset(_defined(HEADER)) | frozenset(
     "range len cdef cpdef ctypedef struct union enum extern inline public api readonly NULL sizeof cimport by gil "
     "nogil DEF IF ELIF ELSE include new const signed unsigned char short int long float double bint object void "
-    "Py_ssize_t size_t PyObject LLONG_MIN PyLong_Check PyLong_AsLongLong PyTuple_New PyTuple_SET_ITEM "
+    "Py_ssize_t size_t PyObject LLONG_MIN PyLong_Check PyLong_AsLongLong PyTuple_New PyTuple_SET_ITEM PyTuple_GET_ITEM "
     "Py_INCREF".split())
