@@ -222,7 +222,9 @@ def typed_source(cm: CompiledMachine) -> TypedSource:
             continue
         typed.append(fn.name)
         bind[f"PY_{fn.name}"] = ns[fn.name]
-        bodies.append("\n".join([f"cdef object C_{fn.name}(tuple state):"] + lines))
+        # The fields are read unchecked (SF), so a state of any other length is Python's to decide.
+        bodies.append("\n".join([f"cdef object C_{fn.name}(tuple state):",
+                                 f"    if len(state) != {len(mod.kinds)}:", "        return FALLBACK"] + lines))
         bodies.append(_wrapper(fn.name, len(typed) - 1))
     firsts = [n for n in fns if n.name[0] == "f"]
     for fn in firsts:

@@ -27,7 +27,7 @@ _TEMP = re.compile(r"Z[A-Z]__\d+$")
 #: How a C value of each kind becomes its Python object (``ref``: the variable, for a pointer to it).
 _BOX = {"int": "box_int({c})", "optint": "(None if {c} == OPT_NONE else box_int({c}))",
         "bool": "(True if {c} else False)", "tag": "TAGS[{c}]", "label": "LABELS[{c}]", "pair": "box_pair({c})",
-        "pairs": "box_pairs(&{ref}, state[{i}])", "ints": "box_ints(&{ref})"}
+        "pairs": "box_pairs(&{ref}, SF(state, {i}))", "ints": "box_ints(&{ref})"}
 
 
 class TypedFunction(_Expressions):
@@ -264,7 +264,7 @@ class TypedFunction(_Expressions):
         self.assign(name)
         fn = {"int": "unbox_int", "bool": "unbox_bool", "tag": "unbox_tag", "label": "unbox_label",
               "pairs": "unbox_pairs", "ints": "unbox_ints", "pair": "unbox_pair"}[kind]
-        return [f"{name} = {fn}(state[{i}])"]
+        return [f"{name} = {fn}(SF(state, {i}))"]
 
     def _successor(self, value: ast.expr) -> list[str]:
         if not isinstance(value, ast.Tuple) or len(value.elts) != len(self.mod.kinds):
@@ -273,9 +273,9 @@ class TypedFunction(_Expressions):
         for i, elt in enumerate(value.elts):
             f = self._field(elt)
             if f is not None:
-                parts.append(f"state[{f}]")
+                parts.append(f"SF(state, {f})")
             elif isinstance(elt, ast.Name) and self.alias.get(elt.id) is not None:
-                parts.append(f"state[{self.alias[elt.id]}]")
+                parts.append(f"SF(state, {self.alias[elt.id]})")
             else:
                 pre: list[str] = []
                 c, k = self.expr(elt, pre)

@@ -83,6 +83,11 @@ class Fallback(Exception):
     pass
 
 
+cdef inline object SF(tuple state, Py_ssize_t i):
+    """Field ``i`` of a state whose length the typed function checked on entry."""
+    return <object>PyTuple_GET_ITEM(state, i)
+
+
 cdef inline Pair mkpair(long long tag, long long idx):
     cdef Pair p
     p.tag = tag

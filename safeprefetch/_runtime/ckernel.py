@@ -77,6 +77,47 @@ SOURCE = '''
 # ---- The kernel's step in C: safeprefetch/_runtime/ckernel.py (appended to the typed transitions) ----
 
 from cpython.pythread cimport PyThread_get_thread_ident
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+
+cdef extern from "Python.h":
+    ctypedef struct PyMemberDef:
+        int type
+        Py_ssize_t offset
+        int flags
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
+
+# The runtime's fields (FIELDS, in that order) are slots of Runtime: the C step reads and stores them at their
+# offsets, as the slots' descriptors do (store the new value, then drop the old one), without a lookup.
+cdef enum:
+    K_STATE = 0
+    K_OWED = 1
+    K_FAILURE = 2
+    K_NPARKED = 3
+    K_STEPS = 4
+    K_RECORD = 5
+    K_ACTIONS = 6
+    K_NFIELDS = 7
+    K_T_OBJECT_EX = 16  # structmember.h's T_OBJECT_EX: an object slot, NULL while unset
+import types as K_types
+cdef object K_MemberDescriptor = K_types.MemberDescriptorType
+
+
+cdef inline object K_get(object rt, Py_ssize_t off):
+    cdef PyObject* p = (<PyObject**>((<char*><PyObject*>rt) + off))[0]
+    if p is NULL:
+        raise AttributeError("a runtime field the C step reads is not set")
+    return <object>p
+
+
+cdef inline int K_put(object rt, Py_ssize_t off, object value) except -1:
+    cdef PyObject** at = <PyObject**>((<char*><PyObject*>rt) + off)
+    cdef PyObject* old = at[0]
+    Py_INCREF(value)
+    at[0] = <PyObject*>value
+    Py_XDECREF(old)
+    return 0
 
 cdef object K_GENERIC = None
 cdef object K_DONE = None
@@ -152,7 +193,8 @@ cdef class K_Entry:
     """An ``Entry`` (``entries.py``) as C fields, with its generated step's per-branch functions: what the C
     step reads of it without an attribute lookup. Built once per runtime; entries do not change."""
 
-    cdef object entry, first, label, action, names, choice, writes, bwrites, wake
+    cdef object entry, first, label, action, names, writes, bwrites, wake
+    cdef dict choice
     cdef tuple ones, tests
     cdef bint external, plain
 
@@ -178,13 +220,22 @@ cdef class K_Kernel:
     cdef Py_ssize_t n
     cdef bint wake_sets
     cdef object spurious
+    cdef Py_ssize_t off[K_NFIELDS]
 
-    def __init__(self, rt, fields):
-        for name in fields:
-            for klass in type(rt).__mro__:
-                if name in vars(klass):
-                    raise TypeError(f"{type(rt).__name__} defines {name!r} on its class: the C step stores "
-                                    f"it in the instance dict and would bypass it")
+    def __init__(self, rt, fields, home):
+        cdef Py_ssize_t i
+        if len(fields) != K_NFIELDS:
+            raise ValueError(f"the C step stores {K_NFIELDS} fields, not {len(fields)}")
+        for i, name in enumerate(fields):
+            # The slot ``home`` (Runtime) declares, and no class before it redefining the name: a property or
+            # another descriptor there would be bypassed by the stores.
+            found = next((vars(k)[name] for k in type(rt).__mro__ if name in vars(k)), None)
+            if found is not vars(home).get(name) or type(found) is not K_MemberDescriptor \
+                    or (<PyMemberDescrObject*><PyObject*>found).d_member.type != K_T_OBJECT_EX \
+                    or (<PyMemberDescrObject*><PyObject*>found).d_member.flags != 0:
+                raise TypeError(f"{type(rt).__name__} defines {name!r} on its class: the C step stores it in "
+                                f"{home.__name__}'s slot and would bypass it")
+            self.off[i] = (<PyMemberDescrObject*><PyObject*>found).d_member.offset
         lock = rt._lock
         self.acquire, self.release, self.is_owned = lock.acquire, lock.release, lock._is_owned
         self.tokens, self.parked, self.sleeping = rt._tokens, rt._parked, rt._sleeping
@@ -197,10 +248,9 @@ cdef class K_Kernel:
 
     def step(self, rt, t, branch, timeout, chain, then):
         """``Runtime.step`` (the wrapper there delivers deferred interrupts): the step's label."""
-        cdef dict d = rt.__dict__
         cdef Py_ssize_t ti
         cdef K_Entry e
-        cdef object state, deadline = None, action, outcome, ctx
+        cdef object state, deadline = None, action, outcome, ctx, acts
         if type(t) is not int or t < 0 or t >= self.n:
             K_out(0); t = rt._thread_index(t)
         ti = t
@@ -210,12 +260,13 @@ cdef class K_Kernel:
             K_out(2); rt._reentered(ti)
         K_out(3); self.acquire()
         try:
-            e = self.section(rt, d, ti, branch, deadline, chain, then, False)
-            state = d["_state"]
+            e = self.section(rt, ti, branch, deadline, chain, then, False)
+            state = K_get(rt, self.off[K_STATE])
         finally:
             self.release()
         if e.external:  # its action runs outside the lock, on the snapshot taken above
-            action = d["actions"].get(e.action)
+            acts = K_get(rt, self.off[K_ACTIONS])
+            action = (<dict>acts).get(e.action) if type(acts) is dict else acts.get(e.action)
             if action is not None:
                 # ActionContext(rt, t, state, label), its __init__'s stores made here.
                 K_out(4); ctx = K_ActionContext.__new__(K_ActionContext)
@@ -228,53 +279,53 @@ cdef class K_Kernel:
                 raise ValueError(f"action {e.action!r} returned unknown outcome {outcome!r}")
             K_out(6); self.acquire()
             try:
-                self.section(rt, d, ti, outcome, deadline, chain, then, True)
+                self.section(rt, ti, outcome, deadline, chain, then, True)
             finally:
                 self.release()
-        if d["_failure"] is not None:  # recorded while this step ran (a handler's fail()): it raises it
+        if K_get(rt, self.off[K_FAILURE]) is not None:  # recorded while this step ran (a handler's fail()): it raises it
             K_out(7); self.acquire()
             try:
-                K_out(8); rt._fail(d["_failure"])
+                K_out(8); rt._fail(K_get(rt, self.off[K_FAILURE]))
             finally:
                 self.release()
         return e.label
 
-    cdef K_Entry section(self, rt, dict d, Py_ssize_t t, branch, deadline, chain, then, bint second):
+    cdef K_Entry section(self, rt, Py_ssize_t t, branch, deadline, chain, then, bint second):
         """One critical section (lock held): ``_begin``, then ``_take_locked`` unless it is an external step's
         first half. Returns the entry."""
         cdef K_Entry e
         cdef object pc, nxt_e
-        if d["_owed"] is not None or d["_failure"] is not None:
+        if K_get(rt, self.off[K_OWED]) is not None or K_get(rt, self.off[K_FAILURE]) is not None:
             K_out(9); rt._begin(t)  # pays the debt, raises the failure
-        pc = (<tuple?>d["_state"])[<Py_ssize_t>self.pci[t]]
+        pc = (<tuple?>K_get(rt, self.off[K_STATE]))[<Py_ssize_t>self.pci[t]]
         if pc == K_DONE:
             K_out(10); rt._begin(t)  # raises: the thread is done
         e = (<dict?>self.entries[t])[pc]
         if not second and e.external:
             return e
         try:
-            self.take(rt, d, t, e, branch, deadline)
+            self.take(rt, t, e, branch, deadline)
             if K_truth(chain):  # judged here, after the first step, as ``_take_locked`` judges it
-                nxt_e = (<dict?>self.entries[t]).get((<tuple?>d["_state"])[<Py_ssize_t>self.pci[t]])
+                nxt_e = (<dict?>self.entries[t]).get((<tuple?>K_get(rt, self.off[K_STATE]))[<Py_ssize_t>self.pci[t]])
                 if nxt_e is not None and not (<K_Entry>nxt_e).external:
-                    self.take(rt, d, t, <K_Entry>nxt_e, then, deadline)
+                    self.take(rt, t, <K_Entry>nxt_e, then, deadline)
         except BaseException:
-            if d["_owed"] is not None:
+            if K_get(rt, self.off[K_OWED]) is not None:
                 K_out(11); rt._settle()
             raise
         return e
 
-    cdef int take(self, rt, dict d, Py_ssize_t t, K_Entry e, branch, deadline) except -1:
+    cdef int take(self, rt, Py_ssize_t t, K_Entry e, branch, deadline) except -1:
         """``_take``: the generated step's branch (the first enabled, or the one asked for, as ``first`` and
         ``generated_entry``'s ``choose`` pick it), stored here, parking until there is one; anything else, by
         ``_take``."""
         cdef object r, nxt, rec, state, x, b
         cdef bint generic
         while True:
-            rec = d["record"]
+            rec = K_get(rt, self.off[K_RECORD])
             if not e.plain or not (rec is None or type(rec) is list):
                 break
-            state = d["_state"]
+            state = K_get(rt, self.off[K_STATE])
             b = nxt = None
             generic = False
             if branch is None:
@@ -303,7 +354,7 @@ cdef class K_Kernel:
                 break
             if b is not None:
                 if type(nxt) is tuple:
-                    self.apply(rt, d, t, e, b, <tuple>nxt, rec)
+                    self.apply(rt, t, e, b, <tuple>nxt, rec)
                     return 0
                 # A violation, or a successor that breaks an invariant: ``_apply`` records and raises it, as
                 # ``_take`` has it do (not computed again).
@@ -313,33 +364,33 @@ cdef class K_Kernel:
             # ``_park`` raises), then take the step it is at now, as ``_take`` does.
             K_out(21); rt._park(t, branch, deadline)
             K_out(22); branch = rt._still_wanted(t, branch)
-            e = (<dict?>self.entries[t])[(<tuple?>d["_state"])[<Py_ssize_t>self.pci[t]]]
+            e = (<dict?>self.entries[t])[(<tuple?>K_get(rt, self.off[K_STATE]))[<Py_ssize_t>self.pci[t]]]
         # A branch only the generic path serves, an invariant to check here, a record that is not a list: the
         # Python step, from the start (the transitions are pure, and nothing was stored).
         K_out(13); rt._take(t, branch, deadline)
         return 0
 
-    cdef int apply(self, rt, dict d, Py_ssize_t t, K_Entry e, b, tuple nxt, rec) except -1:
+    cdef int apply(self, rt, Py_ssize_t t, K_Entry e, b, tuple nxt, rec) except -1:
         """``_apply`` for a successor that is a state (and no invariant to check here)."""
         cdef object bw = e.bwrites, owed, item = None, pc, woke
         owed = bw[b] if bw is not None else (e.writes if e.writes is not None else K_EVERYTHING)
         if rec is not None:
             item = (t, b, nxt)  # the one allocation, before the first store
         # The step, its debt, its count and its record: no call back into Python from here to the last.
-        d["_owed"] = owed
-        d["_state"] = nxt
-        d["steps"] = d["steps"] + 1
+        K_put(rt, self.off[K_OWED], owed)
+        K_put(rt, self.off[K_STATE], nxt)
+        K_put(rt, self.off[K_STEPS], K_get(rt, self.off[K_STEPS]) + 1)
         if rec is not None:
             (<list>rec).append(item)
-        if not d["_nparked"]:
+        if not K_get(rt, self.off[K_NPARKED]):
             woke = False
         elif self.wake_sets:
-            woke = self.wake_set(rt, d, e.wake[b])
+            woke = self.wake_set(rt, e.wake[b])
         else:
             K_out(14); woke = rt._wake_enabled(owed if owed is not K_EVERYTHING else None)
-        d["_owed"] = None
+        K_put(rt, self.off[K_OWED], None)
         pc = nxt[<Py_ssize_t>self.pci[t]]
-        if not woke and d["_nparked"] and pc == K_DONE:
+        if not woke and K_get(rt, self.off[K_NPARKED]) and pc == K_DONE:
             # The last runnable thread just finished and woke nobody: the parked ones may be stuck for good.
             try:
                 K_out(15); K_detect(rt)
@@ -349,14 +400,14 @@ cdef class K_Kernel:
             K_out(16); K_detect(rt)
         return 0
 
-    cdef object wake_set(self, rt, dict d, tuple wake):
+    cdef object wake_set(self, rt, tuple wake):
         """``_wake_set``: wake the parked threads of the branch's wake set whose step is now enabled."""
         cdef object woke = False, state, pc, want, ok, test
         cdef K_Entry eu
         cdef Py_ssize_t u
-        if d["_failure"] is not None:
+        if K_get(rt, self.off[K_FAILURE]) is not None:
             K_out(17); return rt._wake_enabled(None)
-        state = d["_state"]
+        state = K_get(rt, self.off[K_STATE])
         for u_, pcs in wake:
             u = u_
             if self.parked[u]:
@@ -376,7 +427,7 @@ cdef class K_Kernel:
                     if ok:
                         # Unmarked, counted and given its token with no call back into Python between.
                         self.parked[u] = False
-                        d["_nparked"] = d["_nparked"] - 1
+                        K_put(rt, self.off[K_NPARKED], K_get(rt, self.off[K_NPARKED]) - 1)
                         self.tokens[u].release()
                         woke = True
         return woke

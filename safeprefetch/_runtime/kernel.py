@@ -130,6 +130,9 @@ class Runtime(Driving, Views):
     ``schedule`` forces the order.
     """
 
+    #: The fields the step in C reads and stores at their slots' offsets (the others live in the dict).
+    __slots__ = FIELDS
+
     def __init__(self, machine: Machine, actions: Mapping[str, Callable[[ActionContext], str | None]] | None = None,
                  *, record: bool = False, check_invariants: bool = True, schedule: Trace | None = None,
                  compiled: CompiledMachine | None = None, kernel: Any = None):
@@ -196,7 +199,7 @@ class Runtime(Driving, Views):
         # The step in C (``ckernel.py``, built with the typed transitions): the free-running path only, and not
         # for a class that overrides a method it does the work of. It holds no reference to this runtime, so
         # none of its own makes a cycle.
-        self._fast = kernel(self, FIELDS).step if kernel is not None and compiled is not None and schedule is None \
+        self._fast = kernel(self, FIELDS, Runtime).step if kernel is not None and compiled is not None and schedule is None \
             and all(getattr(type(self), name) is getattr(Runtime, name) for name in REPLACED) else None
 
     # -- the kernel (all under self._lock) -----------------------------------
