@@ -78,7 +78,7 @@ SOURCE = '''
 
 from cpython.pythread cimport PyThread_get_thread_ident
 from cpython.object cimport PyObject
-from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.ref cimport Py_INCREF, Py_XDECREF, Py_REFCNT
 
 cdef extern from "Python.h":
     ctypedef struct PyMemberDef:
@@ -104,6 +104,20 @@ import types as K_types
 cdef object K_MemberDescriptor = K_types.MemberDescriptorType
 
 
+cdef object K_slot(object klass, str name):
+    """``klass``'s own slot ``name`` (an object slot that can be set): its descriptor, else TypeError."""
+    found = vars(klass).get(name)
+    if type(found) is not K_MemberDescriptor \
+            or (<PyMemberDescrObject*><PyObject*>found).d_member.type != K_T_OBJECT_EX \
+            or (<PyMemberDescrObject*><PyObject*>found).d_member.flags != 0:
+        raise TypeError(f"{klass.__name__}.{name} is not an object slot the C step can store")
+    return found
+
+
+cdef inline Py_ssize_t K_offset(object slot):
+    return (<PyMemberDescrObject*><PyObject*>slot).d_member.offset
+
+
 cdef inline object K_get(object rt, Py_ssize_t off):
     cdef PyObject* p = (<PyObject**>((<char*><PyObject*>rt) + off))[0]
     if p is NULL:
@@ -126,6 +140,8 @@ cdef object K_INF = float("inf")
 cdef object K_detect = None
 cdef object K_LiveError = None
 cdef object K_ActionContext = None
+# ActionContext's slots: runtime, thread, state, label, _me.
+cdef Py_ssize_t K_ctx_off[5]
 cdef object K_monotonic = None
 cdef object K_seconds = None
 
@@ -144,6 +160,8 @@ def K_bind(generic, done, everything, detect, live_error, action_context, monoto
     global K_GENERIC, K_DONE, K_EVERYTHING, K_detect, K_LiveError, K_ActionContext, K_monotonic, K_seconds
     K_GENERIC, K_DONE, K_EVERYTHING, K_detect = generic, done, everything, detect
     K_LiveError, K_ActionContext, K_monotonic, K_seconds = live_error, action_context, monotonic, seconds
+    for i, name in enumerate(("runtime", "thread", "state", "label", "_me")):
+        K_ctx_off[i] = K_offset(K_slot(action_context, name))
 
 
 def K_inject(long long countdown, unsigned long thread, exception):
@@ -216,6 +234,9 @@ cdef class K_Kernel:
 
     cdef object acquire, release, is_owned
     cdef list tokens, parked, sleeping, want, entries
+    # Per thread, an ActionContext its last external step made and nobody kept (its runtime and state cleared):
+    # the next one on that thread fills it instead of making one.
+    cdef list ctxs
     cdef tuple pci
     cdef Py_ssize_t n
     cdef bint wake_sets
@@ -230,12 +251,11 @@ cdef class K_Kernel:
             # The slot ``home`` (Runtime) declares, and no class before it redefining the name: a property or
             # another descriptor there would be bypassed by the stores.
             found = next((vars(k)[name] for k in type(rt).__mro__ if name in vars(k)), None)
-            if found is not vars(home).get(name) or type(found) is not K_MemberDescriptor \
-                    or (<PyMemberDescrObject*><PyObject*>found).d_member.type != K_T_OBJECT_EX \
-                    or (<PyMemberDescrObject*><PyObject*>found).d_member.flags != 0:
+            if found is not K_slot(home, name):
                 raise TypeError(f"{type(rt).__name__} defines {name!r} on its class: the C step stores it in "
                                 f"{home.__name__}'s slot and would bypass it")
-            self.off[i] = (<PyMemberDescrObject*><PyObject*>found).d_member.offset
+            self.off[i] = K_offset(found)
+        self.ctxs = [None] * rt._n
         lock = rt._lock
         self.acquire, self.release, self.is_owned = lock.acquire, lock.release, lock._is_owned
         self.tokens, self.parked, self.sleeping = rt._tokens, rt._parked, rt._sleeping
@@ -269,9 +289,22 @@ cdef class K_Kernel:
             action = (<dict>acts).get(e.action) if type(acts) is dict else acts.get(e.action)
             if action is not None:
                 # ActionContext(rt, t, state, label), its __init__'s stores made here.
-                K_out(4); ctx = K_ActionContext.__new__(K_ActionContext)
-                ctx.runtime = rt; ctx.thread = ti; ctx.state = state; ctx.label = e.label; ctx._me = None
+                ctx = self.ctxs[ti]
+                if ctx is None:
+                    K_out(4); ctx = K_ActionContext.__new__(K_ActionContext)
+                else:
+                    self.ctxs[ti] = None
+                K_put(ctx, K_ctx_off[0], rt)
+                K_put(ctx, K_ctx_off[1], ti)
+                K_put(ctx, K_ctx_off[2], state)
+                K_put(ctx, K_ctx_off[3], e.label)
+                K_put(ctx, K_ctx_off[4], None)
                 K_out(5); outcome = action(ctx)
+                if Py_REFCNT(ctx) == 1:  # nobody kept it (it takes no weak reference): the next one reuses it
+                    K_put(ctx, K_ctx_off[0], None)
+                    K_put(ctx, K_ctx_off[2], None)
+                    K_put(ctx, K_ctx_off[4], None)
+                    self.ctxs[ti] = ctx
             else:
                 outcome = branch
             if outcome is not None and outcome not in e.names and (
