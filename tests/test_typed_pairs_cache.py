@@ -120,3 +120,23 @@ def test_a_successor_is_unboxed_from_the_cache_and_keeps_the_pairs_it_did_not_ch
         got = getattr(typed.module, name)(first)
         if isinstance(got, tuple) and got[0] == first[0]:
             assert got[0] is first[0], name
+
+
+@pytest.mark.parametrize("change", ["one field short", "one field more", "not a tuple"])
+def test_a_state_of_another_length_is_decided_by_python(change):
+    """The typed functions read fields unchecked after checking the length on entry."""
+    typed = typed_for(*SHAPE)
+    state = _states()[3]
+    odd = {"one field short": state[:-1], "one field more": state + (0,), "not a tuple": list(state)}[change]
+    before = sum(typed.module.fallbacks())
+    for name in typed.source.typed:
+        try:
+            want = ("returned", typed.source.bind["PY_" + name](odd))
+        except Exception as e:  # noqa: BLE001 - the Python function's own error, whatever it is
+            want = ("raised", type(e))
+        try:
+            got = ("returned", getattr(typed.module, name)(odd))
+        except Exception as e:  # noqa: BLE001
+            got = ("raised", type(e))
+        assert got[0] == want[0] and (got[1] == want[1] if got[0] == "raised" else _alike(got[1], want[1])), name
+    assert sum(typed.module.fallbacks()) > before  # Python decided them

@@ -11,6 +11,16 @@ an error (an index out of range, an item not found, ``_set`` at a negative index
 turn any exception into a call of the generated Python function on the same state (``typedgen.py``).
 Boxing gives back the objects Python would build: the singletons, interned labels, new tuples only where a
 value changed (an unchanged pair, or slot tuple, is the very object read).
+
+The last tuple of pairs unboxed or built is kept with its C value (``PAIRS_OBJ``, ``PAIRS_VAL``): a step's
+successor is the next step's state, so the next unboxing of that very object is a copy of the C value. It is
+exact because the cache holds the tuple (no other object can take its identity) and tuples are immutable;
+only a tuple that unboxed whole, or that boxing built, is kept. ``tests/test_typed_pairs_cache.py`` checks
+every typed function against the Python one on states in any order, and a mutation that answers from the
+cache without the identity check fails the translation validation.
+
+A typed function checks the state's length on entry, then reads its fields unchecked (``SF``); a state of
+another length is the Python function's to decide.
 """
 
 __all__ = ["HEADER", "RESERVED"]

@@ -46,8 +46,14 @@ around those points is the Python kernel's, and is checked the same way:
   a call back into Python) finds a protected frame and is deferred, then delivered when the step returns,
   as before.
 
-The C step reads and writes the runtime's fields in its instance dict; ``K_Kernel`` refuses a runtime
-class that defines any of them on the class (a descriptor the stores would bypass). A runtime class that
+The fields the C step reads and writes (:data:`FIELDS`) are ``Runtime``'s slots, and it reaches them at the
+slots' offsets, as their descriptors do: the new value is stored, then the old one dropped (whose freeing runs
+no Python code: model values, counts, debts). Python reads them through the same slots. ``K_Kernel`` refuses a
+runtime class that puts anything else under one of those names (a property, a slot of its own: the stores
+would bypass it). An external step's ``ActionContext`` is filled at its slots' offsets too, and one that
+nobody kept after its action returned -- its reference count is the C step's one; it takes no weak
+reference -- has its runtime, state and view cleared and is filled again by the next external step on that
+thread: a context an action keeps is never touched again, and the cache holds no runtime (no cycle). A runtime class that
 overrides one of the methods whose work the C step does itself (:data:`REPLACED`) is given the Python step
 (``Runtime.__init__``): the override would be bypassed. (A method replaced on an instance after construction
 is not seen.)
@@ -65,7 +71,7 @@ SITES = (
     "still wanted",
 )
 
-#: The runtime fields the C step reads or stores through the instance dict.
+#: The runtime fields the C step reads or stores: ``Runtime``'s slots, at their offsets (in this order).
 FIELDS = ("_state", "_owed", "_failure", "_nparked", "steps", "record", "actions")
 
 #: The runtime's methods the C step does the work of on its common path (it calls the others). A runtime class
