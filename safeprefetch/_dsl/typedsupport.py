@@ -168,8 +168,9 @@ cdef Pair unbox_pair(object o) except *:
 # identity while it is here, and tuples are immutable, so ``o is PAIRS_OBJ`` means ``o`` unboxes to
 # PAIRS_VAL. Only a tuple that unboxed (or was boxed) whole is stored. Both are set with no call back into
 # Python between (the value first; Cython sets the object before it drops the old one, a tuple of tags and
-# ints whose freeing runs no Python code).
-cdef object PAIRS_OBJ = None
+# ints whose freeing runs no Python code). Before anything is cached it is an object no field can be: with
+# None there, a field that is None unboxed to a pool of zeros.
+cdef object PAIRS_OBJ = object()
 cdef Pairs PAIRS_VAL
 cdef long long PAIRS_HITS = 0
 

@@ -1,0 +1,66 @@
+"""Review 24: the pairs cache, the unchecked field reads, the slots at their offsets and the reused contexts.
+
+The four commits after 0d19b20 made the typed transitions and the kernel's step in C faster by trusting
+things they used to check. Each test here is a case where the trust was misplaced, and failed before its fix:
+
+* The cache of the last tuple of pairs (``typedsupport.PAIRS_OBJ``) started out as ``None``, so before any
+  tuple of pairs was cached, a state whose slot field *is* ``None`` was taken for a cache hit: the typed
+  functions read a pool of zeros (``TAGS[0]``, index 0) where Python raises, and a transition returned a
+  successor with slots Python never built. Unboxing must raise ``Fallback`` for anything that is not a tuple
+  of pairs, cache or no cache. It needs a process whose module has cached nothing yet, so it runs in a child.
+* ``K_Kernel.step`` reads and stores the runtime's fields at ``Runtime``'s slot offsets in whatever object it
+  is given: given something else (``rt._fast(obj, ...)``), it read and wrote raw memory past the object, and
+  the interpreter died of a segmentation fault. It must refuse, with a ``TypeError``, an object whose layout
+  is not ``Runtime``'s (checked in C: ``isinstance`` would ask the object's own ``__class__``). A child again.
+* A context its action did not keep is cached for the next external step with its ``runtime``, ``state`` and
+  view cleared, and ``thread`` and ``label`` left as the action left them: an action that wrote its runtime
+  into one of those (they are plain writable slots) made the cache hold the runtime, a cycle through the
+  kernel that reference counting never frees. The cache must hold nothing an action gave it.
+"""
+
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+import weakref
+
+import pytest
+from _cython import cython_here
+
+import safeprefetch
+from safeprefetch._prefetcher.machine import machine_for, typed_for
+from safeprefetch._runtime.kernel import Runtime
+
+pytestmark = pytest.mark.skipif(not cython_here(), reason="the typed transitions need Cython (the speed extra)")
+
+PAIRS_SHAPE = (2, 2, True, True, 0, 2)
+SLOTS_SHAPE = (3, 1, True, True, 0, 3)
+
+
+def _child(code):
+    """Run ``code`` in a fresh interpreter (the typed module loaded from the cache, nothing cached in it yet)."""
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(safeprefetch.__file__)))
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          env=env, timeout=60)
+
+
+def test_a_slot_field_that_is_none_is_python_s_to_decide_before_any_pairs_are_cached():
+    typed_for(*PAIRS_SHAPE)  # built (or loaded) here, so that the child loads it from the cache
+    done = _child(f"""
+        from safeprefetch._prefetcher.machine import machine_for, typed_for
+        typed = typed_for{PAIRS_SHAPE!r}
+        init = machine_for(2, 2, 3, *{PAIRS_SHAPE[2:]!r}).init
+        odd = (None,) + init[1:]
+        def outcome(fn):
+            try:
+                r = fn(odd)
+            except Exception as e:
+                return ("raised", type(e).__name__)
+            return ("returned", r if r is None or isinstance(r, (bool, tuple)) else repr(r))
+        wrong = [n for n in typed.source.typed
+                 if outcome(getattr(typed.module, n)) != outcome(typed.source.bind["PY_" + n])]
+        print("WRONG", wrong)
+    """)
+    assert done.returncode == 0, done.stderr
+    assert "WRONG []" in done.stdout, done.stdout
