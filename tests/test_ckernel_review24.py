@@ -64,3 +64,29 @@ def test_a_slot_field_that_is_none_is_python_s_to_decide_before_any_pairs_are_ca
     """)
     assert done.returncode == 0, done.stderr
     assert "WRONG []" in done.stdout, done.stdout
+
+
+def test_the_c_step_refuses_an_object_that_is_not_a_runtime_instead_of_writing_into_it():
+    typed_for(*SLOTS_SHAPE)
+    done = _child(f"""
+        from safeprefetch._prefetcher.machine import machine_for, typed_for
+        from safeprefetch._runtime.kernel import Runtime
+        typed = typed_for{SLOTS_SHAPE!r}
+        rt = Runtime(machine_for(3, 1, 2, *{SLOTS_SHAPE[2:]!r}), None, compiled=typed.compiled,
+                     kernel=typed.kernel)
+        class Fake(bytes):  # raw bytes where Runtime's slots are, and a _begin to get past the first check
+            def _begin(self, t):
+                pass
+        class Liar:  # says it is a Runtime
+            __class__ = property(lambda self: Runtime)
+            def _begin(self, t):
+                pass
+        for fake in (Fake(b"\\x10" * 256), Liar()):
+            try:
+                rt._fast(fake, 0, None, None, False, None)
+            except TypeError as e:
+                print("REFUSED", type(fake).__name__, e)
+        print("ALIVE")
+    """)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert "REFUSED Fake" in done.stdout and "REFUSED Liar" in done.stdout and "ALIVE" in done.stdout, done.stdout

@@ -53,10 +53,11 @@ runtime class that puts anything else under one of those names (a property, a sl
 would bypass it). An external step's ``ActionContext`` is filled at its slots' offsets too, and one that
 nobody kept after its action returned -- its reference count is the C step's one; it takes no weak
 reference -- has its runtime, state and view cleared and is filled again by the next external step on that
-thread: a context an action keeps is never touched again, and the cache holds no runtime (no cycle). A runtime class that
-overrides one of the methods whose work the C step does itself (:data:`REPLACED`) is given the Python step
-(``Runtime.__init__``): the override would be bypassed. (A method replaced on an instance after construction
-is not seen.)
+thread: a context an action keeps is never touched again, and the cache holds no runtime (no cycle).
+``K_Kernel.step`` refuses, in C, an object that is not an instance of the class whose slot offsets it holds:
+in anything else they are raw memory. A runtime class that overrides one of the methods whose work the C step
+does itself (:data:`REPLACED`) is given the Python step (``Runtime.__init__``): the override would be
+bypassed. (A method replaced on an instance after construction is not seen.)
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ SOURCE = '''
 # ---- The kernel's step in C: safeprefetch/_runtime/ckernel.py (appended to the typed transitions) ----
 
 from cpython.pythread cimport PyThread_get_thread_ident
-from cpython.object cimport PyObject
+from cpython.object cimport PyObject, PyTypeObject, PyObject_TypeCheck
 from cpython.ref cimport Py_INCREF, Py_XDECREF, Py_REFCNT
 
 cdef extern from "Python.h":
@@ -248,6 +249,8 @@ cdef class K_Kernel:
     cdef bint wake_sets
     cdef object spurious
     cdef Py_ssize_t off[K_NFIELDS]
+    # The class whose slots those offsets are: the step reads and stores them only in its instances.
+    cdef type home
 
     def __init__(self, rt, fields, home):
         cdef Py_ssize_t i
@@ -261,6 +264,7 @@ cdef class K_Kernel:
                 raise TypeError(f"{type(rt).__name__} defines {name!r} on its class: the C step stores it in "
                                 f"{home.__name__}'s slot and would bypass it")
             self.off[i] = K_offset(found)
+        self.home = home
         self.ctxs = [None] * rt._n
         lock = rt._lock
         self.acquire, self.release, self.is_owned = lock.acquire, lock.release, lock._is_owned
@@ -277,6 +281,10 @@ cdef class K_Kernel:
         cdef Py_ssize_t ti
         cdef K_Entry e
         cdef object state, deadline = None, action, outcome, ctx, acts
+        # The offsets are ``home``'s: in anything else they are raw memory. Checked in C (``isinstance`` would
+        # ask the object's own ``__class__``, which can say anything).
+        if not PyObject_TypeCheck(rt, <PyTypeObject*>self.home):
+            raise TypeError(f"the C step runs a {self.home.__name__}, not a {type(rt).__name__}")
         if type(t) is not int or t < 0 or t >= self.n:
             K_out(0); t = rt._thread_index(t)
         ti = t
