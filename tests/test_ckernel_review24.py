@@ -90,3 +90,33 @@ def test_the_c_step_refuses_an_object_that_is_not_a_runtime_instead_of_writing_i
     """)
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
     assert "REFUSED Fake" in done.stdout and "REFUSED Liar" in done.stdout and "ALIVE" in done.stdout, done.stdout
+
+
+def _drive(rt, machine, items):
+    w, c = machine.thread_names.index("worker0"), machine.thread_names.index("consumer")
+    rt.step(w)
+    for _ in range(items):
+        rt.step(w, chain=True)
+        rt.step(c, "take up to 1")
+        rt.step(c)
+
+
+@pytest.mark.parametrize("where", ["thread", "label"])
+def test_a_context_cached_for_reuse_holds_nothing_its_action_wrote_into_it(where):
+    typed = typed_for(*SLOTS_SHAPE)
+    machine = machine_for(SLOTS_SHAPE[0], SLOTS_SHAPE[1], 3, *SLOTS_SHAPE[2:])
+
+    def fetch(ctx):  # annotates its context with its runtime, and does not keep the context
+        setattr(ctx, where, (getattr(ctx, where), ctx.runtime))
+        return None
+
+    gc.disable()
+    try:
+        rt = Runtime(machine, {"fetch": fetch}, compiled=typed.compiled, kernel=typed.kernel)
+        assert rt._fast is not None
+        _drive(rt, machine, 3)
+        gone = weakref.ref(rt)
+        del rt
+        assert gone() is None, "the runtime is held by the kernel's cached context"
+    finally:
+        gc.enable()

@@ -52,12 +52,12 @@ no Python code: model values, counts, debts). Python reads them through the same
 runtime class that puts anything else under one of those names (a property, a slot of its own: the stores
 would bypass it). An external step's ``ActionContext`` is filled at its slots' offsets too, and one that
 nobody kept after its action returned -- its reference count is the C step's one; it takes no weak
-reference -- has its runtime, state and view cleared and is filled again by the next external step on that
-thread: a context an action keeps is never touched again, and the cache holds no runtime (no cycle).
-``K_Kernel.step`` refuses, in C, an object that is not an instance of the class whose slot offsets it holds:
-in anything else they are raw memory. A runtime class that overrides one of the methods whose work the C step
-does itself (:data:`REPLACED`) is given the Python step (``Runtime.__init__``): the override would be
-bypassed. (A method replaced on an instance after construction is not seen.)
+reference -- has every slot cleared (whatever the action wrote there too) and is filled again by the next
+external step on that thread: a context an action keeps is never touched again, and the cache holds nothing
+(no runtime, no cycle). ``K_Kernel.step`` refuses, in C, an object that is not an instance of the class whose
+slot offsets it holds: in anything else they are raw memory. A runtime class that overrides one of the
+methods whose work the C step does itself (:data:`REPLACED`) is given the Python step (``Runtime.__init__``):
+the override would be bypassed. (A method replaced on an instance after construction is not seen.)
 """
 
 from __future__ import annotations
@@ -241,7 +241,7 @@ cdef class K_Kernel:
 
     cdef object acquire, release, is_owned
     cdef list tokens, parked, sleeping, want, entries
-    # Per thread, an ActionContext its last external step made and nobody kept (its runtime and state cleared):
+    # Per thread, an ActionContext its last external step made and nobody kept (every slot cleared):
     # the next one on that thread fills it instead of making one.
     cdef list ctxs
     cdef tuple pci
@@ -278,7 +278,7 @@ cdef class K_Kernel:
 
     def step(self, rt, t, branch, timeout, chain, then):
         """``Runtime.step`` (the wrapper there delivers deferred interrupts): the step's label."""
-        cdef Py_ssize_t ti
+        cdef Py_ssize_t ti, i
         cdef K_Entry e
         cdef object state, deadline = None, action, outcome, ctx, acts
         # The offsets are ``home``'s: in anything else they are raw memory. Checked in C (``isinstance`` would
@@ -315,9 +315,10 @@ cdef class K_Kernel:
                 K_put(ctx, K_ctx_off[4], None)
                 K_out(5); outcome = action(ctx)
                 if Py_REFCNT(ctx) == 1:  # nobody kept it (it takes no weak reference): the next one reuses it
-                    K_put(ctx, K_ctx_off[0], None)
-                    K_put(ctx, K_ctx_off[2], None)
-                    K_put(ctx, K_ctx_off[4], None)
+                    # Every slot cleared, not only those the step filled with its runtime and state: the action
+                    # may have written anything into any of them (its runtime, making a cycle through the cache).
+                    for i in range(5):
+                        K_put(ctx, K_ctx_off[i], None)
                     self.ctxs[ti] = ctx
             else:
                 outcome = branch
