@@ -16,6 +16,9 @@ things they used to check. Each test here is a case where the trust was misplace
   view cleared, and ``thread`` and ``label`` left as the action left them: an action that wrote its runtime
   into one of those (they are plain writable slots) made the cache hold the runtime, a cycle through the
   kernel that reference counting never frees. The cache must hold nothing an action gave it.
+* A context in that cache was taken out and filled again without asking whether anyone had taken it
+  meanwhile: ``gc.get_objects()`` (a memory profiler, a debugger) hands it out, and the holder then saw it
+  change under them. Out of the cache, it must be the step's alone to be reused.
 """
 
 import gc
@@ -120,3 +123,28 @@ def test_a_context_cached_for_reuse_holds_nothing_its_action_wrote_into_it(where
         assert gone() is None, "the runtime is held by the kernel's cached context"
     finally:
         gc.enable()
+
+
+def test_a_context_someone_took_while_it_sat_in_the_cache_is_not_filled_again():
+    """The cache is reachable without the action's help: ``gc.get_objects()`` (a memory profiler, a debugger)
+    hands out the contexts it holds. One taken that way is the taker's: the next step must make a new one."""
+    typed = typed_for(*SLOTS_SHAPE)
+    machine = machine_for(SLOTS_SHAPE[0], SLOTS_SHAPE[1], 3, *SLOTS_SHAPE[2:])
+    seen = []
+    rt = Runtime(machine, {"fetch": lambda ctx: seen.append(ctx.state) and None}, compiled=typed.compiled,
+                 kernel=typed.kernel)
+    assert rt._fast is not None
+    w = machine.thread_names.index("worker0")
+    rt.step(w)
+    rt.step(w)  # the fetch: its context, not kept, goes to the cache
+    assert len(seen) == 1
+    cached = [o for o in gc.get_objects() if type(o).__name__ == "ActionContext" and o.runtime is None]
+    assert cached, "the fetch's context is not in the cache"
+    before = [(o.runtime, o.state, o.thread, o.label) for o in cached]
+    c = machine.thread_names.index("consumer")
+    rt.step(c, "take up to 1")
+    rt.step(c)
+    rt.step(w)
+    rt.step(w)  # the next fetch
+    assert len(seen) == 2 and seen[1] is not seen[0]
+    assert [(o.runtime, o.state, o.thread, o.label) for o in cached] == before, "a context someone holds was refilled"

@@ -53,11 +53,12 @@ runtime class that puts anything else under one of those names (a property, a sl
 would bypass it). An external step's ``ActionContext`` is filled at its slots' offsets too, and one that
 nobody kept after its action returned -- its reference count is the C step's one; it takes no weak
 reference -- has every slot cleared (whatever the action wrote there too) and is filled again by the next
-external step on that thread: a context an action keeps is never touched again, and the cache holds nothing
-(no runtime, no cycle). ``K_Kernel.step`` refuses, in C, an object that is not an instance of the class whose
-slot offsets it holds: in anything else they are raw memory. A runtime class that overrides one of the
-methods whose work the C step does itself (:data:`REPLACED`) is given the Python step (``Runtime.__init__``):
-the override would be bypassed. (A method replaced on an instance after construction is not seen.)
+external step on that thread, unless someone took it from the cache meanwhile (``gc.get_objects()``): a
+context anyone keeps is never touched again, and the cache holds nothing (no runtime, no cycle).
+``K_Kernel.step`` refuses, in C, an object that is not an instance of the class whose slot offsets it holds:
+in anything else they are raw memory. A runtime class that overrides one of the methods whose work the C step
+does itself (:data:`REPLACED`) is given the Python step (``Runtime.__init__``): the override would be
+bypassed. (A method replaced on an instance after construction is not seen.)
 """
 
 from __future__ import annotations
@@ -304,10 +305,11 @@ cdef class K_Kernel:
             if action is not None:
                 # ActionContext(rt, t, state, label), its __init__'s stores made here.
                 ctx = self.ctxs[ti]
-                if ctx is None:
+                self.ctxs[ti] = None
+                # Reused only if, out of the cache, it is still ours alone: ``gc.get_objects()`` (a profiler, a
+                # debugger) hands out what the cache holds, and a context someone took is theirs, never refilled.
+                if ctx is None or Py_REFCNT(ctx) != 1:
                     K_out(4); ctx = K_ActionContext.__new__(K_ActionContext)
-                else:
-                    self.ctxs[ti] = None
                 K_put(ctx, K_ctx_off[0], rt)
                 K_put(ctx, K_ctx_off[1], ti)
                 K_put(ctx, K_ctx_off[2], state)
