@@ -332,7 +332,7 @@ cdef class K_Kernel:
                 self.section(rt, ti, outcome, deadline, chain, then, True)
             finally:
                 self.release()
-        if K_get(rt, self.off[K_FAILURE]) is not None:  # recorded while this step ran (a handler's fail()): it raises it
+        if K_get(rt, self.off[K_FAILURE]) is not None:  # recorded while this step ran (a handler's fail()): raised
             K_out(7); self.acquire()
             try:
                 K_out(8); rt._fail(K_get(rt, self.off[K_FAILURE]))

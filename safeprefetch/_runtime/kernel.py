@@ -199,7 +199,8 @@ class Runtime(Driving, Views):
         # The step in C (``ckernel.py``, built with the typed transitions): the free-running path only, and not
         # for a class that overrides a method it does the work of. It holds no reference to this runtime, so
         # none of its own makes a cycle.
-        self._fast = kernel(self, FIELDS, Runtime).step if kernel is not None and compiled is not None and schedule is None \
+        self._fast = kernel(self, FIELDS, Runtime).step \
+            if kernel is not None and compiled is not None and schedule is None \
             and all(getattr(type(self), name) is getattr(Runtime, name) for name in REPLACED) else None
 
     # -- the kernel (all under self._lock) -----------------------------------
