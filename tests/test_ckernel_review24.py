@@ -148,3 +148,54 @@ def test_a_context_someone_took_while_it_sat_in_the_cache_is_not_filled_again():
     rt.step(w)  # the next fetch
     assert len(seen) == 2 and seen[1] is not seen[0]
     assert [(o.runtime, o.state, o.thread, o.label) for o in cached] == before, "a context someone holds was refilled"
+
+
+def test_guard_kept_and_reused_contexts_on_two_worker_threads_and_the_consumer():
+    """A guard (it passed before the fixes too): two workers and the consumer on real threads through the C step,
+    every third context kept; each kept context still shows its own thread, label and snapshot at the end, the
+    run conforms to the model, and no context the kernel still holds keeps a runtime or a state."""
+    import threading
+
+    from safeprefetch._runtime.conformance import verify_record
+
+    typed = typed_for(*PAIRS_SHAPE)
+    machine = machine_for(PAIRS_SHAPE[0], PAIRS_SHAPE[1], 40, *PAIRS_SHAPE[2:])
+    kept, lock = [], threading.Lock()
+
+    def fetch(ctx):
+        with lock:
+            if len(kept) % 3 == 0:
+                kept.append((ctx, ctx.thread, ctx.state, ctx.label, ctx.me.idx))
+            else:
+                kept.append(None)
+
+    rt = Runtime(machine, {"fetch": fetch}, record=True, compiled=typed.compiled, kernel=typed.kernel)
+    assert rt._fast is not None
+    errors = []
+
+    def run(t):
+        try:
+            if machine.thread_names[t] == "consumer":  # every batch taken, then the stream closed, not before
+                for _ in range(40):
+                    rt.step(t, "take up to 1")
+                    rt.step(t)
+                rt.run_thread(machine.thread_names.index("closer"))
+            rt.run_thread(t)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(t,)) for t, name in enumerate(machine.thread_names)
+               if name != "closer"]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(30)
+    assert not errors and not any(th.is_alive() for th in threads), errors
+    assert len(kept) >= 40
+    for entry in filter(None, kept):
+        ctx, thread, state, label, idx = entry
+        assert (ctx.runtime, ctx.thread, ctx.state, ctx.label, ctx.me.idx) == (rt, thread, state, label, idx)
+    assert verify_record(rt.machine, rt.record).ok
+    held = [o for ref in gc.get_referents(rt._fast.__self__) if type(ref) is list for o in ref
+            if type(o).__name__ == "ActionContext"]  # the kernel's cache, through its traversal
+    assert all((o.runtime, o.state, o._me) == (None, None, None) for o in held), held
