@@ -140,3 +140,16 @@ def test_a_state_of_another_length_is_decided_by_python(change):
             got = ("raised", type(e))
         assert got[0] == want[0] and (got[1] == want[1] if got[0] == "raised" else _alike(got[1], want[1])), name
     assert sum(typed.module.fallbacks()) > before  # Python decided them
+
+
+def test_the_typed_runtime_is_refused_without_the_gil(monkeypatch):
+    """The pairs cache and the reused contexts are atomic only under the GIL: a free-threaded Python with the
+    GIL off gets a clear error, not a racy build."""
+    import sys
+
+    from safeprefetch._prefetcher.machine import transitions_for
+    from safeprefetch._runtime.typed import CompileUnavailable, typed_transitions
+
+    monkeypatch.setattr(sys, "_is_gil_enabled", lambda: False, raising=False)
+    with pytest.raises(CompileUnavailable, match="needs the GIL"):
+        typed_transitions(transitions_for(*SHAPE))

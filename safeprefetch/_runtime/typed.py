@@ -42,6 +42,7 @@ missing. The first build of a shape takes seconds; a cached one loads in millise
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from dataclasses import dataclass
 from types import ModuleType
@@ -83,6 +84,11 @@ class TypedTransitions:
 
 def typed_transitions(cm: CompiledMachine) -> TypedTransitions:
     """``cm`` with its transitions typed and compiled (see the module doc). Raises :class:`CompileUnavailable`."""
+    if not getattr(sys, "_is_gil_enabled", lambda: True)():
+        # The typed module's cache of the last tuple of pairs and the C step's reuse of action contexts are
+        # atomic only under the GIL.
+        raise CompileUnavailable("runtime='typed' needs the GIL (this is a free-threaded Python with the GIL "
+                                 "off): use runtime='generated'")
     src = typed_source(cm)
     # The kernel's step goes in the same module (one build); its names start with K_, which no bound name
     # or typed function may share.
