@@ -308,7 +308,9 @@ cdef class K_Kernel:
                 self.ctxs[ti] = None
                 # Reused only if, out of the cache, it is still ours alone: ``gc.get_objects()`` (a profiler, a
                 # debugger) hands out what the cache holds, and a context someone took is theirs, never refilled.
-                if ctx is None or Py_REFCNT(ctx) != 1:
+                # The list itself is handed out too (``gc.get_referents``): only an ActionContext has the slots
+                # filled below; in anything put there instead, their offsets are raw memory.
+                if ctx is None or type(ctx) is not K_ActionContext or Py_REFCNT(ctx) != 1:
                     K_out(4); ctx = K_ActionContext.__new__(K_ActionContext)
                 K_put(ctx, K_ctx_off[0], rt)
                 K_put(ctx, K_ctx_off[1], ti)
