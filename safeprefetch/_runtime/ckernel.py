@@ -54,7 +54,8 @@ would bypass it). An external step's ``ActionContext`` is filled at its slots' o
 nobody kept after its action returned -- its reference count is the C step's one; it takes no weak
 reference -- has every slot cleared (whatever the action wrote there too) and is filled again by the next
 external step on that thread, unless someone took it from the cache meanwhile (``gc.get_objects()``): a
-context anyone keeps is never touched again, and the cache holds nothing (no runtime, no cycle).
+context anyone keeps is never touched again, and the cache holds nothing (no runtime, no cycle). The cache's
+list is reachable too (``gc.get_referents`` of the kernel): only an ``ActionContext`` found there is refilled.
 ``K_Kernel.step`` refuses, in C, an object that is not an instance of the class whose slot offsets it holds:
 in anything else they are raw memory. A runtime class that overrides one of the methods whose work the C step
 does itself (:data:`REPLACED`) is given the Python step (``Runtime.__init__``): the override would be
