@@ -33,6 +33,10 @@ argument is :mod:`.ckernel`'s, and its sweep raises at every call back into Pyth
 That step has no Python lines for the injection sweeps to stop at, so it has its own argument and sweep
 (``ckernel.py``'s docstring, ``tests/test_ckernel.py``).
 
+*Needs the GIL.* The module's cache of the last tuple of pairs (``typedsupport.py``) and the C step's reuse
+of action contexts are atomic only under the GIL: on a free-threaded Python running with the GIL off,
+:func:`typed_transitions` raises :class:`CompileUnavailable` (``runtime="generated"`` works there).
+
 *Built once per shape.* The build goes through :mod:`.._check.extension` (the checker's compiled engine's
 cache: ``SAFEPREFETCH_CACHE``, atomic, checksummed, stopped whole by a Ctrl-C) and takes Cython and a C
 compiler (``pip install safeprefetch[speed]``); without them :class:`CompileUnavailable` says what is
