@@ -6,9 +6,9 @@ The statements the code generator emits, written over C values: the fields a tra
 where it reads them (``S__x = unbox_int(SF(state, i))``: read unchecked, after the length check on entry),
 assignments keep Python's order (every value of an unpacking first), ``violate(...)``, ``Broken(...)`` and
 the ``except StepViolation`` path return ``FALLBACK`` (the Python function then gives the violation itself),
-and the successor display is boxed field by field, an unchanged field being the object it was read as. Kinds are found in a first pass and the code is written
-in a second (``typedgen._two_pass``), so code before an assignment that widens a local's kind is written
-for the wider kind.
+and the successor display is boxed field by field, an unchanged field being the object it was read as.
+Kinds are found in a first pass and the code is written in a second (``typedgen._two_pass``), so code
+before an assignment that widens a local's kind is written for the wider kind.
 """
 
 from __future__ import annotations
