@@ -26,7 +26,7 @@ SHAPE = (3, 1, True, True, 0, 3)
 
 def _child(code):
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(safeprefetch.__file__)))
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, check=False,
                           env=env, timeout=60)
 
 
