@@ -27,7 +27,9 @@ it blocks), or, on 3.11, an allocation that starts a collection whose finalizers
 around those points is the Python kernel's, and is checked the same way:
 
 * Every call back into Python goes through ``K_out()``, which can raise instead of making the call, or run
-  a function there first (a test hook, ``K_inject``: the k-th call on a given thread).
+  a function there first (a test hook, ``K_inject``: the k-th call on a given thread). (Clearing a reused
+  context's slots after its action, outside the lock, can free what the action wrote there and run its
+  finalizer, as dropping the context at the step's end always could: nothing of the kernel's is held there.)
   ``tests/test_ckernel.py`` raises a ``KeyboardInterrupt`` at every one of them in turn, on the consumer's
   and on a worker's thread, and checks that the run still delivers every batch once, in order, and leaves
   no lock held and no wakeup owed -- the C analogue of injecting at every line; and runs a signal
