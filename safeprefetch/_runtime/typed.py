@@ -10,15 +10,16 @@ them exactly as it calls the generated ones, so nothing else in the runtime chan
 the immutable tuple the record, the conformance check, the consumer's lock-free reads and the
 interrupt-safety arrangements rely on.
 
-*Why it is the model.* A typed function decides a state only where its C values are exact; on every
-other path (an unexpected value, an index out of range, a 64-bit overflow, a violation, a successor that
-breaks an invariant, any exception) it runs the generated Python function on the same state, and the
-typed code is pure, so that is the same as running the Python function first. What remains to prove --
-that the typed code decides the states it decides the way the model does -- is translation validation,
-run in CI (``tests/test_typed_transitions.py``): every reachable state of the prefetcher's live shapes,
-a slice of its sweeps and the catalog, compared with ``Machine.successors`` as the generated transitions
-are; and, for the reference model, which violates nothing, the fallback counters stay at zero over all
-those states, so the typed code decided every one of them itself.
+*Why it is the model.* A typed function decides a state only where its C values are exact; on every other
+path (an unexpected value, an index out of range, a 64-bit overflow, a violation, a successor that breaks an
+invariant, any exception) it runs the generated Python function on the same state, and the typed code is
+pure (the one thing it keeps, the last tuple of pairs with its C value, answers only for that very object:
+``typedsupport.py``), so that is the same as running the Python function first. What remains to prove --
+that the typed code decides the states it decides the way the model does -- is translation validation, run
+in CI (``tests/test_typed_transitions.py``): every reachable state of the prefetcher's live shapes, a slice
+of its sweeps and the catalog, compared with ``Machine.successors`` as the generated transitions are; and,
+for the reference model, which violates nothing, the fallback counters stay at zero over all those states,
+so the typed code decided every one of them itself.
 
 *Why the kernel's interrupt safety is unchanged.* A typed transition is called where the generated one
 was, and like it, it changes nothing before it returns. Compiled code has no eval-breaker point of its
