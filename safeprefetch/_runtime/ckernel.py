@@ -162,7 +162,7 @@ cdef long long K_calls = 0
 cdef long long K_countdown = -1
 cdef unsigned long K_thread = 0
 cdef object K_exception = None
-cdef long long K_site_calls[23]
+cdef long long K_site_calls[@NSITES@]
 cdef int K_fired = -1
 
 
@@ -182,7 +182,7 @@ def K_inject(long long countdown, unsigned long thread, exception):
     site from zero. Returns how many calls back into Python were made so far (all threads)."""
     global K_countdown, K_thread, K_exception, K_fired
     K_countdown, K_thread, K_exception, K_fired = countdown, thread, exception, -1
-    for i in range(23):
+    for i in range(@NSITES@):
         K_site_calls[i] = 0
     return K_calls
 
@@ -190,7 +190,7 @@ def K_inject(long long countdown, unsigned long thread, exception):
 def K_sites():
     """Since ``K_inject``: the calls back into Python on its thread, per site, and the site it raised at
     (-1: none)."""
-    return [K_site_calls[i] for i in range(23)], K_fired
+    return [K_site_calls[i] for i in range(@NSITES@)], K_fired
 
 
 cdef inline int K_out(int site) except -1:
@@ -486,4 +486,4 @@ cdef class K_Kernel:
                         self.tokens[u].release()
                         woke = True
         return woke
-'''
+'''.replace("@NSITES@", str(len(SITES)))  # one counter per site, as many as SITES names
