@@ -57,6 +57,9 @@ GET, COPY, LEASE = "get", "copy", "lease"
 END, ERROR, CLOSED = "end", "error", "closed"
 TERMINAL = (END, ERROR, CLOSED)
 
+#: numpy's copy for arrays that override nothing (np.copyto less its ``__array_function__`` dispatch).
+_copyto_plain = getattr(np.copyto, "_implementation", np.copyto)
+
 #: "The prefetcher's own timeout" for a call's ``timeout`` argument.
 DEFAULT: Any = type("_Default", (), {"__repr__": lambda self: "<the prefetcher's timeout>"})()
 
@@ -149,7 +152,7 @@ class ConsumerSide:
                             # (another consumer thread may have taken one since), or releasing this one would
                             # give back the slot the held lease reads.
                             self._no_lease_held()
-                    if entry[0] not in TERMINAL and (entry[0] is not api or (api is COPY and entry[3] is not out)):
+                    if (entry[0] is not api or (api is COPY and entry[3] is not out)) and entry[0] not in TERMINAL:
                         self._adapt(api, out)  # an interrupted call (of another API, or another out) produced it
                         entry = self.stash
                 except BaseException:  # interrupted before the hand-out: the stash keeps it, in our memory
@@ -178,7 +181,8 @@ class ConsumerSide:
         returns the value with no interruption point in between.
         """
         try:
-            entry = self.consume(api, out, self.deadline(timeout))
+            entry = self.consume(api, out, None if timeout is DEFAULT and self.timeout is None else
+                                 self.deadline(timeout))
         except BaseException:
             if guard.deferred and outermost(sys._getframe()):
                 deliver()
@@ -189,7 +193,8 @@ class ConsumerSide:
             except BaseException:
                 self.unreturn(entry)
                 raise
-        if entry[0] not in TERMINAL:  # a batch, handed to this thread (a store, not a call: no interruption point)
+        if entry[0] is api or entry[0] not in TERMINAL:  # a batch, handed to this thread (a store, not a call: no
+            # interruption point)
             self.last_seen.last_pos = entry[2]
         return entry[0], entry[1]
 
@@ -249,38 +254,44 @@ class ConsumerSide:
             else:
                 self.stash = (END, None, -1, None, None)
             return
-        self._usable()
+        if self.close_started or self.lease_out is not None:
+            self._usable()
         # The caller's pace (from the previous batch in hand to this call) decides run lengths.
         self.runs.observe_call()
-        if self.run_next >= len(self.run) or self._run_changed():
+        run, i = self.run, self.run_next
+        if i >= len(run) or self._run_changed():
             if not self._take_run(deadline, single=api is LEASE):
                 return  # the stream ended: the stash holds how
-        k, pos = self.run[self.run_next]
-        if self.spans is not None:
+            run, i = self.run, self.run_next
+        k, pos = run[i]
+        spans = self.spans
+        if spans is not None:
             t0 = time.perf_counter()
-        if api is GET:
+        if api is COPY:
+            # numpy's C copy itself for a plain array: the same call np.copyto makes once it has asked the
+            # arguments for an __array_function__ override, which a plain ndarray and our slot do not have.
+            (_copyto_plain if type(out) is np.ndarray else np.copyto)(out, self.slot_views[k], "no")
+            data, value = out, True
+        elif api is GET:
             data = self.own_copy(self.slot_views[k])  # a copy: the caller owns it
             value = data
-        elif api is COPY:
-            np.copyto(out, self.slot_views[k], casting="no")
-            data, value = out, True
         else:
             data = self.ro_views[k].view()
             value = Lease(self, data, pos, int(self.plan[pos]) if self.plan is not None else pos)
         ref = weakref.ref(value) if api is LEASE else None
-        if self.spans is not None:
-            self.spans.append(("consumer", "copy", t0, time.perf_counter()))
+        if spans is not None:
+            spans.append(("consumer", "copy", t0, time.perf_counter()))
         # The outcome is stashed, and the run advanced past it, with no interruption point between.
-        self.stash = (api, value, pos, data, ref); self.run_next += 1; self.counts.delivered += 1  # noqa: E702
+        self.stash = (api, value, pos, data, ref); self.run_next = i = i + 1; self.counts.delivered += 1  # noqa: E702
         self.runs.last_call = time.perf_counter()
-        if api is not LEASE and self.run_next >= len(self.run):
+        if api is not LEASE and i >= len(run):
             self._release_run()
-        if self.spans is not None:
+        if spans is not None:
             self.consumer_back = time.perf_counter()
 
     def _run_of(self, state: tuple) -> tuple[tuple[int, int], ...]:
         slots, lease = state[self.i_slots], state[self.i_lease]
-        return tuple((k, slots[k][1]) for k in lease)
+        return tuple([(k, slots[k][1]) for k in lease])
 
     def _run_changed(self) -> bool:
         """A take applied by the kernel whose call was interrupted before it recorded the run.
@@ -294,7 +305,7 @@ class ConsumerSide:
         handed out, so as the code stands no run is replaced while part of it
         is unserved; this keeps the check free should that change.
         """
-        state = self.rt.state
+        state = self.rt._state
         return state[self.i_consumer_pc] == P.RELEASE and state[self.i_delivered] != self.run_delivered
 
     def _take_run(self, deadline: float | None, single: bool) -> bool:
@@ -305,7 +316,7 @@ class ConsumerSide:
         lock is exact.
         """
         rt, c = self.rt, self.consumer
-        state = rt.state
+        state = rt._state
         pc = state[self.i_consumer_pc]
         if pc == DONE:
             self._terminal(state)
@@ -339,7 +350,7 @@ class ConsumerSide:
                     self.spans.append(("consumer", "compute", self.consumer_back, t0))
                 self.spans.append(("consumer", "wait", t0, t1))
                 self.occupancy_log.append((t0, ready))
-        after = rt.state
+        after = rt._state
         if after[self.i_consumer_pc] == DONE:
             self._terminal(after)
             return False
@@ -376,7 +387,7 @@ class ConsumerSide:
         at every depth).
         """
         rt = self.rt
-        if rt.state[self.i_consumer_pc] == P.RELEASE and self.run_next >= len(self.run):
+        if rt._state[self.i_consumer_pc] == P.RELEASE and self.run_next >= len(self.run):
             rt.step(self.consumer)
 
     def _adapt(self, api: str, out: Any) -> None:

@@ -59,7 +59,7 @@ class FetchSide:
         w, i_idx, i_slot = self.worker_fields[ctx.thread]
         state = ctx.state  # the snapshot taken when the step began: its idx and slot are this fetch's
         pos, k = state[i_idx], state[i_slot]
-        if self._closing():
+        if self.rt._state[self.i_closing]:  # (``_closing()``, without its call: every fetch asks)
             return "ok"  # the model discards a fetch that lands after close
         box = self.source_ref()
         if box is None:
@@ -103,7 +103,7 @@ class FetchSide:
             except StopIteration:
                 return "end"
         else:
-            index = int(self.plan[pos])
+            index = self.plan.item(pos)  # (a Python int, as int(plan[pos]), without the numpy scalar between)
             if box.executor is not None:
                 item = self._remote(box, index, k)
                 if item is CLOSING or item is FILLED:

@@ -1,0 +1,87 @@
+"""The consumer's per-batch path with its calls trimmed (docs/performance.md §25): the same bytes, the same
+dispatch, the same errors as the plain calls it replaced.
+
+* ``copy_prefetched`` into a plain ndarray calls numpy's C copy directly (``np.copyto`` less its
+  ``__array_function__`` dispatch). An ``out`` of a subclass that overrides ``__array_function__`` must still
+  see the call: checked by a subclass that records it.
+* The direct copy against ``np.copyto`` itself, over dtypes and layouts (a padded record, a bool, 0-d batches,
+  Fortran order, a strided ``out``): the same bytes, and the same error for an ``out`` it cannot write.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from safeprefetch import Prefetcher
+from safeprefetch._prefetcher import consumer
+
+pytestmark = pytest.mark.timeout(60)
+
+_PADDED = np.dtype({"names": ["label", "weight"], "formats": ["u1", "<f8"], "offsets": [0, 8], "itemsize": 24})
+
+
+class Recording(np.ndarray):
+    """An ndarray subclass whose ``__array_function__`` records each numpy function it is asked to run."""
+
+    seen: list = []
+
+    def __array_function__(self, func, types, args, kwargs):
+        Recording.seen.append(func)
+        return super().__array_function__(func, types, args, kwargs)
+
+
+def test_an_out_that_overrides_array_function_still_sees_the_copy():
+    source = np.arange(24, dtype=np.float32).reshape(6, 4)
+    Recording.seen = []
+    with Prefetcher(source, capacity=2) as pf:
+        out = np.zeros(4, np.float32).view(Recording)
+        for i in range(6):
+            assert pf.copy_prefetched(out)
+            assert np.array_equal(np.asarray(out), source[i])
+        assert not pf.copy_prefetched(out)
+    assert Recording.seen.count(np.copyto) == 6  # one dispatch per batch copied into the subclass
+
+
+def test_a_plain_out_gets_every_batch_in_order():
+    source = np.random.default_rng(3).standard_normal((40, 3, 5)).astype(np.float32)
+    with Prefetcher(source, capacity=3) as pf:
+        out = np.empty((3, 5), np.float32)
+        got = []
+        while pf.copy_prefetched(out):
+            got.append(out.copy())
+    assert np.array_equal(np.stack(got), source)
+
+
+def _cases():
+    rng = np.random.default_rng(7)
+    padded = np.zeros(5, _PADDED)
+    padded["label"], padded["weight"] = np.arange(5), rng.standard_normal(5)
+    yield "padded record", padded, np.zeros(5, _PADDED)
+    yield "bool", rng.integers(0, 2, (3, 4)).astype(bool), np.zeros((3, 4), bool)
+    yield "0-d", np.array(2.5), np.zeros((), np.float64)
+    yield "Fortran order", np.asfortranarray(rng.standard_normal((4, 3))), np.zeros((4, 3), order="F")
+    yield "C source into F out", rng.standard_normal((4, 3)), np.zeros((4, 3), order="F")
+    yield "strided out", rng.standard_normal(6), np.zeros(12)[::2]
+
+
+@pytest.mark.parametrize("name, src, out", list(_cases()), ids=[c[0] for c in _cases()])
+def test_the_direct_copy_writes_what_np_copyto_writes(name, src, out):
+    plain, direct = out.copy(), out.copy()
+    if name == "strided out":
+        plain, direct = np.zeros(12)[::2], np.zeros(12)[::2]
+    np.copyto(plain, src, "no")
+    consumer._copyto_plain(direct, src, "no")
+    assert plain.tobytes() == direct.tobytes()
+
+
+def test_the_direct_copy_refuses_what_np_copyto_refuses():
+    src = np.ones(4, np.float32)
+    read_only = np.zeros(4, np.float32)
+    read_only.flags.writeable = False
+    for out, kind in ((read_only, ValueError), (np.zeros(4, np.float64), TypeError)):
+        with pytest.raises(kind) as plain:
+            np.copyto(out, src, "no")
+        with pytest.raises(kind) as direct:
+            consumer._copyto_plain(out, src, "no")
+        assert str(plain.value) == str(direct.value)
