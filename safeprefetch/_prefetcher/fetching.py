@@ -178,13 +178,13 @@ def worker_main(core: Any, w: int, t: int) -> None:
         return  # close() is driving it out already (this thread's start had raised: waits.start_threads)
     rt = core.rt
     blocked = core.counts.blocked_seconds
-    step, pc = rt.step, rt.pc
+    step, i_pc = rt.step, core.worker_pcs[w]  # (the worker's pc read from the state: ``rt.pc(t)`` less its call)
     clock = time.perf_counter
     fetched, locked = core.counts.fetch_seconds, core.counts.lock_seconds
     timeline = core.spans is not None
     try:
         while True:
-            at = pc(t)
+            at = rt._state[i_pc]
             if at == DONE:
                 break
             if at == P.CLAIM:  # blocks while no slot is free: timed
