@@ -145,11 +145,12 @@ def test_copy_prefetched_copies_outside_the_kernel_lock(monkeypatch, runtime):
             return getattr(np, name)
 
         @staticmethod
-        def copyto(dst, src, **kw):
+        def copyto(dst, src, *args, **kw):
             held.append(pf._core.rt._lock._is_owned())
-            return real(dst, src, **kw)
+            return real(dst, src, *args, **kw)
 
     monkeypatch.setattr(consumer, "np", Spy())
+    monkeypatch.setattr(consumer, "_copyto_plain", Spy.copyto)  # a plain out's copy (numpy's, less the dispatch)
     out = np.empty(4, np.float32)
     with Prefetcher(Cheap(50), capacity=2, shape=(4,), dtype=np.float32, runtime=runtime) as pf:
         n = 0

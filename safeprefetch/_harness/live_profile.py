@@ -196,7 +196,8 @@ def profile_protocol(runtime: Callable[..., Any], items: int = 20000, repeats: i
 
 #: copy_prefetched lines: the wait for the worker, the copy, and the Python of the call.
 COPY_LINES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("C1 numpy.copyto (the copy, and waiting for the GIL back from the worker)", ("live_profile.py:copyto",)),
+    ("C1 numpy.copyto (the copy, and waiting for the GIL back from the worker)",
+     ("live_profile.py:copyto", "live_profile.py:copyto_plain")),
     ("C2 parked in the kernel: waiting for the worker's publish (lock acquire)",
      ("kernel.py:_wait", "{method 'acquire' of '_thread.lock' objects}", "kernel.py:_park")),
     ("C3 kernel steps: take and release (Runtime.step and below)",
@@ -240,21 +241,29 @@ class _FillOnce(Trivial):
 
 
 def _copyto_seen_by_the_profiler() -> Callable[[], None]:
-    """Wrap ``numpy.copyto`` in a Python function for the profiled run, and return the undo.
+    """Wrap ``numpy.copyto``, and the consumer's direct copy for a plain ``out`` (numpy's C copy without the
+    dispatch: ``consumer._copyto_plain``), in Python functions for the profiled run; return the undo.
 
     numpy 2's ``copyto`` is an array-function dispatcher, not a built-in, so
     cProfile does not see it as a call of its own and charges its time to
     the caller; the wrapper's own time is then the copy's.
     """
-    real = np.copyto
+    from .._prefetcher import consumer
+
+    real, real_plain = np.copyto, consumer._copyto_plain
 
     def copyto(*args: Any, **kwargs: Any) -> Any:
         return real(*args, **kwargs)
 
+    def copyto_plain(*args: Any, **kwargs: Any) -> Any:
+        return real_plain(*args, **kwargs)
+
     np.copyto = copyto  # type: ignore[assignment]
+    consumer._copyto_plain = copyto_plain
 
     def undo() -> None:
         np.copyto = real  # type: ignore[assignment]
+        consumer._copyto_plain = real_plain
     return undo
 
 
