@@ -25,8 +25,8 @@ from typing import Any, Callable, Iterable
 
 from .._dsl.violations import ProcessExit, exit_call
 
-__all__ = ["Aborted", "Choice", "Op", "SchedulerStuck", "Settings", "Step", "exit_finding", "handled_by_hook",
-           "join_clock", "may_outlive", "name_from_line", "raised_at", "stored_name", "where"]
+__all__ = ["Aborted", "Choice", "Op", "SchedulerStuck", "Settings", "Step", "call_codes_hook", "exit_finding",
+           "handled_by_hook", "join_clock", "may_outlive", "name_from_line", "raised_at", "stored_name", "where"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _THREADING_FILE = os.path.abspath(sys.modules["threading"].__file__ or "")
@@ -248,12 +248,22 @@ def handled_by_hook(e: BaseException, thread: Any) -> bool:
     the exception was handled and is no finding. One that raises handled
     nothing (CPython prints both).
     """
+    return call_codes_hook(e, thread) is True
+
+
+def call_codes_hook(e: BaseException, thread: Any) -> bool | None:
+    """Give ``e`` to the code's own ``threading.excepthook`` as CPython would: None when the code installed none
+    (or ``thread`` is the test body), True when its hook returned, False when it raised.
+
+    ``SystemExit`` too: CPython's default hook ignores it silently, but a hook of the code's own is called with
+    it (a program whose hook wakes a waiter for any ended thread would hang under the checker otherwise).
+    """
     import threading
 
     hook = threading.excepthook
     # (The default hook only prints the traceback: the exception is as lost as with no hook of the code's.)
-    if thread is None or hook is HOOK_AT_CHECK[0] or hook is threading.__excepthook__ or isinstance(e, SystemExit):
-        return False
+    if thread is None or hook is HOOK_AT_CHECK[0] or hook is threading.__excepthook__:
+        return None
     try:
         hook(threading.ExceptHookArgs((type(e), e, e.__traceback__, thread)))
     except Aborted:
@@ -263,13 +273,19 @@ def handled_by_hook(e: BaseException, thread: Any) -> bool:
     return True
 
 
-def exit_finding(e: SystemExit, who: str) -> str | None:
+def exit_finding(e: SystemExit, who: str, thread: Any = None) -> str | None:
     """What a ``SystemExit`` that ends a thread's run is as a finding, or None: a thread's ``sys.exit`` ends
-    that thread (as with real threads); the test body's, and ``os._exit`` anywhere (it ends the process), are
-    uncaught."""
+    that thread (as with real threads), once the code's own ``threading.excepthook``, if it installed one, was
+    given it (``thread``: the Thread; CPython calls such a hook with ``SystemExit`` too, where its default hook
+    ignores it); a hook that raises there is a finding. The test body's, and ``os._exit`` anywhere (it ends
+    the process), are uncaught."""
     if isinstance(e, ProcessExit):
         return f"{who} called {exit_call(e)}: the process would have ended there{e.where}"
-    return f"{who} raised SystemExit" if who == "the test body" else None
+    if who == "the test body":
+        return f"{who} raised SystemExit"
+    if call_codes_hook(e, thread) is False:
+        return f"{who} raised SystemExit{raised_at(e)}, and the code's threading.excepthook raised while handling it"
+    return None
 
 
 #: The suffix that tells apart threads given the same name (``closer#2``).

@@ -252,7 +252,7 @@ class Execution:
         except Aborted:
             raise
         except SystemExit as e:
-            if (finding := exit_finding(e, "the test body" if vt.index == 0 else f"thread {vt.name}")) is not None:
+            if (finding := exit_finding(e, "the test body" if vt.index == 0 else f"thread {vt.name}", vt.obj)):
                 self.violation("uncaught_exception", finding, vt)
             return
         except BaseException as e:  # noqa: BLE001 - every exception of the code under test is a finding
