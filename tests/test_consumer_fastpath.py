@@ -3,7 +3,10 @@ dispatch, the same errors as the plain calls it replaced.
 
 * ``copy_prefetched`` into a plain ndarray calls numpy's C copy directly (``np.copyto`` less its
   ``__array_function__`` dispatch). An ``out`` of a subclass that overrides ``__array_function__`` must still
-  see the call: checked by a subclass that records it.
+  see the call, and the same call: ``np.copyto(out, batch, casting="no")``, as ``_adapt`` makes it. Checked by
+  a subclass that records it and unpacks it as the documented call (``dst, src = args``, ``casting`` by
+  keyword). (Review 25: the copy passed ``casting`` positionally to the override too; it was asked
+  ``args=(out, batch, "no")`` with no keyword, and an override that unpacks two arguments raised ValueError.)
 * The direct copy against ``np.copyto`` itself, over dtypes and layouts (a padded record, a bool, 0-d batches,
   Fortran order, a strided ``out``): the same bytes, and the same error for an ``out`` it cannot write.
 """
@@ -22,12 +25,18 @@ _PADDED = np.dtype({"names": ["label", "weight"], "formats": ["u1", "<f8"], "off
 
 
 class Recording(np.ndarray):
-    """An ndarray subclass whose ``__array_function__`` records each numpy function it is asked to run."""
+    """An ndarray subclass whose ``__array_function__`` records each numpy function it is asked to run, with
+    the call's shape (how many positional arguments, which keywords); it takes ``np.copyto`` as the documented
+    call, ``(dst, src)`` and ``casting`` by keyword, as an override written for that call may unpack it."""
 
     seen: list = []
 
     def __array_function__(self, func, types, args, kwargs):
-        Recording.seen.append(func)
+        Recording.seen.append((func, len(args), dict(kwargs)))
+        if func is np.copyto:
+            dst, src = args  # a third positional argument: ValueError
+            np.copyto(dst.view(np.ndarray), src, casting=kwargs.get("casting", "same_kind"))
+            return None
         return super().__array_function__(func, types, args, kwargs)
 
 
@@ -40,7 +49,8 @@ def test_an_out_that_overrides_array_function_still_sees_the_copy():
             assert pf.copy_prefetched(out)
             assert np.array_equal(np.asarray(out), source[i])
         assert not pf.copy_prefetched(out)
-    assert Recording.seen.count(np.copyto) == 6  # one dispatch per batch copied into the subclass
+    # One dispatch per batch copied into the subclass, each the call np.copyto(out, batch, casting="no").
+    assert Recording.seen == [(np.copyto, 2, {"casting": "no"})] * 6
 
 
 def test_a_plain_out_gets_every_batch_in_order():

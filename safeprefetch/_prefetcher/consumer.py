@@ -270,7 +270,11 @@ class ConsumerSide:
         if api is COPY:
             # numpy's C copy itself for a plain array: the same call np.copyto makes once it has asked the
             # arguments for an __array_function__ override, which a plain ndarray and our slot do not have.
-            (_copyto_plain if type(out) is np.ndarray else np.copyto)(out, self.slot_views[k], "no")
+            # Any other ``out`` is asked the call as before: ``casting`` by keyword (an override unpacks it).
+            if type(out) is np.ndarray:
+                _copyto_plain(out, self.slot_views[k], "no")
+            else:
+                np.copyto(out, self.slot_views[k], casting="no")
             data, value = out, True
         elif api is GET:
             data = self.own_copy(self.slot_views[k])  # a copy: the caller owns it
