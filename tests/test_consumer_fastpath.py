@@ -96,3 +96,20 @@ def test_the_direct_copy_refuses_what_np_copyto_refuses():
         with pytest.raises(kind) as direct:
             consumer._copyto_plain(out, src, "no")
         assert str(plain.value) == str(direct.value)
+
+
+@pytest.mark.parametrize("api", ["get", "copy_prefetched"])
+def test_a_run_is_given_back_with_its_last_batch(api):
+    """``_serve`` gives the model consumer's run back in the call that stashes its last batch, not the next one
+    (review 25: the run's position is kept in a local; one left stale kept each run held a call longer)."""
+    from safeprefetch.models import _protocol as P
+
+    source = np.arange(60, dtype=np.int64).reshape(30, 2)
+    with Prefetcher(source, capacity=4) as pf:
+        core, out, got, ends = pf._core, np.zeros(2, np.int64), [], 0
+        for _ in range(30):
+            got.append(int(pf.get()[0]) if api == "get" else pf.copy_prefetched(out) and int(out[0]))
+            if core.run_next >= len(core.run):  # the run's last batch: given back already
+                ends += 1
+                assert core.rt.state[core.i_consumer_pc] != P.RELEASE, (got[-1], core.run)
+    assert got == list(range(0, 60, 2)) and ends >= 1
