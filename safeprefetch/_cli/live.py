@@ -159,17 +159,50 @@ def _cmd_inject(args) -> int:
     from .._harness.injection_sweep import default_scenarios, sweep
 
     report = sweep(default_scenarios(full=args.full), progress=_progress_line)
+    c_step, c_failed = _c_step_sweep()
     if args.json:
         emit_json({"runs": report.runs, "reached": report.fired, "seconds": report.seconds,
                           "problems": [asdict(p) for p in report.problems],
                           "scenarios": [{"scenario": sc, "effect": eff, "points": n}
-                                        for sc, eff, n in report.per_scenario]})
+                                        for sc, eff, n in report.per_scenario], "c_step": c_step})
     else:
         print(f"inject: {len(report.per_scenario)} scenarios, {report.runs} injections ({report.fired} reached) "
               f"in {report.seconds:.1f} s: {len(report.problems)} problems")
         for p in report.problems:
             print(f"  {p.scenario} / {p.effect} at {p.point}: {p.what}")
-    return 0 if not report.problems else 1
+        if c_step is not None:
+            print(_c_step_line(c_step))
+    return 0 if not report.problems and not c_failed else 1
+
+
+def _c_step_sweep() -> tuple[dict | None, bool]:
+    """Under ``SAFEPREFETCH_RUNTIME=typed``, the C step's own points too (``_harness/injection_ckernel.py``):
+    its summary (None: another runtime) and whether it failed (a problem, or a site never raised at)."""
+    from .._prefetcher.machine import default_runtime
+    from .._runtime.typed import CompileUnavailable
+
+    if default_runtime() != "typed":
+        return None, False
+    from .._harness.injection_ckernel import sweep_c_step
+
+    try:
+        r = sweep_c_step(progress=_progress_line)
+    except CompileUnavailable as e:
+        return {"skipped": str(e)}, False
+    return ({"runs": r.runs, "reached": r.fired, "seconds": r.seconds, "sites": sorted(r.raised_at),
+             "missed_sites": sorted(r.missed), "problems": [list(p) for p in r.problems]},
+            bool(r.problems or r.missed))
+
+
+def _c_step_line(c: dict) -> str:
+    if "skipped" in c:
+        return f"inject: C step skipped: {c['skipped']}"
+    lines = [f"inject: C step, {c['runs']} injections ({c['reached']} reached) at {len(c['sites'])} sites "
+             f"in {c['seconds']:.1f} s: {len(c['problems'])} problems"]
+    lines += [f"  {api} capacity {cap}, call {k} ({site}): {what}" for api, cap, k, site, what in c["problems"]]
+    if c["missed_sites"]:
+        lines.append(f"  never raised at: {', '.join(c['missed_sites'])}")
+    return "\n".join(lines)
 
 
 def _cmd_ctrl_c(args) -> int:
