@@ -88,3 +88,108 @@ def test_without_a_hook_of_the_codes_own_a_threads_systemexit_is_no_finding():
     """Guard: CPython's default hook ignores SystemExit silently; so does the checker (pytest's hook is not the
     code's). Not run on real threads here: pytest's own hook would take the SystemExit as a warning."""
     assert interleavings.check(_no_hook_systemexit).verdict == "ok"
+
+
+# -- What CPython does around the hook, beyond calling it (fresh review 25) -----------------------------------
+# A body run on real threads in a child process: what CPython prints, and how the process ends, are the behaviour
+# the checker must report (a traceback printed is a finding; nothing printed is none).
+
+
+class _Exit(SystemExit):
+    """A SystemExit of the code's own: CPython's default hook passes over ``SystemExit`` itself only."""
+
+
+def _child(name: str):
+    import os
+    import subprocess
+    import sys
+
+    code = f"import runpy; runpy.run_path({__file__!r})[{name!r}](); print('returned')"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=root,
+                          check=False)
+
+
+def _worker_under_hook(hook, target):
+    """Run ``target`` in a thread named worker, with ``hook`` as ``threading.excepthook`` (None: the one in place)."""
+    import threading
+
+    old = threading.excepthook
+    threading.excepthook = old if hook is None else hook
+    try:
+        t = threading.Thread(target=target, name="worker")
+        t.start()
+        t.join()
+    finally:
+        threading.excepthook = old
+
+
+def _raise(e):
+    def hook_or_target(*_args):
+        raise e
+    return hook_or_target
+
+
+def _hook_raises_systemexit_on_systemexit():
+    import sys
+
+    _worker_under_hook(_raise(SystemExit(5)), sys.exit)
+
+
+def _hook_raises_systemexit_on_an_error():
+    _worker_under_hook(_raise(SystemExit(5)), _raise(ZeroDivisionError("division by zero")))
+
+
+def _a_systemexit_subclass_without_a_hook():
+    _worker_under_hook(None, _raise(_Exit(3)))
+
+
+def _a_systemexit_subclass_with_a_hook():
+    seen = []
+    _worker_under_hook(lambda args: seen.append(args.exc_type), _raise(_Exit(3)))
+    assert seen == [_Exit], seen
+
+
+def _hook_calls_os_exit():
+    import os
+    import sys
+
+    _worker_under_hook(lambda args: os._exit(7), sys.exit)
+
+
+@pytest.mark.parametrize("body", [_hook_raises_systemexit_on_systemexit, _hook_raises_systemexit_on_an_error])
+def test_a_hook_that_raises_systemexit_ends_its_thread_silently(body):
+    """CPython's C thread start clears a ``SystemExit`` out of the hook with no output, whatever the thread raised;
+    the checker reported it (the hook "raised while handling it", or the thread's own error as unhandled)."""
+    real = _child(body.__name__)
+    assert (real.returncode, real.stdout, real.stderr) == (0, "returned\n", ""), real
+    result = interleavings.check(body)
+    assert result.verdict == "ok", interleavings.render(result)
+
+
+def test_a_systemexit_subclass_without_a_hook_is_a_finding():
+    """CPython's default hook ignores ``SystemExit`` itself, and prints a subclass's traceback like any other;
+    the checker passed over every SystemExit."""
+    real = _child(_a_systemexit_subclass_without_a_hook.__name__)
+    assert real.returncode == 0 and "Exception in thread worker" in real.stderr and "_Exit: 3" in real.stderr, real
+    result = interleavings.check(_a_systemexit_subclass_without_a_hook)
+    assert result.verdict == "uncaught_exception", interleavings.render(result)
+    assert "thread worker raised _Exit: 3" in result.violation.message, result.violation.message
+
+
+def test_a_systemexit_subclass_reaches_the_codes_hook():
+    real = _child(_a_systemexit_subclass_with_a_hook.__name__)
+    assert (real.returncode, real.stderr) == (0, ""), real
+    result = interleavings.check(_a_systemexit_subclass_with_a_hook)
+    assert result.verdict == "ok", interleavings.render(result)
+
+
+def test_a_hook_that_calls_os_exit_is_reported_as_the_process_ending():
+    """``os._exit`` in the hook ends the process there (the checker's ProcessExit, a SystemExit): the finding says
+    so, not that the hook raised."""
+    real = _child(_hook_calls_os_exit.__name__)
+    assert (real.returncode, real.stdout, real.stderr) == (7, "", ""), real
+    result = interleavings.check(_hook_calls_os_exit)
+    assert result.verdict == "uncaught_exception", interleavings.render(result)
+    assert "excepthook called os._exit(7): the process would have ended there" in result.violation.message, \
+        result.violation.message

@@ -12,7 +12,11 @@ the drop-ins, the explorer and line mode can name them without importing the
 scheduler's machinery, and the package stays free of import cycles.
 
 :func:`where` finds the line of the code under test that made an operation:
-the innermost frame outside this package and ``threading``.
+the innermost frame outside this package and ``threading``. The one thing
+here that runs the code's own Python is :func:`call_codes_hook`: a thread's
+uncaught exception, ``SystemExit`` included, given to a
+``threading.excepthook`` the code installed, as CPython gives it
+(:func:`handled_by_hook`, :func:`exit_finding` say what that makes of it).
 """
 
 from __future__ import annotations
@@ -246,17 +250,20 @@ def handled_by_hook(e: BaseException, thread: Any) -> bool:
     place when the check began, pytest's or the default, and other than the
     default) is called, in the thread, as CPython calls it; if it returns,
     the exception was handled and is no finding. One that raises handled
-    nothing (CPython prints both).
+    nothing (CPython prints both), but for a ``SystemExit`` (CPython ends
+    the thread silently) -- :func:`call_codes_hook`.
     """
     return call_codes_hook(e, thread) is True
 
 
-def call_codes_hook(e: BaseException, thread: Any) -> bool | None:
+def call_codes_hook(e: BaseException, thread: Any) -> bool | BaseException | None:
     """Give ``e`` to the code's own ``threading.excepthook`` as CPython would: None when the code installed none
-    (or ``thread`` is the test body), True when its hook returned, False when it raised.
+    (or ``thread`` is the test body), True when its hook returned, else what it raised.
 
     ``SystemExit`` too: CPython's default hook ignores it silently, but a hook of the code's own is called with
-    it (a program whose hook wakes a waiter for any ended thread would hang under the checker otherwise).
+    it (a program whose hook wakes a waiter for any ended thread would hang under the checker otherwise). A
+    ``SystemExit`` out of the hook is True: CPython's C thread start clears it with no output, whatever the
+    thread raised; ``os._exit`` there (``ProcessExit``) is what it raised: the process ends.
     """
     import threading
 
@@ -268,8 +275,8 @@ def call_codes_hook(e: BaseException, thread: Any) -> bool | None:
         hook(threading.ExceptHookArgs((type(e), e, e.__traceback__, thread)))
     except Aborted:
         raise
-    except BaseException:  # noqa: BLE001 - the hook failed: the thread's own exception stays the finding
-        return False
+    except BaseException as x:  # noqa: BLE001 - the hook failed: the thread's own exception stays the finding
+        return True if isinstance(x, SystemExit) and not isinstance(x, ProcessExit) else x
     return True
 
 
@@ -277,14 +284,21 @@ def exit_finding(e: SystemExit, who: str, thread: Any = None) -> str | None:
     """What a ``SystemExit`` that ends a thread's run is as a finding, or None: a thread's ``sys.exit`` ends
     that thread (as with real threads), once the code's own ``threading.excepthook``, if it installed one, was
     given it (``thread``: the Thread; CPython calls such a hook with ``SystemExit`` too, where its default hook
-    ignores it); a hook that raises there is a finding. The test body's, and ``os._exit`` anywhere (it ends
+    ignores it); a hook that raises there is a finding. The default hook ignores ``SystemExit`` itself only:
+    a subclass of the code's own is printed, a finding. The test body's, and ``os._exit`` anywhere (it ends
     the process), are uncaught."""
     if isinstance(e, ProcessExit):
         return f"{who} called {exit_call(e)}: the process would have ended there{e.where}"
     if who == "the test body":
         return f"{who} raised SystemExit"
-    if call_codes_hook(e, thread) is False:
-        return f"{who} raised SystemExit{raised_at(e)}, and the code's threading.excepthook raised while handling it"
+    raised, hooked = f"{who} raised {type(e).__name__}", call_codes_hook(e, thread)
+    if hooked is None and thread is not None and type(e) is not SystemExit:
+        return f"{raised}: {e}{raised_at(e)}" if str(e) else f"{raised}{raised_at(e)}"
+    if isinstance(hooked, ProcessExit):
+        return (f"{raised}{raised_at(e)}, and the code's threading.excepthook called {exit_call(hooked)}: the process "
+                f"would have ended there{hooked.where}")
+    if isinstance(hooked, BaseException):
+        return f"{raised}{raised_at(e)}, and the code's threading.excepthook raised while handling it"
     return None
 
 
