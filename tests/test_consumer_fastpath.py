@@ -113,3 +113,17 @@ def test_a_run_is_given_back_with_its_last_batch(api):
                 ends += 1
                 assert core.rt.state[core.i_consumer_pc] != P.RELEASE, (got[-1], core.run)
     assert got == list(range(0, 60, 2)) and ends >= 1
+
+
+def test_the_copy_profile_books_the_direct_copy_and_the_run_as_its_lines():
+    """``live_profile.profile_copy`` (the harness of §25's profile): the direct copy is a C built-in, which
+    cProfile books as a call of its own, apart from the wrapper that stands for it; and ``_run_of`` builds the
+    run with a comprehension (its own frame on 3.11). Both are in their lines (C1, C5), none left as a row of
+    its own (fresh review 25: the copy's time was a row beside C1, which had only the wrapper's)."""
+    from safeprefetch._harness.live_profile import profile_copy
+
+    table = profile_copy(Prefetcher, mib=0.0001, batches=16, buffered=True, repeats=1)
+    loose = [r.line for r in table.rows if "copyto" in r.line.split(" (")[0] and not r.line.startswith("C1 ")
+             or r.line.startswith("consumer.py:")]
+    assert not loose, loose
+    assert any(r.line.startswith("C1 ") for r in table.rows)
