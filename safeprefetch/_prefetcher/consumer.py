@@ -193,8 +193,9 @@ class ConsumerSide:
             except BaseException:
                 self.unreturn(entry)
                 raise
-        if entry[0] is api or entry[0] not in TERMINAL:  # a batch, handed to this thread (a store, not a call: no
-            # interruption point)
+        # A batch (of the call's own kind: consume adapted any other), handed to this thread: a store, not a call,
+        # so no interruption point.
+        if entry[0] is api or entry[0] not in TERMINAL:
             self.last_seen.last_pos = entry[2]
         return entry[0], entry[1]
 
