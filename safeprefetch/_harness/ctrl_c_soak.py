@@ -244,8 +244,11 @@ class _Run:
                             else:
                                 seen.append(int(out[0]))
                         elif api < 0.65:
+                            recorded = len(seen)  # before the lease: ``len`` is a C call, an interruption point
                             lease = pf.lease(timeout=10)  # a Python call: nothing can land before ``lease`` is bound
-                            pos, recorded, step = lease.position, len(seen), "lease"
+                            # Nothing can land from here to the ``with`` either: a slot read and stores (a call
+                            # here, as ``len`` was, let a Ctrl-C leave the lease bound and unreleased: 3.12).
+                            pos, step = lease.position, "lease"
                             with lease as view:
                                 del lease  # as in ``with pf.lease() as view``: only the with holds the Lease
                                 seen.append(int(view[0]))
