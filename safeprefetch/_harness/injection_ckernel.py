@@ -105,9 +105,9 @@ def run_at(k: int, api: str, capacity: int) -> tuple[int, list[int], list[str]]:
         calls, fired = module.K_sites()
         module.K_inject(-1, 0, None)
     problems = []
-    firsts = [int(b[0]) // DATA.shape[1] for b in got]
     if len(got) != ITEMS or not np.array_equal(np.stack(got), DATA):
-        problems.append(f"the stream delivered items {firsts}, not 0..{ITEMS - 1} once each")
+        items = [int(b[0]) // DATA.shape[1] for b in got]
+        problems.append(f"the stream delivered items {items}, not 0..{ITEMS - 1} once each")
     if caught != (fired >= 0):
         problems.append(f"{caught} interrupts caught, {int(fired >= 0)} raised")
     pf.close()
