@@ -8,6 +8,11 @@ starts the workers. The consumer methods are thin: each takes its outcome
 from the core and returns it with no interruption point in between (the
 return from a Python function is not one, and the dispatch on the outcome's
 kind calls nothing).
+
+Why long: ``copy_prefetched``, ``get`` and ``next`` each ask the C fast path
+(``cconsumer.py``) inline, and take its outcome out of ``handing`` on the line
+that returns it. A helper shared by the three would return the outcome
+through a call, whose return is an interruption point after the hand-out.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import numpy as np
 
 from .._runtime.interrupts import deliver, guard, outermost, protected
 from .args import as_bool, as_dtype, as_int, as_seconds, as_shape, check_out
+from .cconsumer import fast_path_for
 from .consumer import COPY, DEFAULT, END, GET, LEASE
 from .core import Core
 from .lease import Lease, Leases, NotCopyable
@@ -155,6 +161,7 @@ class Prefetcher(NotCopyable):
             kernel=typed and typed.kernel,
             pool=pool, shape=opened.shape, dtype=opened.dtype, plan=opened.plan, box=box, workers=workers,
             close_timeout=cfg.close_timeout, name=cfg.name, timeline=cfg.timeline, timeout=cfg.timeout)
+        core.serve_fast = fast_path_for(core, cfg.runtime)
         self._ordered = cfg.ordered
         self._length = opened.items if opened.sized else None
         reaper.ensure_started()
@@ -182,7 +189,17 @@ class Prefetcher(NotCopyable):
         return self
 
     def __next__(self) -> np.ndarray:
-        kind, value = self._core.handout(GET, None, DEFAULT)
+        core = self._core
+        if core.serve_fast is not None:
+            try:
+                key = core.serve_fast(None, DEFAULT, False)
+            except BaseException:
+                core.unhand()  # interrupted as the C fast path returned: the next call returns its batch
+                raise
+            if key:
+                value = core.handing[key][1]; del core.handing[key]  # noqa: E702  (no call up to the return)
+                return value
+        kind, value = core.handout(GET, None, DEFAULT)
         if kind is GET:
             return value
         if kind is END:
@@ -202,7 +219,17 @@ class Prefetcher(NotCopyable):
         :class:`PrefetcherClosed` after close, :class:`LeaseHeld` while a
         lease is held.
         """
-        kind, value = self._core.handout(GET, None, timeout)
+        core = self._core
+        if core.serve_fast is not None:
+            try:
+                key = core.serve_fast(None, timeout, False)
+            except BaseException:
+                core.unhand()  # interrupted as the C fast path returned: the next call returns its batch
+                raise
+            if key:
+                value = core.handing[key][1]; del core.handing[key]  # noqa: E702  (no call up to the return)
+                return value
+        kind, value = core.handout(GET, None, timeout)
         if kind is GET:
             return value
         if kind is END:
@@ -219,6 +246,15 @@ class Prefetcher(NotCopyable):
         numpy array with the batch shape and dtype.
         """
         core = self._core
+        if core.serve_fast is not None:
+            try:
+                key = core.serve_fast(out, timeout, True)
+            except BaseException:
+                core.unhand()  # interrupted as the C fast path returned: the next call returns its batch
+                raise
+            if key:
+                del core.handing[key]  # the hand-out: no call from here to the return
+                return True
         check_out(out, core.shape if core.pool is not None else None, core.dtype, "copy_prefetched")
         kind, value = core.handout(COPY, out, timeout)
         if kind is COPY:

@@ -131,6 +131,8 @@ class ConsumerSide:
         try:
             with (gate if wait_gate(gate, deadline) else NO_GATE):
                 try:
+                    if self.handing:  # this thread's outcome from the C fast path, if its return was cut short
+                        self.unhand()
                     if self.returned:
                         self.take_returned()
                     entry = self.stash
@@ -209,6 +211,20 @@ class ConsumerSide:
         outcome. Nothing here waits now, so a second Ctrl-C is deferred to the next call like any other.
         """
         self.returned.append(_owned(entry, self.own_copy))
+
+    @protected
+    def unhand(self) -> None:
+        """Put back the outcome the C fast path served this thread, if its public method was interrupted before
+        it returned it (``cconsumer.py``): the next call returns it, as for :meth:`unreturn`.
+
+        Called by that method's ``except``, and by this thread's next call under the gate (an interrupt in here
+        leaves the outcome where it was). It is put back and dropped from ``handing`` with no call between.
+        """
+        ident = threading.get_ident()
+        entry = self.handing.get(ident)
+        if entry is not None:
+            owned = _owned(entry, self.own_copy)
+            self.returned += [owned]; del self.handing[ident]  # noqa: E702
 
     def take_returned(self) -> None:
         """Move the outcomes interrupted calls put back into the stash, in the order they were put back.

@@ -53,6 +53,11 @@ def _read_only_alias(pool: np.ndarray) -> np.ndarray:
                         ) from None
 
 class Core(FetchSide, ConsumerSide, CloseSide):
+    # The consumer's fields the C fast path reads and stores at their offsets (cconsumer.CORE_SLOTS); the rest
+    # are in the instance's dict, as before.
+    __slots__ = ("forked", "stash", "returned", "backlog", "handing", "close_started", "ended_with", "lease_out",
+                 "spans", "run", "run_next", "run_delivered")
+
     def __init__(self, *, machine: Any, pool: np.ndarray | None, shape: tuple[int, ...] | None, dtype: Any,
                  plan: np.ndarray | None, box: SourceBox, workers: int, close_timeout: float | None,
                  name: str, timeline: bool = False, timeout: float | None = None, compiled: Any = None,
@@ -96,6 +101,10 @@ class Core(FetchSide, ConsumerSide, CloseSide):
         self.stash: tuple | None = None         # an outcome produced, not yet returned
         self.backlog: tuple = ()                # outcomes returned to the stash by interrupted calls (rare)
         self.returned: list[tuple] = []         # outcomes put back without the gate (unreturn), not yet in the stash
+        # ``runtime="typed"``: the consumer's common call in C (cconsumer.py), or None; the outcomes it served,
+        # by the thread it served them to, until the public method returns them (``unhand`` puts one back).
+        self.serve_fast: Any = None
+        self.handing: dict[int, tuple] = {}
         # The Lease handed out last, weakly: a Lease the caller dropped unreleased (a Ctrl-C right
         # after lease() returned, before ``with`` took it) is released by the next call.
         self.lease_out: weakref.ref | None = None

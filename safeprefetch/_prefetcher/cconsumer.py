@@ -1,0 +1,373 @@
+"""The consumer's common call in C: a batch served from the run the model consumer already holds.
+
+What it guarantees
+------------------
+With ``runtime="typed"``, ``copy_prefetched``, ``get`` and ``next`` first ask :func:`serve` (Cython,
+:data:`SOURCE`, built once per machine and cached like the typed transitions). It serves only the common
+case: the model consumer holds a run with at least two batches left, nothing is stashed, backlogged or put
+back, no lease is out, no close has begun, no timeline is kept, no SIGINT is deferred, the call is not made
+from inside another call of ours or from one of our workers, the timeout is the default, and, for a copy,
+``out`` is a plain writeable contiguous array of the batches' shape whose dtype is the batches' own. For
+anything else it returns 0 and the call takes the Python path (``consumer.py``), which raises the errors,
+takes and gives back runs, and serves every other case. The batch it serves is produced as ``_serve``
+produces it: the caller's pace folded into the run policy, the slot copied out, the run advanced, the
+batch counted, the hand-out time recorded, in the same order, under the gate.
+
+Why it is still interrupt-safe
+------------------------------
+The Python path's safety rests on where the interpreter can raise (``interrupts.py``). This C function has
+no eval-breaker point of its own: it calls no Python function, only C ones (the gate's ``_is_owned``,
+``acquire(False)`` and ``release``, ``time.perf_counter``, numpy's copy for a dtype that holds no objects,
+so that no element's finalizer runs), and it never blocks: a gate another thread holds sends the call to
+the Python path. Its one allocation a collection can start at, the outcome's tuple, is made before it reads
+anything, so a finalizer that a collection runs there finds nothing decided yet. What is left is its
+return: a signal that arrived while it ran is handled right after it returns, in the public method's frame.
+So the outcome is not returned; it is recorded under the gate in ``handing``, keyed by the thread, and the
+public method takes it out of there on the line that returns it, with no call in between (a subscript and a
+``del``). A ``KeyboardInterrupt`` at the return finds it there: ``ConsumerSide.unhand`` puts it back for
+the next call, as ``unreturn`` does for the Python path (a copy outcome with its batch copied into memory
+the prefetcher owns, since the caller may write ``out`` before the next call). ``tests/test_cconsumer.py``
+raises at each of those lines and checks that the next call returns the batch; the stream, with the fast
+path and without, is compared call for call.
+
+The numpy array fields it reads (the number of dimensions, the dimensions, the dtype, the flags) are at
+their offsets in numpy's ``PyArrayObject_fields``, which have not moved since numpy 1.7 (no numpy headers
+are needed to build it); :func:`load` checks them against numpy's own answers for arrays of every kind the
+test meets, and without a match the fast path is off.
+"""
+
+from __future__ import annotations
+
+import time
+from types import ModuleType
+from typing import Any, Callable
+
+import numpy as np
+
+from .._check.extension import CompileUnavailable, build
+from .._runtime.interrupts import guard
+from ..models import _protocol as P
+from .policy import EWMA
+from .sources import EXECUTING
+from .waits import Gate
+
+__all__ = ["SOURCE", "fast_path_for", "load"]
+
+SOURCE = '''
+# cython: language_level=3
+from cpython.object cimport PyObject
+from cpython.pythread cimport PyThread_get_thread_ident
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.float cimport PyFloat_FromDouble, PyFloat_AS_DOUBLE, PyFloat_CheckExact
+from libc.string cimport memcpy
+
+cdef extern from *:
+    \"\"\"
+    typedef struct { PyObject_HEAD char *data; int nd; Py_ssize_t *dimensions; Py_ssize_t *strides;
+                     PyObject *base; PyObject *descr; int flags; } F_Array;
+    \"\"\"
+    ctypedef struct F_Array:
+        char* data
+        int nd
+        Py_ssize_t* dimensions
+        PyObject* descr
+        int flags
+
+cdef extern from "Python.h":
+    ctypedef struct PyMemberDef:
+        int type
+        Py_ssize_t offset
+        int flags
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
+
+# numpy's flags: C_CONTIGUOUS, F_CONTIGUOUS, WRITEABLE; WRITEBACKIFCOPY and the warn-on-write mark of a
+# broadcast result (a write to one warns: Python code) send the call to the Python path.
+cdef enum:
+    F_C_CONTIG = 0x1
+    F_CONTIG = 0x3
+    F_WRITEABLE = 0x400
+    F_REFUSED = 0x2000 | (1 << 31)
+    F_NOGIL_BYTES = 65536  # a copy from this size on is made with the GIL released, as numpy's would be
+
+import types as F_types
+cdef object F_MemberDescriptor = F_types.MemberDescriptorType
+cdef object F_ndarray = None
+cdef object F_copyto = None
+cdef object F_array = None
+cdef object F_perf = None
+cdef object F_guard = None
+cdef object F_EXECUTING = None
+cdef object F_DEFAULT = None
+cdef object F_COPY = None
+cdef object F_GET = None
+cdef object F_RELEASE = None
+cdef object F_NO = "no"
+cdef object F_FALSE = False
+cdef object F_is_owned = None
+cdef object F_acquire = None
+cdef object F_release = None
+cdef double F_EWMA = 0.0
+cdef long long F_served = 0
+
+
+def F_bind(ndarray, copyto, array, perf, guard, executing, default, copy, get, release, double ewma, rlock):
+    \"\"\"The Python values the fast path uses (bound once, after loading); ``rlock``: the gate's C base class,
+    whose methods it calls unbound (no bound method is made).\"\"\"
+    global F_ndarray, F_copyto, F_array, F_perf, F_guard, F_EXECUTING, F_DEFAULT, F_COPY, F_GET, F_RELEASE
+    global F_EWMA, F_is_owned, F_acquire, F_release
+    F_ndarray, F_copyto, F_array, F_perf, F_guard = ndarray, copyto, array, perf, guard
+    F_EXECUTING, F_DEFAULT, F_COPY, F_GET, F_RELEASE, F_EWMA = executing, default, copy, get, release, ewma
+    F_is_owned, F_acquire, F_release = rlock._is_owned, rlock.acquire, rlock.release
+
+
+def F_fields(a):
+    \"\"\"What the fast path reads of array ``a``: (dimensions, the dtype object, the flags, the data address).\"\"\"
+    cdef F_Array* p = <F_Array*><PyObject*>a
+    return tuple([p.dimensions[i] for i in range(p.nd)]), <object>p.descr, p.flags, <size_t>p.data
+
+
+def F_count():
+    \"\"\"How many batches the fast path served (all prefetchers).\"\"\"
+    return F_served
+
+
+cdef Py_ssize_t F_offset(object klass, str name) except -1:
+    \"\"\"The offset of ``klass``'s slot ``name`` (an object slot, found first along its MRO), else TypeError.\"\"\"
+    for base in klass.__mro__:
+        found = vars(base).get(name)
+        if found is not None:
+            if type(found) is not F_MemberDescriptor \\
+                    or (<PyMemberDescrObject*><PyObject*>found).d_member.type != 16 \\
+                    or (<PyMemberDescrObject*><PyObject*>found).d_member.flags != 0:
+                break
+            return (<PyMemberDescrObject*><PyObject*>found).d_member.offset
+    raise TypeError(f"{klass.__name__}.{name} is not an object slot the fast path can read")
+
+
+cdef inline PyObject* F_get(object o, Py_ssize_t off):
+    return (<PyObject**>((<char*><PyObject*>o) + off))[0]
+
+
+cdef inline void F_put(object o, Py_ssize_t off, object value):
+    cdef PyObject** at = <PyObject**>((<char*><PyObject*>o) + off)
+    cdef PyObject* old = at[0]
+    Py_INCREF(value)
+    at[0] = <PyObject*>value
+    Py_XDECREF(old)
+
+
+cdef inline void F_fill(tuple t, Py_ssize_t j, object v):
+    Py_INCREF(v)
+    PyTuple_SET_ITEM(t, j, v)
+
+
+# The core's slots the fast path reads or stores, in this order (cconsumer.CORE_SLOTS).
+cdef enum:
+    C_FORKED, C_STASH, C_RETURNED, C_BACKLOG, C_HANDING, C_CLOSE_STARTED, C_ENDED_WITH, C_LEASE_OUT, C_SPANS
+    C_RUN, C_RUN_NEXT, C_RUN_DELIVERED, C_N
+
+
+cdef class F_Consumer:
+    \"\"\"One prefetcher's fast path: what it reads that never changes, and the offsets of what does.\"\"\"
+    cdef object core, gate, worker_idents, rt, i_pc, i_delivered, runs, counts, slot_views, last_seen, dtype
+    cdef Py_ssize_t off[C_N]
+    cdef Py_ssize_t o_state, o_ewma, o_last_call, o_delivered
+    cdef Py_ssize_t nd, nbytes
+    cdef Py_ssize_t shape[32]
+    cdef bint gets, raw
+
+    def __init__(self, core, tuple slots, bint gets, bint raw):
+        cdef Py_ssize_t j
+        for j, name in enumerate(slots):
+            self.off[j] = F_offset(type(core), name)
+        self.core, self.gate, self.worker_idents, self.rt = core, core.gate, core.worker_idents, core.rt
+        self.i_pc, self.i_delivered, self.runs, self.counts = core.i_consumer_pc, core.i_delivered, core.runs, core.counts
+        self.slot_views, self.last_seen, self.dtype = list(core.slot_views), core.last_seen, core.dtype
+        self.o_state = F_offset(type(core.rt), "_state")
+        self.o_ewma, self.o_last_call = F_offset(type(core.runs), "ewma"), F_offset(type(core.runs), "last_call")
+        self.o_delivered = F_offset(type(core.counts), "delivered")
+        shape = tuple(core.shape)
+        if len(shape) > 32:
+            raise TypeError("more than 32 dimensions")
+        self.nd = len(shape)
+        for j in range(self.nd):
+            self.shape[j] = shape[j]
+        self.nbytes = self.slot_views[0].nbytes
+        self.gets, self.raw = gets, raw
+
+    cdef inline bint fits(self, object out):
+        cdef F_Array* a = <F_Array*><PyObject*>out
+        cdef Py_ssize_t i
+        if a.descr != <PyObject*>self.dtype or (a.flags & F_WRITEABLE) == 0 or (a.flags & F_CONTIG) == 0 \\
+                or (a.flags & F_REFUSED) != 0 or a.nd != self.nd:
+            return False
+        for i in range(self.nd):
+            if a.dimensions[i] != self.shape[i]:
+                return False
+        return True
+
+    def serve(self, out, timeout, bint copy):
+        \"\"\"Serve this call's batch if the common case holds: the calling thread's ident, its outcome
+        recorded in ``core.handing`` under that ident; 0 (nothing done) otherwise.\"\"\"
+        global F_served
+        cdef Py_ssize_t i
+        cdef PyObject* p
+        cdef object core = self.core, ident, pos, value, data, view
+        cdef tuple entry, run
+        cdef double per
+        cdef char* dst
+        cdef char* src
+        cdef Py_ssize_t nbytes = self.nbytes
+        p = F_get(core, self.off[C_RUN])
+        if p == NULL or type(<object>p) is not tuple or F_get(core, self.off[C_RUN_NEXT]) == NULL:
+            return 0
+        run = <tuple>p
+        i = <Py_ssize_t><object>F_get(core, self.off[C_RUN_NEXT])
+        if i + 1 >= len(run):  # a take, or a run's last batch and its release: the Python path
+            return 0
+        if timeout is not F_DEFAULT or F_guard.deferred or F_EXECUTING:
+            return 0
+        if copy:
+            if type(out) is not F_ndarray or not self.fits(out):
+                return 0
+        elif not self.gets:
+            return 0
+        # The outcome's tuple before the checks that decide: a collection this allocation starts runs its
+        # finalizers (which may close the prefetcher) before them.
+        entry = PyTuple_New(5)
+        if F_get(core, self.off[C_STASH]) != <PyObject*>None or F_get(core, self.off[C_ENDED_WITH]) != <PyObject*>None \
+                or F_get(core, self.off[C_LEASE_OUT]) != <PyObject*>None \
+                or F_get(core, self.off[C_SPANS]) != <PyObject*>None \
+                or F_get(core, self.off[C_FORKED]) != <PyObject*>F_FALSE \
+                or F_get(core, self.off[C_CLOSE_STARTED]) != <PyObject*>F_FALSE \
+                or F_get(core, self.off[C_RETURNED]) == NULL or F_get(core, self.off[C_BACKLOG]) == NULL \
+                or F_get(core, self.off[C_HANDING]) == NULL or F_get(core, self.off[C_RUN_DELIVERED]) == NULL:
+            return 0
+        if <object>F_get(core, self.off[C_RETURNED]) or <object>F_get(core, self.off[C_BACKLOG]) \
+                or <object>F_get(core, self.off[C_HANDING]):
+            return 0
+        if F_get(core, self.off[C_RUN]) != <PyObject*>run \
+                or <Py_ssize_t><object>F_get(core, self.off[C_RUN_NEXT]) != i:
+            return 0
+        if F_is_owned(self.gate):
+            return 0
+        ident = PyThread_get_thread_ident()
+        if ident in self.worker_idents or not F_acquire(self.gate, False):
+            return 0
+        try:
+            p = F_get(self.rt, self.o_state)
+            if p == NULL:
+                return 0
+            state = <tuple>p
+            if state[self.i_pc] == F_RELEASE \\
+                    and state[self.i_delivered] != <object>F_get(core, self.off[C_RUN_DELIVERED]):
+                return 0  # a take whose call was interrupted: the Python path serves it
+            runs = self.runs
+            p = F_get(runs, self.o_last_call)
+            if p != NULL and PyFloat_CheckExact(<object>p):
+                per = PyFloat_AS_DOUBLE(F_perf()) - PyFloat_AS_DOUBLE(<object>p)
+                p = F_get(runs, self.o_ewma)
+                if p != NULL and PyFloat_CheckExact(<object>p):
+                    F_put(runs, self.o_ewma, PyFloat_FromDouble(
+                        PyFloat_AS_DOUBLE(<object>p) + F_EWMA * (per - PyFloat_AS_DOUBLE(<object>p))))
+                else:
+                    F_put(runs, self.o_ewma, PyFloat_FromDouble(per))
+            slot, pos = <tuple>run[i]
+            view = self.slot_views[slot]
+            if copy:
+                if self.raw and ((<F_Array*><PyObject*>out).flags & F_C_CONTIG):
+                    dst, src = (<F_Array*><PyObject*>out).data, (<F_Array*><PyObject*>view).data
+                    if nbytes >= F_NOGIL_BYTES:
+                        with nogil:
+                            memcpy(dst, src, nbytes)
+                    else:
+                        memcpy(dst, src, nbytes)
+                else:
+                    F_copyto(out, view, F_NO)
+                value, data = True, out
+            else:
+                data = value = F_array(view)
+            F_fill(entry, 0, F_COPY if copy else F_GET); F_fill(entry, 1, value); F_fill(entry, 2, pos)
+            F_fill(entry, 3, data); F_fill(entry, 4, None)
+            # The outcome is recorded, and the run advanced past it, with no call back into Python between.
+            (<dict>F_get(core, self.off[C_HANDING]))[ident] = entry
+            F_put(core, self.off[C_RUN_NEXT], i + 1)
+            F_put(self.counts, self.o_delivered, <object>F_get(self.counts, self.o_delivered) + 1)
+            F_put(runs, self.o_last_call, F_perf())
+            F_served += 1
+        finally:
+            F_release(self.gate)
+        self.last_seen.last_pos = pos
+        return ident
+'''
+
+#: The loaded module's ``F_serve`` (one per process), or None when it could not be built or failed its check.
+_LOADED: list[Any] = []
+
+
+def load() -> ModuleType | None:
+    """The built module, bound (built on first use, then cached); None without Cython or a C compiler, or
+    when the array fields it reads are not where it reads them."""
+    if _LOADED:
+        return _LOADED[0]
+    try:
+        module = build(SOURCE, "safeprefetch consumer fast path")
+    except CompileUnavailable:
+        module = None
+    serve = None
+    if module is not None and _fields_match(module[0]):
+        m: ModuleType = module[0]
+        m.F_bind(np.ndarray, getattr(np.copyto, "_implementation", np.copyto), np.array, time.perf_counter, guard,
+                 EXECUTING, _default(), _kinds()[0], _kinds()[1], P.RELEASE, EWMA, Gate.__mro__[1])
+        serve = m
+    _LOADED.append(serve)
+    return serve
+
+
+def _default() -> Any:
+    from .consumer import DEFAULT
+    return DEFAULT
+
+
+def _kinds() -> tuple[str, str]:
+    from .consumer import COPY, GET
+    return COPY, GET
+
+
+def _fields_match(module: ModuleType) -> bool:
+    """Whether the fields the fast path reads agree with numpy's own answers, for arrays of every layout."""
+    base = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    ro = np.zeros((5, 2), dtype=np.int64)
+    ro.flags.writeable = False
+    cases = [base, np.asfortranarray(base), base[:, ::2], ro, np.zeros((), np.uint8), base.T,
+             np.broadcast_arrays(base, base)[0], np.zeros(3, dtype=[("a", "<i4"), ("b", "<f8")])]
+    for a in cases:
+        dims, descr, flags, data = module.F_fields(a)
+        want = (a.flags.c_contiguous * 0x1 | a.flags.f_contiguous * 0x2 | a.flags.writeable * 0x400)
+        if dims != a.shape or descr is not a.dtype or (flags & 0x403) != want \
+                or data != a.__array_interface__["data"][0]:
+            return False
+    return True
+
+
+#: The core's slots the fast path reads or stores, at their offsets (the order of the C enum ``C_*``).
+CORE_SLOTS = ("forked", "stash", "returned", "backlog", "handing", "close_started", "ended_with", "lease_out",
+              "spans", "run", "run_next", "run_delivered")
+
+
+def fast_path_for(core: Any, runtime: str) -> Callable[..., int] | None:
+    """The fast path for ``core`` (``runtime="typed"``, a real gate, a dtype that holds no objects and a
+    known batch shape, its slots C-contiguous), as a bound ``serve(out, timeout, copy)``; else None: every
+    call takes the Python path."""
+    if runtime != "typed" or type(core.gate) is not Gate or core.pool is None or core.dtype.hasobject \
+            or not core.slot_views or not all(v.flags.c_contiguous for v in core.slot_views):
+        return None
+    module = load()
+    if module is None:
+        return None
+    dtype = core.dtype
+    gets = core.own_copy is np.array
+    raw = dtype.fields is None and dtype.subdtype is None  # a plain dtype: the batch is its bytes, copied whole
+    return module.F_Consumer(core, CORE_SLOTS, gets, raw).serve
