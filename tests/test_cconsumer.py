@@ -239,3 +239,55 @@ def test_the_array_fields_are_checked_against_numpy():
             return a.shape, a.dtype, 0x400, 0  # no contiguity flags, no data address
 
     assert not cconsumer._fields_match(Wrong)
+
+
+def _drained_under_injection(monkeypatch, how: str, capacity: int, k: int) -> tuple[list, list[int]]:
+    """Drain a prefetcher with a KeyboardInterrupt raised at the fast path's k-th call back into Python on this
+    thread (``F_inject``: the take's kernel step, the release's), the caller catching it and calling again.
+    Returns the batches delivered and the calls per site."""
+    module = cconsumer.load()
+    with _opened(monkeypatch, capacity=capacity) as pf:
+        out = np.empty((2, 3), np.float32)
+        got: list = []
+        module.F_inject(k, threading.get_ident(), KeyboardInterrupt)
+        try:
+            for _ in range(10 * ITEMS):
+                try:
+                    b = _one(pf, how, out)
+                except KeyboardInterrupt:
+                    continue
+                if b is None:
+                    break
+                got.append(b)
+            sites = module.F_sites()
+        finally:
+            module.F_inject(-1, 0, None)
+        core = pf._core
+        assert not core.gate._is_owned() and not core.handing
+    return got, sites
+
+
+@pytest.mark.parametrize("how", ["copy", "get"])
+@pytest.mark.parametrize("capacity", [2, 8])
+def test_a_ctrl_c_at_every_call_back_into_python_loses_no_batch(monkeypatch, how, capacity):
+    """The C analogue of injecting at every line: each of the fast path's calls back into Python (the take's
+    and the release's kernel step) raises in turn; every batch still arrives once, in order."""
+    _got, sites = _drained_under_injection(monkeypatch, how, capacity, -1)
+    total = sum(sites)
+    assert sites[0] > 0 and sites[1] > 0  # the take and the release both ran in C
+    for k in range(total):
+        got, _ = _drained_under_injection(monkeypatch, how, capacity, k)
+        assert len(got) == ITEMS and np.array_equal(np.array(got), _source()), k
+
+
+def test_the_sweep_catches_an_outcome_not_put_back(monkeypatch):
+    """The sweep has teeth: with ``unhand`` doing nothing, a Ctrl-C at the release (after the batch was
+    recorded for the hand-out) loses that batch."""
+    monkeypatch.setattr(Core, "unhand", lambda self: None)
+    _got, sites = _drained_under_injection(monkeypatch, "copy", 8, -1)
+    lost = []
+    for k in range(sum(sites)):
+        monkeypatch.setattr(Core, "unhand", lambda self: self.handing.clear())
+        got, _ = _drained_under_injection(monkeypatch, "copy", 8, k)
+        lost.append(len(got) < ITEMS)
+    assert any(lost)

@@ -1,39 +1,55 @@
-"""The consumer's common call in C: a batch served from the run the model consumer already holds.
+"""The consumer's common call in C: a batch of a run, the take before it and the release after it.
 
 What it guarantees
 ------------------
-With ``runtime="typed"``, ``copy_prefetched``, ``get`` and ``next`` first ask :func:`serve` (Cython,
-:data:`SOURCE`, built once per machine and cached like the typed transitions). It serves only the common
-case: the model consumer holds a run with at least two batches left, nothing is stashed, backlogged or put
-back, no lease is out, no close has begun, no timeline is kept, no SIGINT is deferred, the call is not made
-from inside another call of ours or from one of our workers, the timeout is the default, and, for a copy,
-``out`` is a plain writeable contiguous array of the batches' shape whose dtype is the batches' own. For
-anything else it returns 0 and the call takes the Python path (``consumer.py``), which raises the errors,
-takes and gives back runs, and serves every other case. The batch it serves is produced as ``_serve``
-produces it: the caller's pace folded into the run policy, the slot copied out, the run advanced, the
-batch counted, the hand-out time recorded, in the same order, under the gate.
+With ``runtime="typed"``, ``copy_prefetched``, ``get`` and ``next`` first ask ``F_Consumer.serve`` (Cython,
+:data:`SOURCE`, built once per machine and cached like the typed transitions). It serves the common case:
+nothing is stashed, backlogged or put back, no lease is out, no close has begun, no timeline is kept, no
+SIGINT is deferred, the call is not made from inside another call of ours or from one of our workers, the
+timeout is the default, and, for a copy, ``out`` is a plain writeable contiguous array of the batches'
+shape whose dtype object is the batches' own. Then it does what ``_serve`` does, in the same order, under
+the gate: the caller's pace folded into the run policy; when the run is used up, a take (the occupancy
+sampled, a run of the length the policy picks asked of the kernel, the wait timed, the run recorded); the
+slot copied out, the run advanced, the batch counted, the hand-out time recorded; and after a run's last
+batch, its release. The take and the release are the kernel's own steps, made through ``Runtime.step``
+(the C step under its protected Python frame), as the Python path makes them. For anything else --
+a stream that ended, a take with a deadline or an autotuner, a take left unrecorded or a release left
+undone by an interrupted call, any error -- it returns 0 having decided nothing, and the call takes the
+Python path (``consumer.py``).
 
 Why it is still interrupt-safe
 ------------------------------
 The Python path's safety rests on where the interpreter can raise (``interrupts.py``). This C function has
-no eval-breaker point of its own: it calls no Python function, only C ones (the gate's ``_is_owned``,
-``acquire(False)`` and ``release``, ``time.perf_counter``, numpy's copy for a dtype that holds no objects,
-so that no element's finalizer runs), and it never blocks: a gate another thread holds sends the call to
-the Python path. Its one allocation a collection can start at, the outcome's tuple, is made before it reads
-anything, so a finalizer that a collection runs there finds nothing decided yet. What is left is its
-return: a signal that arrived while it ran is handled right after it returns, in the public method's frame.
-So the outcome is not returned; it is recorded under the gate in ``handing``, keyed by the thread, and the
-public method takes it out of there on the line that returns it, with no call in between (a subscript and a
-``del``). A ``KeyboardInterrupt`` at the return finds it there: ``ConsumerSide.unhand`` puts it back for
-the next call, as ``unreturn`` does for the Python path (a copy outcome with its batch copied into memory
-the prefetcher owns, since the caller may write ``out`` before the next call). ``tests/test_cconsumer.py``
-raises at each of those lines and checks that the next call returns the batch; the stream, with the fast
-path and without, is compared call for call.
+no eval-breaker point of its own: apart from the kernel's steps it calls only C functions (the gate's
+``_is_owned``, ``acquire(False)`` and ``release``, ``time.perf_counter``, numpy's copy or ``memcpy`` for a
+dtype that holds no objects, so that no element's finalizer runs), and it never waits for the gate: one
+another thread holds sends the call to the Python path. Its allocation a collection can start at before
+the hand-out is recorded, the outcome's tuple, comes before the checks that decide. Where it can raise:
 
-The numpy array fields it reads (the number of dimensions, the dimensions, the dtype, the flags) are at
-their offsets in numpy's ``PyArrayObject_fields``, which have not moved since numpy 1.7 (no numpy headers
-are needed to build it); :func:`load` checks them against numpy's own answers for arrays of every kind the
-test meets, and without a match the fast path is off.
+* **At a kernel step** (``F_out``: the take's, the release's), which is the protected Python wrapper. A
+  SIGINT there is deferred, and delivered when the wrapper returns (it is the outermost protected frame),
+  so it surfaces as an exception from the step, like any other the step raises. A take that raises before
+  it is applied leaves nothing changed; one applied but not recorded is found by the next call
+  (``_run_changed``) and served by the Python path; a release that raises leaves the run held and used up,
+  and the next call gives it back. The outcome is recorded before the release, so a raise there finds it
+  in ``handing`` (below).
+* **At its return**, in the public method's frame, which is not protected: a signal that arrived since is
+  handled there. So the outcome is not returned; it is recorded under the gate in ``handing``, keyed by
+  the thread, and the public method takes it out of there on the line that returns it, with no call in
+  between (a subscript and a ``del``). An exception at the return or from a step finds it there:
+  ``ConsumerSide.unhand`` puts it back for the next call, as ``unreturn`` does for the Python path (a copy
+  outcome with its batch copied into memory the prefetcher owns, since the caller may write ``out`` before
+  the next call).
+
+``tests/test_cconsumer.py`` raises a ``KeyboardInterrupt`` at every call back into Python (``F_inject``)
+and at the public methods' return, and checks that every batch arrives once and in order; the same calls
+with the fast path and without give the same stream and statistics.
+
+The numpy array fields it reads (the number of dimensions, the dimensions, the dtype, the flags, the data
+address) are at their offsets in numpy's ``PyArrayObject_fields``, which have not moved since numpy 1.7
+(no numpy headers are needed to build it); :func:`load` checks them against numpy's own answers for
+arrays of several layouts, and without a match the fast path is off. The core's fields are read and
+stored at their slots' offsets (``Core.__slots__``), found from their member descriptors.
 """
 
 from __future__ import annotations
@@ -45,8 +61,10 @@ from typing import Any, Callable
 import numpy as np
 
 from .._check.extension import CompileUnavailable, build
+from .._dsl.model import DONE
 from .._runtime.interrupts import guard
 from ..models import _protocol as P
+from . import policy
 from .policy import EWMA
 from .sources import EXECUTING
 from .waits import Gate
@@ -133,6 +151,38 @@ def F_count():
     return F_served
 
 
+# The test hook, as the kernel's C step has (ckernel.K_inject): every call back into Python counts, per thread;
+# the one that brings F_countdown to zero on thread F_thread raises F_exception instead of being made.
+cdef long long F_countdown = -1
+cdef unsigned long F_thread = 0
+cdef object F_exception = None
+cdef long long F_site_calls[2]
+
+
+def F_inject(long long countdown, unsigned long thread, exception):
+    \"\"\"Raise ``exception`` at the ``countdown``-th call back into Python on ``thread`` from now instead of
+    making it (-1: never), and count that thread's calls per site (F_SITES) from zero.\"\"\"
+    global F_countdown, F_thread, F_exception
+    F_countdown, F_thread, F_exception = countdown, thread, exception
+    F_site_calls[0] = F_site_calls[1] = 0
+
+
+def F_sites():
+    \"\"\"Since ``F_inject``: its thread's calls back into Python, per site.\"\"\"
+    return [F_site_calls[0], F_site_calls[1]]
+
+
+cdef inline int F_out(int site) except -1:
+    global F_countdown
+    if F_thread != 0 and PyThread_get_thread_ident() == F_thread:
+        F_site_calls[site] += 1
+        if F_countdown >= 0:
+            F_countdown -= 1
+            if F_countdown < 0:
+                raise F_exception
+    return 0
+
+
 cdef Py_ssize_t F_offset(object klass, str name) except -1:
     \"\"\"The offset of ``klass``'s slot ``name`` (an object slot, found first along its MRO), else TypeError.\"\"\"
     for base in klass.__mro__:
@@ -172,13 +222,14 @@ cdef enum:
 cdef class F_Consumer:
     \"\"\"One prefetcher's fast path: what it reads that never changes, and the offsets of what does.\"\"\"
     cdef object core, gate, worker_idents, rt, i_pc, i_delivered, runs, counts, slot_views, last_seen, dtype
+    cdef object consumer, i_slots, i_lease, branches, policy, done, ready, failed
     cdef Py_ssize_t off[C_N]
-    cdef Py_ssize_t o_state, o_ewma, o_last_call, o_delivered
+    cdef Py_ssize_t o_state, o_ewma, o_last_call, o_delivered, o_wait, o_occ_sum, o_occ_n, o_occ_max
     cdef Py_ssize_t nd, nbytes
     cdef Py_ssize_t shape[32]
-    cdef bint gets, raw
+    cdef bint gets, raw, takes
 
-    def __init__(self, core, tuple slots, bint gets, bint raw):
+    def __init__(self, core, tuple slots, bint gets, bint raw, bint takes, policy, done, ready, failed):
         cdef Py_ssize_t j
         for j, name in enumerate(slots):
             self.off[j] = F_offset(type(core), name)
@@ -195,7 +246,61 @@ cdef class F_Consumer:
         for j in range(self.nd):
             self.shape[j] = shape[j]
         self.nbytes = self.slot_views[0].nbytes
-        self.gets, self.raw = gets, raw
+        self.gets, self.raw, self.takes = gets, raw, takes
+        # The take: the model consumer's thread, the state's fields it reads, a branch tuple per run length (the
+        # run policy's ``branches``, made once), the policy module (its RUN_BUDGET, read at each take).
+        self.consumer, self.i_slots, self.i_lease = core.consumer, core.i_slots, core.i_lease
+        self.branches = tuple([(t,) + tuple(core.runs.stream_ends) for t in core.runs.takes])
+        self.policy, self.done, self.ready, self.failed = policy, done, ready, failed
+        counted = type(core.counts)
+        self.o_wait, self.o_occ_sum = F_offset(counted, "wait_seconds"), F_offset(counted, "occupancy_sum")
+        self.o_occ_n, self.o_occ_max = F_offset(counted, "occupancy_samples"), F_offset(counted, "occupancy_max")
+
+    cdef object branch(self):
+        """The run policy's ``branches(single=False)``: a run of the length the caller's pace allows."""
+        cdef Py_ssize_t n = len(self.branches), r
+        cdef double q, per
+        cdef PyObject* p = F_get(self.runs, self.o_ewma)
+        if p == NULL or not PyFloat_CheckExact(<object>p) or n == 1:
+            return self.branches[0]
+        per = PyFloat_AS_DOUBLE(<object>p)
+        if per <= 0:
+            return self.branches[n - 1]
+        q = <double>self.policy.RUN_BUDGET / per
+        r = n if q >= n else (<Py_ssize_t>q if q >= 1 else 1)
+        return self.branches[r - 1]
+
+    cdef bint take_run(self, object state) except -1:
+        """``_take_run``'s common path, the lock-free part in C and the step by the kernel: False when the
+        stream ended (the Python path then says how)."""
+        cdef Py_ssize_t ready = 0
+        cdef double t0
+        cdef object counts = self.counts, core = self.core, after
+        for pair in <tuple>state[self.i_slots]:
+            st = (<tuple>pair)[0]
+            if st == self.ready or st == self.failed:
+                ready += 1
+        F_put(counts, self.o_occ_sum, <object>F_get(counts, self.o_occ_sum) + ready)
+        F_put(counts, self.o_occ_n, <object>F_get(counts, self.o_occ_n) + 1)
+        if ready > <Py_ssize_t><object>F_get(counts, self.o_occ_max):
+            F_put(counts, self.o_occ_max, ready)
+        branch = self.branch()
+        t0 = PyFloat_AS_DOUBLE(F_perf())
+        try:
+            F_out(0)
+            self.rt.step(self.consumer, branch, None, chain=False, then=branch)
+        finally:
+            F_put(counts, self.o_wait, PyFloat_FromDouble(
+                PyFloat_AS_DOUBLE(<object>F_get(counts, self.o_wait)) + (PyFloat_AS_DOUBLE(F_perf()) - t0)))
+        after = <object>F_get(self.rt, self.o_state)
+        if after[self.i_pc] == self.done:
+            return False
+        slots = after[self.i_slots]
+        run = tuple([(k, slots[k][1]) for k in after[self.i_lease]])
+        F_put(core, self.off[C_RUN], run)
+        F_put(core, self.off[C_RUN_NEXT], 0)
+        F_put(core, self.off[C_RUN_DELIVERED], after[self.i_delivered])
+        return True
 
     cdef inline bint fits(self, object out):
         cdef F_Array* a = <F_Array*><PyObject*>out
@@ -225,7 +330,7 @@ cdef class F_Consumer:
             return 0
         run = <tuple>p
         i = <Py_ssize_t><object>F_get(core, self.off[C_RUN_NEXT])
-        if i + 1 >= len(run):  # a take, or a run's last batch and its release: the Python path
+        if i >= len(run) and not self.takes:  # a take with a timeout or an autotuner: the Python path
             return 0
         if timeout is not F_DEFAULT or F_guard.deferred or F_EXECUTING:
             return 0
@@ -260,10 +365,13 @@ cdef class F_Consumer:
             p = F_get(self.rt, self.o_state)
             if p == NULL:
                 return 0
-            state = <tuple>p
-            if state[self.i_pc] == F_RELEASE \\
-                    and state[self.i_delivered] != <object>F_get(core, self.off[C_RUN_DELIVERED]):
-                return 0  # a take whose call was interrupted: the Python path serves it
+            state = <object>p
+            pc = state[self.i_pc]
+            if pc == F_RELEASE:
+                if state[self.i_delivered] != <object>F_get(core, self.off[C_RUN_DELIVERED]) or i >= len(run):
+                    return 0  # a take whose call was interrupted, or a release left undone: the Python path
+            elif i < len(run) or pc == self.done:
+                return 0
             runs = self.runs
             p = F_get(runs, self.o_last_call)
             if p != NULL and PyFloat_CheckExact(<object>p):
@@ -274,6 +382,10 @@ cdef class F_Consumer:
                         PyFloat_AS_DOUBLE(<object>p) + F_EWMA * (per - PyFloat_AS_DOUBLE(<object>p))))
                 else:
                     F_put(runs, self.o_ewma, PyFloat_FromDouble(per))
+            if i >= len(run):
+                if not self.take_run(state):
+                    return 0  # the stream ended: the Python path hands out how
+                run, i = <tuple>F_get(core, self.off[C_RUN]), 0
             slot, pos = <tuple>run[i]
             view = self.slot_views[slot]
             if copy:
@@ -297,6 +409,9 @@ cdef class F_Consumer:
             F_put(self.counts, self.o_delivered, <object>F_get(self.counts, self.o_delivered) + 1)
             F_put(runs, self.o_last_call, F_perf())
             F_served += 1
+            if i + 1 >= len(run):  # the run's last batch: given back now, as ``_release_run`` does
+                F_out(1)
+                self.rt.step(self.consumer)
         finally:
             F_release(self.gate)
         self.last_seen.last_pos = pos
@@ -370,4 +485,5 @@ def fast_path_for(core: Any, runtime: str) -> Callable[..., int] | None:
     dtype = core.dtype
     gets = core.own_copy is np.array
     raw = dtype.fields is None and dtype.subdtype is None  # a plain dtype: the batch is its bytes, copied whole
-    return module.F_Consumer(core, CORE_SLOTS, gets, raw).serve
+    takes = core.timeout is None and core.autotuner is None  # a take with no deadline and nothing to tune after
+    return module.F_Consumer(core, CORE_SLOTS, gets, raw, takes, policy, DONE, P.READY, P.FAILED).serve
