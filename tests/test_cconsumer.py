@@ -291,3 +291,52 @@ def test_the_sweep_catches_an_outcome_not_put_back(monkeypatch):
         got, _ = _drained_under_injection(monkeypatch, "copy", 8, k)
         lost.append(len(got) < ITEMS)
     assert any(lost)
+
+
+@pytest.mark.parametrize("timeout", [-1, float("nan"), True, "1", float("inf"), 10**12, 2.5e9])
+def test_a_timeout_the_fast_path_does_not_take_gets_the_python_paths_answer(monkeypatch, timeout):
+    answers = []
+    for fast in (True, False):
+        with _opened(monkeypatch, fast) as pf:
+            try:
+                answers.append(("ok", pf.get(timeout=timeout)))
+            except (TypeError, ValueError) as e:
+                answers.append((type(e), str(e)))
+    assert str(answers[0]) == str(answers[1])
+
+
+class _Held:
+    """A map-style source whose item ``held`` waits for ``release`` (an Event): the consumer's take times out."""
+
+    def __init__(self, held: int) -> None:
+        self.held, self.release = held, threading.Event()
+
+    def __len__(self) -> int:
+        return 12
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        if i == self.held:
+            self.release.wait(30)
+        return np.full((2, 3), i, np.float32)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_take_that_times_out_raises_prefetch_timeout_and_loses_nothing(fast):
+    from safeprefetch import PrefetchTimeout
+    source = _Held(held=3)
+    with Prefetcher(source, capacity=4, runtime="typed", ordered=True) as pf:
+        if not fast:
+            pf._core.serve_fast = None
+        got = [pf.get(timeout=30) for _ in range(3)]
+        module = cconsumer.load()
+        module.F_inject(-1, threading.get_ident(), None)  # count this thread's calls back into Python, raise none
+        try:
+            with pytest.raises(PrefetchTimeout, match="no batch within the timeout"):
+                pf.get(timeout=0.05)
+            takes_in_c = module.F_sites()[0]
+        finally:
+            module.F_inject(-1, 0, None)
+        assert takes_in_c == (1 if fast else 0)  # with the fast path, the take that timed out was its own
+        source.release.set()
+        got += list(pf)
+    assert [int(b[0, 0]) for b in got] == list(range(12))

@@ -6,16 +6,16 @@ With ``runtime="typed"``, ``copy_prefetched``, ``get`` and ``next`` first ask ``
 :data:`SOURCE`, built once per machine and cached like the typed transitions). It serves the common case:
 nothing is stashed, backlogged or put back, no lease is out, no close has begun, no timeline is kept, no
 SIGINT is deferred, the call is not made from inside another call of ours or from one of our workers, the
-timeout is the default, and, for a copy, ``out`` is a plain writeable contiguous array of the batches'
-shape whose dtype object is the batches' own. Then it does what ``_serve`` does, in the same order, under
-the gate: the caller's pace folded into the run policy; when the run is used up, a take (the occupancy
-sampled, a run of the length the policy picks asked of the kernel, the wait timed, the run recorded); the
-slot copied out, the run advanced, the batch counted, the hand-out time recorded; and after a run's last
-batch, its release. The take and the release are the kernel's own steps, made through ``Runtime.step``
-(the C step under its protected Python frame), as the Python path makes them. For anything else --
-a stream that ended, a take with a deadline or an autotuner, a take left unrecorded or a release left
-undone by an interrupted call, any error -- it returns 0 having decided nothing, and the call takes the
-Python path (``consumer.py``).
+timeout is the default, None or a number of seconds below 10^9, and, for a copy, ``out`` is a plain writeable
+contiguous array of the batches' shape whose dtype object is the batches' own. Then it does what ``_serve``
+does, in the same order, under the gate: the caller's pace folded into the run policy; when the run is used
+up, a take (the occupancy sampled, a run of the length the policy picks asked of the kernel, the wait timed,
+the run recorded); the slot copied out, the run advanced, the batch counted, the hand-out time recorded; and
+after a run's last batch, its release. The take and the release are the kernel's own steps, made through
+``Runtime.step`` (the C step under its protected Python frame), as the Python path makes them. For anything
+else -- a stream that ended, a take with an autotuner, a take left unrecorded or a release left undone by an
+interrupted call, an argument the Python path refuses -- it returns 0 having decided nothing, and the
+call takes the Python path (``consumer.py``). A take that times out raises PrefetchTimeout, as there.
 
 Why it is still interrupt-safe
 ------------------------------
@@ -62,7 +62,9 @@ import numpy as np
 
 from .._check.extension import CompileUnavailable, build
 from .._dsl.model import DONE
+from .._runtime.errors import StepTimeout
 from .._runtime.interrupts import guard
+from .errors import PrefetchTimeout
 from ..models import _protocol as P
 from . import policy
 from .policy import EWMA
@@ -128,6 +130,16 @@ cdef object F_acquire = None
 cdef object F_release = None
 cdef double F_EWMA = 0.0
 cdef long long F_served = 0
+
+
+cdef object F_StepTimeout = None
+cdef object F_PrefetchTimeout = None
+
+
+def F_timeouts(step_timeout, prefetch_timeout):
+    \"\"\"The kernel's StepTimeout and the PrefetchTimeout a take that timed out raises instead.\"\"\"
+    global F_StepTimeout, F_PrefetchTimeout
+    F_StepTimeout, F_PrefetchTimeout = step_timeout, prefetch_timeout
 
 
 def F_bind(ndarray, copyto, array, perf, guard, executing, default, copy, get, release, double ewma, rlock):
@@ -222,7 +234,7 @@ cdef enum:
 cdef class F_Consumer:
     \"\"\"One prefetcher's fast path: what it reads that never changes, and the offsets of what does.\"\"\"
     cdef object core, gate, worker_idents, rt, i_pc, i_delivered, runs, counts, slot_views, last_seen, dtype
-    cdef object consumer, i_slots, i_lease, branches, policy, done, ready, failed
+    cdef object consumer, i_slots, i_lease, branches, policy, done, ready, failed, timeout
     cdef Py_ssize_t off[C_N]
     cdef Py_ssize_t o_state, o_ewma, o_last_call, o_delivered, o_wait, o_occ_sum, o_occ_n, o_occ_max
     cdef Py_ssize_t nd, nbytes
@@ -247,6 +259,7 @@ cdef class F_Consumer:
             self.shape[j] = shape[j]
         self.nbytes = self.slot_views[0].nbytes
         self.gets, self.raw, self.takes = gets, raw, takes
+        self.timeout = core.timeout  # the prefetcher's own, for a call's default
         # The take: the model consumer's thread, the state's fields it reads, a branch tuple per run length (the
         # run policy's ``branches``, made once), the policy module (its RUN_BUDGET, read at each take).
         self.consumer, self.i_slots, self.i_lease = core.consumer, core.i_slots, core.i_lease
@@ -270,7 +283,7 @@ cdef class F_Consumer:
         r = n if q >= n else (<Py_ssize_t>q if q >= 1 else 1)
         return self.branches[r - 1]
 
-    cdef bint take_run(self, object state) except -1:
+    cdef bint take_run(self, object state, object wait) except -1:
         """``_take_run``'s common path, the lock-free part in C and the step by the kernel: False when the
         stream ended (the Python path then says how)."""
         cdef Py_ssize_t ready = 0
@@ -288,7 +301,9 @@ cdef class F_Consumer:
         t0 = PyFloat_AS_DOUBLE(F_perf())
         try:
             F_out(0)
-            self.rt.step(self.consumer, branch, None, chain=False, then=branch)
+            self.rt.step(self.consumer, branch, wait, chain=False, then=branch)
+        except F_StepTimeout:
+            raise F_PrefetchTimeout("no batch within the timeout") from None
         finally:
             F_put(counts, self.o_wait, PyFloat_FromDouble(
                 PyFloat_AS_DOUBLE(<object>F_get(counts, self.o_wait)) + (PyFloat_AS_DOUBLE(F_perf()) - t0)))
@@ -332,7 +347,14 @@ cdef class F_Consumer:
         i = <Py_ssize_t><object>F_get(core, self.off[C_RUN_NEXT])
         if i >= len(run) and not self.takes:  # a take with a timeout or an autotuner: the Python path
             return 0
-        if timeout is not F_DEFAULT or F_guard.deferred or F_EXECUTING:
+        if timeout is F_DEFAULT:
+            wait = self.timeout
+        elif timeout is None or (type(timeout) is float and 0.0 <= <double>timeout < 1e9) \\
+                or (type(timeout) is int and 0 <= timeout <= 1000000000):
+            wait = timeout  # a valid timeout the step takes as it is (any other: the Python path's error)
+        else:
+            return 0
+        if F_guard.deferred or F_EXECUTING:
             return 0
         if copy:
             if type(out) is not F_ndarray or not self.fits(out):
@@ -383,7 +405,7 @@ cdef class F_Consumer:
                 else:
                     F_put(runs, self.o_ewma, PyFloat_FromDouble(per))
             if i >= len(run):
-                if not self.take_run(state):
+                if not self.take_run(state, wait):
                     return 0  # the stream ended: the Python path hands out how
                 run, i = <tuple>F_get(core, self.off[C_RUN]), 0
             slot, pos = <tuple>run[i]
@@ -436,6 +458,7 @@ def load() -> ModuleType | None:
         m: ModuleType = module[0]
         m.F_bind(np.ndarray, getattr(np.copyto, "_implementation", np.copyto), np.array, time.perf_counter, guard,
                  EXECUTING, _default(), _kinds()[0], _kinds()[1], P.RELEASE, EWMA, Gate.__mro__[1])
+        m.F_timeouts(StepTimeout, PrefetchTimeout)
         serve = m
     _LOADED.append(serve)
     return serve
@@ -485,5 +508,5 @@ def fast_path_for(core: Any, runtime: str) -> Callable[..., int] | None:
     dtype = core.dtype
     gets = core.own_copy is np.array
     raw = dtype.fields is None and dtype.subdtype is None  # a plain dtype: the batch is its bytes, copied whole
-    takes = core.timeout is None and core.autotuner is None  # a take with no deadline and nothing to tune after
+    takes = core.autotuner is None  # a take with nothing to tune after it
     return module.F_Consumer(core, CORE_SLOTS, gets, raw, takes, policy, DONE, P.READY, P.FAILED).serve
