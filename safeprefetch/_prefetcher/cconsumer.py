@@ -500,7 +500,8 @@ def fast_path_for(core: Any, runtime: str) -> Callable[..., int] | None:
     known batch shape, its slots C-contiguous), as a bound ``serve(out, timeout, copy)``; else None: every
     call takes the Python path."""
     if runtime != "typed" or type(core.gate) is not Gate or core.pool is None or core.dtype.hasobject \
-            or not core.slot_views or not all(v.flags.c_contiguous for v in core.slot_views):
+            or not core.slot_views or not all(v.flags.c_contiguous for v in core.slot_views) \
+            or len(core.shape) > 32:  # (F_Consumer keeps at most 32 dimensions; numpy 2 allows 64)
         return None
     module = load()
     if module is None:
