@@ -196,9 +196,11 @@ class Prefetcher(NotCopyable):
             except BaseException:
                 core.unhand()  # interrupted as the C fast path returned: the next call returns its batch
                 raise
-            if key:
-                value = core.handing[key][1]; del core.handing[key]  # noqa: E702  (no call up to the return)
-                return value
+            # ``key in``: a consumer call made at the return (a signal handler, a finalizer) may have taken the
+            # outcome (``unhand``); then this call takes the Python path. No call from here to the return.
+            if key and key in core.handing:
+                entry = core.handing[key]; del core.handing[key]; core.last_seen.last_pos = entry[2]  # noqa: E702
+                return entry[1]
         kind, value = core.handout(GET, None, DEFAULT)
         if kind is GET:
             return value
@@ -226,9 +228,11 @@ class Prefetcher(NotCopyable):
             except BaseException:
                 core.unhand()  # interrupted as the C fast path returned: the next call returns its batch
                 raise
-            if key:
-                value = core.handing[key][1]; del core.handing[key]  # noqa: E702  (no call up to the return)
-                return value
+            # ``key in``: a consumer call made at the return (a signal handler, a finalizer) may have taken the
+            # outcome (``unhand``); then this call takes the Python path. No call from here to the return.
+            if key and key in core.handing:
+                entry = core.handing[key]; del core.handing[key]; core.last_seen.last_pos = entry[2]  # noqa: E702
+                return entry[1]
         kind, value = core.handout(GET, None, timeout)
         if kind is GET:
             return value
@@ -252,8 +256,8 @@ class Prefetcher(NotCopyable):
             except BaseException:
                 core.unhand()  # interrupted as the C fast path returned: the next call returns its batch
                 raise
-            if key:
-                del core.handing[key]  # the hand-out: no call from here to the return
+            if key and key in core.handing:  # (see __next__)
+                entry = core.handing[key]; del core.handing[key]; core.last_seen.last_pos = entry[2]  # noqa: E702
                 return True
         check_out(out, core.shape if core.pool is not None else None, core.dtype, "copy_prefetched")
         kind, value = core.handout(COPY, out, timeout)

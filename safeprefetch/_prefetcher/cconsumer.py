@@ -36,10 +36,12 @@ the hand-out is recorded, the outcome's tuple, comes before the checks that deci
 * **At its return**, in the public method's frame, which is not protected: a signal that arrived since is
   handled there. So the outcome is not returned; it is recorded under the gate in ``handing``, keyed by
   the thread, and the public method takes it out of there on the line that returns it, with no call in
-  between (a subscript and a ``del``). An exception at the return or from a step finds it there:
+  between (a membership test, a subscript, a ``del`` and the store of ``last_index``'s position: the batch
+  is the thread's only once handed out). An exception at the return or from a step finds it there:
   ``ConsumerSide.unhand`` puts it back for the next call, as ``unreturn`` does for the Python path (a copy
   outcome with its batch copied into memory the prefetcher owns, since the caller may write ``out`` before
-  the next call).
+  the next call). A consumer call made at that return (a signal handler's, a finalizer's) may take it
+  first (``unhand``): the interrupted call then serves the next batch by the Python path.
 
 ``tests/test_cconsumer.py`` raises a ``KeyboardInterrupt`` at every call back into Python (``F_inject``)
 and at the public methods' return, and checks that every batch arrives once and in order; the same calls
@@ -436,7 +438,8 @@ cdef class F_Consumer:
                 self.rt.step(self.consumer)
         finally:
             F_release(self.gate)
-        self.last_seen.last_pos = pos
+        # (``last_pos`` is set by the public method as it hands the batch out: a batch put back is not this
+        # thread's until it is handed out again.)
         return ident
 '''
 
