@@ -21,7 +21,7 @@ Why it is still interrupt-safe
 ------------------------------
 The Python path's safety rests on where the interpreter can raise (``interrupts.py``). This C function has
 no eval-breaker point of its own: apart from the kernel's steps it calls only C functions (the gate's
-``_is_owned``, ``acquire(False)`` and ``release``, ``time.perf_counter``, numpy's copy or ``memcpy`` for a
+``_is_owned``, ``acquire(False)`` and ``release``, ``time.perf_counter``, numpy's copy or ``memmove`` for a
 dtype that holds no objects, so that no element's finalizer runs), and it never waits for the gate: one
 another thread holds sends the call to the Python path. Its allocation a collection can start at before
 the hand-out is recorded, the outcome's tuple, comes before the checks that decide. Where it can raise:
@@ -68,7 +68,7 @@ from .._runtime.errors import StepTimeout
 from .._runtime.interrupts import guard
 from .errors import PrefetchTimeout
 from ..models import _protocol as P
-from . import policy
+from . import cfetch, policy
 from .policy import EWMA
 from .sources import EXECUTING
 from .waits import Gate
@@ -82,7 +82,7 @@ from cpython.pythread cimport PyThread_get_thread_ident
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.float cimport PyFloat_FromDouble, PyFloat_AS_DOUBLE, PyFloat_CheckExact
-from libc.string cimport memcpy
+from libc.string cimport memmove
 
 cdef extern from *:
     \"\"\"
@@ -222,6 +222,23 @@ cdef inline void F_put(object o, Py_ssize_t off, object value):
     Py_XDECREF(old)
 
 
+cdef inline int F_copy(object dst, object src, bint raw, Py_ssize_t nbytes) except -1:
+    """Copy array ``src`` into ``dst``, of the same shape and dtype object: their bytes when the dtype is plain
+    and both are C-contiguous (with the GIL released from F_NOGIL_BYTES, as numpy's copy would), else numpy's
+    copy. (``memmove``: nothing here rules out that they overlap.)"""
+    cdef char* d = (<F_Array*><PyObject*>dst).data
+    cdef char* s = (<F_Array*><PyObject*>src).data
+    if not (raw and ((<F_Array*><PyObject*>dst).flags & F_C_CONTIG)
+            and ((<F_Array*><PyObject*>src).flags & F_C_CONTIG)):
+        F_copyto(dst, src, F_NO)
+    elif nbytes >= F_NOGIL_BYTES:
+        with nogil:
+            memmove(d, s, nbytes)
+    else:
+        memmove(d, s, nbytes)
+    return 0
+
+
 cdef inline void F_fill(tuple t, Py_ssize_t j, object v):
     Py_INCREF(v)
     PyTuple_SET_ITEM(t, j, v)
@@ -248,7 +265,8 @@ cdef class F_Consumer:
         for j, name in enumerate(slots):
             self.off[j] = F_offset(type(core), name)
         self.core, self.gate, self.worker_idents, self.rt = core, core.gate, core.worker_idents, core.rt
-        self.i_pc, self.i_delivered, self.runs, self.counts = core.i_consumer_pc, core.i_delivered, core.runs, core.counts
+        self.i_pc, self.i_delivered = core.i_consumer_pc, core.i_delivered
+        self.runs, self.counts = core.runs, core.counts
         self.slot_views, self.last_seen, self.dtype = list(core.slot_views), core.last_seen, core.dtype
         self.o_state = F_offset(type(core.rt), "_state")
         self.o_ewma, self.o_last_call = F_offset(type(core.runs), "ewma"), F_offset(type(core.runs), "last_call")
@@ -339,8 +357,6 @@ cdef class F_Consumer:
         cdef object core = self.core, ident, pos, value, data, view
         cdef tuple entry, run
         cdef double per
-        cdef char* dst
-        cdef char* src
         cdef Py_ssize_t nbytes = self.nbytes
         p = F_get(core, self.off[C_RUN])
         if p == NULL or type(<object>p) is not tuple or F_get(core, self.off[C_RUN_NEXT]) == NULL:
@@ -413,15 +429,7 @@ cdef class F_Consumer:
             slot, pos = <tuple>run[i]
             view = self.slot_views[slot]
             if copy:
-                if self.raw and ((<F_Array*><PyObject*>out).flags & F_C_CONTIG):
-                    dst, src = (<F_Array*><PyObject*>out).data, (<F_Array*><PyObject*>view).data
-                    if nbytes >= F_NOGIL_BYTES:
-                        with nogil:
-                            memcpy(dst, src, nbytes)
-                    else:
-                        memcpy(dst, src, nbytes)
-                else:
-                    F_copyto(out, view, F_NO)
+                F_copy(out, view, self.raw, nbytes)
                 value, data = True, out
             else:
                 data = value = F_array(view)
@@ -453,7 +461,7 @@ def load() -> ModuleType | None:
     if _LOADED:
         return _LOADED[0]
     try:
-        module = build(SOURCE, "safeprefetch consumer fast path")
+        module = build(SOURCE + cfetch.SOURCE, "safeprefetch consumer fast path")
     except CompileUnavailable:
         module = None
     serve = None
@@ -513,4 +521,6 @@ def fast_path_for(core: Any, runtime: str) -> Callable[..., int] | None:
     gets = core.own_copy is np.array
     raw = dtype.fields is None and dtype.subdtype is None  # a plain dtype: the batch is its bytes, copied whole
     takes = core.autotuner is None  # a take with nothing to tune after it
-    return module.F_Consumer(core, CORE_SLOTS, gets, raw, takes, policy, DONE, P.READY, P.FAILED).serve
+    serve = module.F_Consumer(core, CORE_SLOTS, gets, raw, takes, policy, DONE, P.READY, P.FAILED).serve
+    cfetch.install(core, module)
+    return serve

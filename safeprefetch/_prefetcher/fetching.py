@@ -74,20 +74,24 @@ class FetchSide:
                 if self._closing():
                     return "ok"  # closed while waiting for the lock: no call into the source after close()
                 return self._fill(box, pos, k)
-        except StopIteration as e:
-            if box.iterator is not None:  # an iterator's own end is handled in _fill; this is not it
-                box.errors[pos] = e
-            else:
-                box.errors[pos] = stop_iteration_error(self._where(pos), e)
-            return "error"
         except BaseException as e:  # noqa: BLE001 - every error is delivered at its position
-            box.errors[pos] = from_source(self._where(pos), e)
-            return "error"
+            return self.fetch_failed(box, pos, e)
         finally:
             t1 = time.perf_counter()
             self.counts.fetch_seconds[w] += t1 - t0
             if self.spans is not None:
                 self.spans.append((f"worker{w}", "fetch", t0, t1))
+
+    def fetch_failed(self, box: SourceBox, pos: int, e: BaseException) -> str:
+        """The fetch of position ``pos`` raised ``e``: publish it there (the consumer raises it) and say so."""
+        if isinstance(e, StopIteration):
+            if box.iterator is not None:  # an iterator's own end is handled in _fill; this is not it
+                box.errors[pos] = e
+            else:
+                box.errors[pos] = stop_iteration_error(self._where(pos), e)
+        else:
+            box.errors[pos] = from_source(self._where(pos), e)
+        return "error"
 
     def _fill(self, box: SourceBox, pos: int, k: int) -> str:
         pre = box.preloaded.pop(pos, None) if box.preloaded else None
