@@ -26,6 +26,9 @@ dtype that holds no objects, so that no element's finalizer runs), and it never 
 another thread holds sends the call to the Python path. Its allocation a collection can start at before
 the hand-out is recorded, the outcome's tuple, comes before the checks that decide. Where it can raise:
 
+* **At a take that ended the stream** (``F_out`` site 2): ``record_terminal``, protected, stashes how
+  under the gate as ``_take_run`` does, and the call takes the Python path, which hands it out; raised
+  before it, the next call finds the model consumer done and records it.
 * **At a kernel step** (``F_out``: the take's, the release's), which is the protected Python wrapper. A
   SIGINT there is deferred, and delivered when the wrapper returns (it is the outermost protected frame),
   so it surfaces as an exception from the step, like any other the step raises. A take that raises before
@@ -170,7 +173,7 @@ def F_count():
 cdef long long F_countdown = -1
 cdef unsigned long F_thread = 0
 cdef object F_exception = None
-cdef long long F_site_calls[2]
+cdef long long F_site_calls[3]
 
 
 def F_inject(long long countdown, unsigned long thread, exception):
@@ -178,12 +181,12 @@ def F_inject(long long countdown, unsigned long thread, exception):
     making it (-1: never), and count that thread's calls per site (F_SITES) from zero.\"\"\"
     global F_countdown, F_thread, F_exception
     F_countdown, F_thread, F_exception = countdown, thread, exception
-    F_site_calls[0] = F_site_calls[1] = 0
+    F_site_calls[0] = F_site_calls[1] = F_site_calls[2] = 0
 
 
 def F_sites():
     \"\"\"Since ``F_inject``: its thread's calls back into Python, per site.\"\"\"
-    return [F_site_calls[0], F_site_calls[1]]
+    return [F_site_calls[0], F_site_calls[1], F_site_calls[2]]
 
 
 cdef inline int F_out(int site) except -1:
@@ -329,6 +332,10 @@ cdef class F_Consumer:
                 PyFloat_AS_DOUBLE(<object>F_get(counts, self.o_wait)) + (PyFloat_AS_DOUBLE(F_perf()) - t0)))
         after = <object>F_get(self.rt, self.o_state)
         if after[self.i_pc] == self.done:
+            # The stream ended: its outcome recorded now, under the gate, as ``_take_run`` does (left to the
+            # Python path's next look, a close begun meanwhile turned the take's own outcome into "is closed").
+            F_out(2)
+            core.record_terminal()
             return False
         slots = after[self.i_slots]
         run = tuple([(k, slots[k][1]) for k in after[self.i_lease]])

@@ -226,6 +226,12 @@ class ConsumerSide:
             owned = _owned(entry, self.own_copy)
             self.returned += [owned]; del self.handing[ident]  # noqa: E702
 
+    @protected
+    def record_terminal(self) -> None:
+        """The C fast path's take ended the stream (``cconsumer.py``): stash how, under its gate, as
+        :meth:`_take_run` does; the call then takes the Python path, which hands it out."""
+        self._terminal(self.rt._state)
+
     def take_returned(self) -> None:
         """Move the outcomes interrupted calls put back into the stash, in the order they were put back.
 
