@@ -6,7 +6,7 @@ With ``runtime="typed"``, ``copy_prefetched``, ``get`` and ``next`` first ask ``
 :data:`SOURCE`, built once per machine and cached like the typed transitions). It serves the common case:
 nothing is stashed, backlogged or put back, no lease is out, no close has begun, no timeline is kept, no
 SIGINT is deferred, the call is not made from inside another call of ours or from one of our workers, the
-timeout is the default, None or a number of seconds below 10^9, and, for a copy, ``out`` is a plain writeable
+timeout is the default, None or a number of seconds up to 10^9, and, for a copy, ``out`` is a plain writeable
 contiguous array of the batches' shape whose dtype object is the batches' own. Then it does what ``_serve``
 does, in the same order, under the gate: the caller's pace folded into the run policy; when the run is used
 up, a take (the occupancy sampled, a run of the length the policy picks asked of the kernel, the wait timed,
@@ -370,11 +370,11 @@ cdef class F_Consumer:
             return 0
         run = <tuple>p
         i = <Py_ssize_t><object>F_get(core, self.off[C_RUN_NEXT])
-        if i >= len(run) and not self.takes:  # a take with a timeout or an autotuner: the Python path
+        if i >= len(run) and not self.takes:  # a take with an autotuner: the Python path
             return 0
         if timeout is F_DEFAULT:
             wait = self.timeout
-        elif timeout is None or (type(timeout) is float and 0.0 <= <double>timeout < 1e9) \\
+        elif timeout is None or (type(timeout) is float and 0.0 <= <double>timeout <= 1e9) \\
                 or (type(timeout) is int and 0 <= timeout <= 1000000000):
             wait = timeout  # a valid timeout the step takes as it is (any other: the Python path's error)
         else:
