@@ -48,7 +48,7 @@ cdef object F_ok = "ok"
 cdef class F_Fetcher:
     """One prefetcher's fetch action: what it reads that never changes, and the offsets of what does."""
     cdef object core, rt, worker_fields, source_ref, plan_item, slot_views, fetch_seconds, dtype
-    cdef object py_fetch, failed, check, np_copyto, fill_into, where
+    cdef object py_fetch, failed, check, np_copyto, fill_into, where, context
     cdef Py_ssize_t i_closing, o_state, o_spans, nd, nbytes
     cdef Py_ssize_t o_thread, o_snapshot, o_getitem, o_lock, o_executor, o_fetch_into, o_iterator, o_preloaded
     cdef Py_ssize_t shape[32]
@@ -61,7 +61,7 @@ cdef class F_Fetcher:
         self.plan_item = core.plan.item if core.plan is not None else None
         self.fetch_seconds = core.counts.fetch_seconds
         self.py_fetch, self.failed, self.check, self.np_copyto = core._fetch, core.fetch_failed, core._check, np_copyto
-        self.fill_into, self.where = fill_into, core._where
+        self.fill_into, self.where, self.context = fill_into, core._where, context
         self.i_closing = core.i_closing
         self.o_state, self.o_spans = F_offset(type(core.rt), "_state"), F_offset(type(core), "spans")
         self.o_thread, self.o_snapshot = F_offset(context, "thread"), F_offset(context, "state")
@@ -89,6 +89,9 @@ cdef class F_Fetcher:
         cdef double t0
         cdef PyObject* p
         cdef Py_ssize_t nbytes = self.nbytes
+        if type(ctx) is not self.context or F_get(ctx, self.o_thread) == NULL \\
+                or F_get(ctx, self.o_snapshot) == NULL:
+            return self.py_fetch(ctx)  # its slots are read at their offsets: only in an ActionContext that has them
         w, i_idx, i_slot = self.worker_fields[<object>F_get(ctx, self.o_thread)]
         snapshot = <object>F_get(ctx, self.o_snapshot)
         pos, k = snapshot[i_idx], snapshot[i_slot]
