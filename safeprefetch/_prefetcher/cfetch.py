@@ -21,7 +21,8 @@ It runs on a worker thread, inside the kernel's external step, outside the kerne
 runs; the slot it writes is FILLING by this worker in the step's snapshot, as there. It calls Python only
 where ``_fetch`` does (the source, ``_check``, ``fetch_failed``, ``_fetch`` itself), and every exception it
 can meet there is published at the item's position, as ``_fetch`` does. The fields it reads are the
-SourceBox's and the ActionContext's slots, at their offsets. ``tests/test_cfetch.py`` compares its stream and
+SourceBox's and the ActionContext's slots (the latter only in an ActionContext whose slots are set: anything
+else takes ``_fetch``), the core's ``spans`` and the runtime's ``_state``, at their offsets. ``tests/test_cfetch.py`` compares its stream and
 its errors with the Python action's.
 """
 
@@ -132,8 +133,9 @@ cdef class F_Fetcher:
 
 
 def install(core: Any, module: Any) -> None:
-    """Make ``module.F_Fetcher`` ``core``'s fetch action (before its workers start), when its dtype is plain
-    enough to test an item by its dtype object; otherwise ``_fetch`` stays."""
+    """Make ``module.F_Fetcher`` ``core``'s fetch action (before its workers start), for any batch dtype the
+    consumer's fast path takes (an item of another dtype object, or of a dtype that is not plain, is checked
+    and copied by numpy as ``_fill`` does); ``_fetch`` stays only for a plan that is not a 1-d integer array."""
     if core.plan is not None and (core.plan.dtype.kind not in "iu" or core.plan.ndim != 1):
         return
     dtype = core.dtype
