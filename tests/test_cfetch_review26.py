@@ -50,3 +50,31 @@ def test_the_c_action_reads_no_raw_offsets_of_a_context_that_is_not_an_actioncon
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=100)
     assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
     assert run.stdout.split() == ["ok", "ok", "AttributeError", "AttributeError"]
+
+
+def test_the_c_action_itself_reads_a_plain_item():
+    # test_cfetch.py checks which action is installed, not that it does the work: one that handed every fetch to
+    # _fetch passed it. Here a plain item is read with no Python frame of _fetch or _fill between.
+    import sys
+
+    import numpy as np
+
+    from safeprefetch import Prefetcher
+
+    callers: list = []
+
+    class S:
+        def __len__(self) -> int:
+            return 8
+
+        def __getitem__(self, i: int) -> np.ndarray:
+            f, names = sys._getframe(1), set()
+            while f is not None:
+                names.add(f.f_code.co_name)
+                f = f.f_back
+            callers.append((i, bool(names & {"_fetch", "_fill"})))
+            return np.full(3, i, np.int64)
+
+    with Prefetcher(S(), capacity=2, runtime="typed") as pf:
+        assert [int(b[0]) for b in pf] == list(range(8))
+    assert [i for i, python in callers if python] == [] and len(callers) == 8  # (0: the constructor's read)
