@@ -166,7 +166,11 @@ def test_guard_kept_and_reused_contexts_on_two_worker_threads_and_the_consumer()
 
     def fetch(ctx):
         with lock:
-            if len(kept) % 3 == 0:
+            # Every third context kept, but none of the last ten items': the worker that fetches the last item
+            # leaves its context to the kernel's cache, so the check below is never vacuous (with every third
+            # kept whatever the item, both workers' last contexts were sometimes kept, and the cache held none:
+            # the full suite failed so once under load, 2026-12-08).
+            if len(kept) % 3 == 0 and ctx.me.idx < 30:
                 kept.append((ctx, ctx.thread, ctx.state, ctx.label, ctx.me.idx))
             else:
                 kept.append(None)
@@ -193,7 +197,7 @@ def test_guard_kept_and_reused_contexts_on_two_worker_threads_and_the_consumer()
     for th in threads:
         th.join(30)
     assert not errors and not any(th.is_alive() for th in threads), errors
-    assert len(kept) >= 40
+    assert len(kept) >= 40 and sum(k is not None for k in kept) >= 8
     for entry in filter(None, kept):
         ctx, thread, state, label, idx = entry
         assert (ctx.runtime, ctx.thread, ctx.state, ctx.label, ctx.me.idx) == (rt, thread, state, label, idx)
