@@ -458,7 +458,7 @@ cdef class F_Consumer:
         return ident
 '''
 
-#: The loaded module's ``F_serve`` (one per process), or None when it could not be built or failed its check.
+#: The loaded module (one per process), or None when it could not be built or failed its check.
 _LOADED: list[Any] = []
 
 
