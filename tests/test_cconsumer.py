@@ -340,3 +340,37 @@ def test_a_take_that_times_out_raises_prefetch_timeout_and_loses_nothing(fast):
         source.release.set()
         got += list(pf)
     assert [int(b[0, 0]) for b in got] == list(range(12))
+
+
+def test_the_fast_path_leaves_nothing_allocated_per_batch():
+    """The steady path through the C consumer and the C fetch action (a ``fetch_into`` source) leaves nothing
+    behind per batch: ten times the batches must not leave ten times as much (tracemalloc), as on the
+    generated runtime (``test_generated_runtime.py``)."""
+    from test_generated_runtime import _net_traced
+
+    shape = (1024,)
+    out = np.empty(shape, np.float32)
+
+    class Into:
+        def __len__(self) -> int:
+            return 10 ** 6
+
+        def __getitem__(self, i: int) -> np.ndarray:
+            raise AssertionError("fetch_into is used")
+
+        def fetch_into(self, i: int, a: np.ndarray) -> None:
+            a.fill(i)
+
+    before = _served()
+    with Prefetcher(Into(), capacity=4, shape=shape, dtype=np.float32, runtime="typed") as pf:
+        assert pf._core.serve_fast is not None and pf._core.rt.actions["fetch"].__name__ == "fetch"
+        copy = pf.copy_prefetched
+
+        def run(n: int):
+            return lambda: [copy(out) for _ in range(n)] and None
+
+        b_small, k_small = _net_traced(run(300))
+        b_big, k_big = _net_traced(run(3000))
+    assert _served() - before > 3000  # the fast path served them
+    assert k_big <= max(20, 2 * k_small), (k_small, k_big)
+    assert b_big < 16384, (b_small, b_big)
