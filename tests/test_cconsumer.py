@@ -106,25 +106,10 @@ def test_the_fast_path_serves_the_python_paths_stream(calls):
 _METHODS = {"copy": Prefetcher.copy_prefetched, "get": Prefetcher.get, "next": Prefetcher.__next__}
 
 
-def _interrupt_at_a_served_return(how: str):
-    """Arm a hook that raises KeyboardInterrupt in the public method ``how`` at the first instruction after
-    the fast-path call that served a batch returned: the one that stores its result, inside the same ``try``
-    as the call's own eval-breaker check (where a pending signal's handler runs; a hook cannot stop there).
-    Per instruction: ``sys.monitoring`` on 3.12+ (whose ``settrace`` gives no opcode events to a frame that
-    asks for them at its call), ``settrace`` opcode events on 3.11. Returns (a list that holds True once it
-    fired, the function that disarms it)."""
-    fired: list[bool] = []
-    module = cconsumer.load()
-    start = module.F_count()
-    code = _METHODS[how].__code__
-
-    def at(offset: int) -> None:
-        if not fired and module.F_count() > start:
-            fired.append(True)
-            op = next(i for i in dis.get_instructions(code) if i.offset == offset)
-            assert op.opname.startswith("STORE_FAST") and "key" in str(op.argval), op
-            raise KeyboardInterrupt
-
+def at_each_instruction(code, at):
+    """Call ``at(offset)`` before each instruction of ``code`` runs, until the returned function disarms it:
+    ``sys.monitoring`` on 3.12+ (whose ``settrace`` gives no opcode events to a frame that asks for them at its
+    call), ``settrace`` opcode events on 3.11. What ``at`` raises is raised by that instruction."""
     if sys.version_info >= (3, 12):
         mon = sys.monitoring
         tool = mon.DEBUGGER_ID
@@ -136,7 +121,7 @@ def _interrupt_at_a_served_return(how: str):
             mon.set_local_events(tool, code, 0)
             mon.register_callback(tool, mon.events.INSTRUCTION, None)
             mon.free_tool_id(tool)
-        return fired, disarm
+        return disarm
 
     def local(frame, event, arg):
         if event == "opcode":
@@ -149,7 +134,27 @@ def _interrupt_at_a_served_return(how: str):
             return local
         return None
     sys.settrace(hook)
-    return fired, lambda: sys.settrace(None)
+    return lambda: sys.settrace(None)
+
+
+def _interrupt_at_a_served_return(how: str):
+    """Arm a hook that raises KeyboardInterrupt in the public method ``how`` at the first instruction after
+    the fast-path call that served a batch returned: the one that stores its result, inside the same ``try``
+    as the call's own eval-breaker check (where a pending signal's handler runs; a hook cannot stop there).
+    Returns (a list that holds True once it fired, the function that disarms it)."""
+    fired: list[bool] = []
+    module = cconsumer.load()
+    start = module.F_count()
+    code = _METHODS[how].__code__
+
+    def at(offset: int) -> None:
+        if not fired and module.F_count() > start:
+            fired.append(True)
+            op = next(i for i in dis.get_instructions(code) if i.offset == offset)
+            assert op.opname.startswith("STORE_FAST") and "key" in str(op.argval), op
+            raise KeyboardInterrupt
+
+    return fired, at_each_instruction(code, at)
 
 
 @pytest.mark.parametrize("how", ["copy", "get", "next"])
@@ -316,7 +321,7 @@ class _Held:
 
     def __getitem__(self, i: int) -> np.ndarray:
         if i == self.held:
-            self.release.wait(30)
+            self.release.wait(60)
         return np.full((2, 3), i, np.float32)
 
 

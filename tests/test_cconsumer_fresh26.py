@@ -9,28 +9,13 @@ from __future__ import annotations
 
 import threading
 
-import numpy as np
 import pytest
 from _cython import cython_here
+from test_cconsumer import _Held
 
 from safeprefetch import Prefetcher, PrefetcherClosed
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.skipif(not cython_here(), reason="needs Cython (speed extra)")]
-
-
-class _Held:
-    """A map-style source whose item ``held`` waits for ``release`` (an Event)."""
-
-    def __init__(self, held: int) -> None:
-        self.held, self.release = held, threading.Event()
-
-    def __len__(self) -> int:
-        return 12
-
-    def __getitem__(self, i: int) -> np.ndarray:
-        if i == self.held:
-            self.release.wait(60)
-        return np.full((2, 3), i, np.float32)
 
 
 def _closed_while_taking(fast: bool) -> str:

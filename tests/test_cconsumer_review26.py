@@ -10,12 +10,10 @@
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import pytest
 from _cython import cython_here
-from test_cconsumer import _METHODS, _interrupt_at_a_served_return, _one, _opened, _source
+from test_cconsumer import _METHODS, _interrupt_at_a_served_return, _one, _opened, _source, at_each_instruction
 
 from safeprefetch import Prefetcher
 from safeprefetch._prefetcher import cconsumer
@@ -47,37 +45,12 @@ def _call_at_a_served_return(how: str, action):
     done: list = []
     module = cconsumer.load()
     start = module.F_count()
-    code = _METHODS[how].__code__
 
-    def at() -> None:
+    def at(offset: int) -> None:
         if not done and module.F_count() > start:
             done.append(action())
 
-    if sys.version_info >= (3, 12):
-        mon = sys.monitoring
-        tool = mon.DEBUGGER_ID
-        mon.use_tool_id(tool, "test_cconsumer_review26")
-        mon.register_callback(tool, mon.events.INSTRUCTION, lambda c, offset: at() if c is code else None)
-        mon.set_local_events(tool, code, mon.events.INSTRUCTION)
-
-        def disarm() -> None:
-            mon.set_local_events(tool, code, 0)
-            mon.register_callback(tool, mon.events.INSTRUCTION, None)
-            mon.free_tool_id(tool)
-        return done, disarm
-
-    def local(frame, event, arg):
-        if event == "opcode":
-            at()
-        return local
-
-    def hook(frame, event, arg):
-        if frame.f_code is code:
-            frame.f_trace_opcodes = True
-            return local
-        return None
-    sys.settrace(hook)
-    return done, lambda: sys.settrace(None)
+    return done, at_each_instruction(_METHODS[how].__code__, at)
 
 
 @pytest.mark.parametrize("how", ["copy", "get", "next"])

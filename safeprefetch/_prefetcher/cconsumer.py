@@ -67,11 +67,13 @@ import numpy as np
 
 from .._check.extension import CompileUnavailable, build
 from .._dsl.model import DONE
+from .._runtime.ckernel import MEMBER_DECLS
 from .._runtime.errors import StepTimeout
 from .._runtime.interrupts import guard
 from .errors import PrefetchTimeout
 from ..models import _protocol as P
 from . import cfetch, policy
+from .consumer import COPY, DEFAULT, GET
 from .policy import EWMA
 from .sources import EXECUTING
 from .waits import Gate
@@ -99,14 +101,7 @@ cdef extern from *:
         PyObject* descr
         int flags
 
-cdef extern from "Python.h":
-    ctypedef struct PyMemberDef:
-        int type
-        Py_ssize_t offset
-        int flags
-    ctypedef struct PyMemberDescrObject:
-        PyMemberDef* d_member
-
+''' + MEMBER_DECLS + '''
 # numpy's flags: C_CONTIGUOUS, F_CONTIGUOUS, WRITEABLE; WRITEBACKIFCOPY and the warn-on-write mark of a
 # broadcast result (a write to one warns: Python code) send the call to the Python path.
 cdef enum:
@@ -475,21 +470,11 @@ def load() -> ModuleType | None:
     if module is not None and _fields_match(module[0]):
         m: ModuleType = module[0]
         m.F_bind(np.ndarray, getattr(np.copyto, "_implementation", np.copyto), np.array, time.perf_counter, guard,
-                 EXECUTING, _default(), _kinds()[0], _kinds()[1], P.RELEASE, EWMA, Gate.__mro__[1])
+                 EXECUTING, DEFAULT, COPY, GET, P.RELEASE, EWMA, Gate.__mro__[1])
         m.F_timeouts(StepTimeout, PrefetchTimeout)
         serve = m
     _LOADED.append(serve)
     return serve
-
-
-def _default() -> Any:
-    from .consumer import DEFAULT
-    return DEFAULT
-
-
-def _kinds() -> tuple[str, str]:
-    from .consumer import COPY, GET
-    return COPY, GET
 
 
 def _fields_match(module: ModuleType) -> bool:

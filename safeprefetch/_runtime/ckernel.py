@@ -66,7 +66,7 @@ bypassed. (A method replaced on an instance after construction is not seen.)
 
 from __future__ import annotations
 
-__all__ = ["FIELDS", "REPLACED", "SITES", "SOURCE"]
+__all__ = ["FIELDS", "MEMBER_DECLS", "REPLACED", "SITES", "SOURCE"]
 
 #: The calls back into Python, by the number ``K_out`` gives each (``K_sites``).
 SITES = (
@@ -83,6 +83,17 @@ FIELDS = ("_state", "_owed", "_failure", "_nparked", "steps", "record", "actions
 #: that overrides one of them keeps the Python step: the C step would bypass the override.
 REPLACED = ("_begin", "_take_locked", "_take", "_chain", "_apply", "_wake_set", "_enabled")
 
+#: CPython's member descriptor, as the compiled modules that read slots at their offsets declare it (this one,
+#: and the consumer's, ``_prefetcher/cconsumer.py``).
+MEMBER_DECLS = '''cdef extern from "Python.h":
+    ctypedef struct PyMemberDef:
+        int type
+        Py_ssize_t offset
+        int flags
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
+'''
+
 SOURCE = '''
 
 # ---- The kernel's step in C: safeprefetch/_runtime/ckernel.py (appended to the typed transitions) ----
@@ -91,14 +102,7 @@ from cpython.pythread cimport PyThread_get_thread_ident
 from cpython.object cimport PyObject, PyTypeObject, PyObject_TypeCheck
 from cpython.ref cimport Py_INCREF, Py_XDECREF, Py_REFCNT
 
-cdef extern from "Python.h":
-    ctypedef struct PyMemberDef:
-        int type
-        Py_ssize_t offset
-        int flags
-    ctypedef struct PyMemberDescrObject:
-        PyMemberDef* d_member
-
+''' + MEMBER_DECLS + '''
 # The runtime's fields (FIELDS, in that order) are slots of Runtime: the C step reads and stores them at their
 # offsets, as the slots' descriptors do (store the new value, then drop the old one), without a lookup.
 cdef enum:
